@@ -1,0 +1,262 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const proxyDialTimeout = 5 * time.Second
+
+// Proxy is a TCP fault proxy between clients and one server. Clients dial
+// Addr; each accepted connection gets its own connection to the target. Its
+// methods are safe for concurrent use.
+type Proxy struct {
+	target string
+	ln     net.Listener
+
+	latency   atomic.Int64 // time.Duration
+	blackhole atomic.Bool
+
+	ctx       context.Context // cancelled by Close; bounds dials and latency waits
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[*proxyConn]struct{}
+	closed bool
+}
+
+// proxyConn is one client connection and its upstream connection.
+type proxyConn struct {
+	client, server net.Conn
+}
+
+// NewProxy starts a Proxy to target for the test and closes it when the test
+// ends. It fails the test if the proxy cannot listen.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	p, err := StartProxy(target)
+	if err != nil {
+		t.Fatalf("testenv: start proxy to %s: %v", target, err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("testenv: close proxy: %v", err)
+		}
+	})
+	return p
+}
+
+// StartProxy starts a Proxy to target listening on a free 127.0.0.1 port.
+// The caller must Close it. The target is dialled per client connection, so
+// it need not be up yet.
+func StartProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: proxy listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{
+		target: target,
+		ln:     ln,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  make(map[*proxyConn]struct{}),
+	}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	return p, nil
+}
+
+// Addr returns the address clients dial, "127.0.0.1:PORT".
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetLatency delays every chunk forwarded, in both directions, by d before
+// it is written on. Chunks on one connection are delayed one after another,
+// so the proxy also lowers throughput. Zero or negative turns it off.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Blackhole, while on, reads and silently drops bytes in both directions;
+// new connections are accepted but nothing is forwarded. Turning it off
+// resumes forwarding of data read from then on; dropped data stays dropped.
+func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Reset closes every current connection, on both sides, with a TCP RST.
+// Clients see "connection reset"; new connections are proxied as usual.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.reset()
+	}
+}
+
+// Close stops listening, closes every connection and waits until all of the
+// proxy's goroutines have exited. It is idempotent.
+func (p *Proxy) Close() error {
+	var err error
+	p.closeOnce.Do(func() {
+		p.cancel()
+		err = p.ln.Close()
+		p.mu.Lock()
+		p.closed = true
+		conns := p.conns
+		p.conns = nil
+		p.mu.Unlock()
+		for c := range conns {
+			c.close()
+		}
+	})
+	p.wg.Wait()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("testenv: close proxy: %w", err)
+	}
+	return nil
+}
+
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (for example EMFILE): back off instead of spinning.
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		p.wg.Add(1)
+		go p.handle(client)
+	}
+}
+
+// handle dials the target for one client and copies in both directions: the
+// upstream direction on a second goroutine, the downstream one here.
+func (p *Proxy) handle(client net.Conn) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(p.ctx, proxyDialTimeout)
+	var d net.Dialer
+	server, err := d.DialContext(ctx, "tcp", p.target)
+	cancel()
+	if err != nil {
+		closeRST(client)
+		return
+	}
+	c := &proxyConn{client: client, server: server}
+	if !p.track(c) {
+		c.close()
+		return
+	}
+	defer p.untrack(c)
+
+	p.wg.Add(1)
+	upDone := make(chan struct{})
+	go func() {
+		defer p.wg.Done()
+		defer close(upDone)
+		p.pipe(server, client)
+	}()
+	p.pipe(client, server)
+	<-upDone
+	c.close()
+}
+
+func (p *Proxy) track(c *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c *proxyConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns != nil {
+		delete(p.conns, c)
+	}
+}
+
+// pipe copies src to dst until src ends or either side fails, applying the
+// proxy's latency and blackhole. A clean EOF is passed on as a half-close so
+// request/response protocols that shut down writing still get their answer.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			drop := p.blackhole.Load()
+			if d := time.Duration(p.latency.Load()); d > 0 && !drop {
+				if !p.wait(d) {
+					return
+				}
+			}
+			if !drop {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					_ = src.Close()
+					return
+				}
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if tc, ok := dst.(*net.TCPConn); ok {
+					_ = tc.CloseWrite()
+					return
+				}
+			}
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// wait sleeps for d unless the proxy is closed first; it reports whether the
+// full delay passed.
+func (p *Proxy) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+func (c *proxyConn) close() {
+	_ = c.client.Close()
+	_ = c.server.Close()
+}
+
+func (c *proxyConn) reset() {
+	closeRST(c.client)
+	closeRST(c.server)
+}
+
+// closeRST closes conn so that the peer gets a TCP RST instead of a FIN.
+func closeRST(conn net.Conn) {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
+}

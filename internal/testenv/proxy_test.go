@@ -1,0 +1,134 @@
+package testenv
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pingOn sends PING on an open connection and waits up to timeout for +PONG.
+func pingOn(conn net.Conn, r *bufio.Reader, timeout time.Duration) error {
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return &net.OpError{Op: "ping", Err: net.UnknownNetworkError(line)}
+	}
+	return nil
+}
+
+func TestProxyForwards(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+	if err := ping(p.Addr(), time.Second); err != nil {
+		t.Fatalf("PING through proxy: %v", err)
+	}
+}
+
+// TestProxyBlackhole: while blackholed nothing is answered; afterwards a new
+// connection works.
+func TestProxyBlackhole(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+
+	p.Blackhole(true)
+	if err := ping(p.Addr(), 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("PING while blackholed: got %v, want timeout", err)
+	}
+	p.Blackhole(false)
+	if err := ping(p.Addr(), time.Second); err != nil {
+		t.Fatalf("PING on a new connection after blackhole: %v", err)
+	}
+}
+
+// TestProxyReset: a client on a reset connection gets a read error, not a
+// timeout.
+func TestProxyReset(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if err := pingOn(conn, br, time.Second); err != nil {
+		t.Fatalf("PING before Reset: %v", err)
+	}
+	p.Reset()
+	if err := conn.SetReadDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = br.ReadByte()
+	if err == nil || isTimeout(err) {
+		t.Fatalf("read after Reset: got %v, want a connection error", err)
+	}
+	if err := ping(p.Addr(), time.Second); err != nil {
+		t.Fatalf("PING on a new connection after Reset: %v", err)
+	}
+}
+
+// TestProxyLatency: a round trip takes at least the one-way latency twice.
+// Only the lower bound is asserted; CI machines are slow.
+func TestProxyLatency(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+	const latency = 50 * time.Millisecond
+	p.SetLatency(latency)
+
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	if err := pingOn(conn, bufio.NewReader(conn), 5*time.Second); err != nil {
+		t.Fatalf("PING with latency: %v", err)
+	}
+	if rtt := time.Since(start); rtt < 2*latency {
+		t.Fatalf("round trip %v, want >= %v", rtt, 2*latency)
+	}
+}
+
+// TestProxyCloseInterruptsLatency: Close returns promptly even while chunks
+// are waiting out a long latency, and leaves no goroutines (see TestMain).
+func TestProxyCloseInterruptsLatency(t *testing.T) {
+	r := NewRedis(t)
+	p, err := StartProxy(r.Addr())
+	if err != nil {
+		t.Fatalf("StartProxy: %v", err)
+	}
+	p.SetLatency(time.Hour)
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the proxy read the chunk and start waiting
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Close blocked behind latency")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
