@@ -1,0 +1,311 @@
+package instrument
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockgov/lockgov/policy"
+)
+
+// Governed is a Locker with the three rules (timeout, fallback release,
+// trace propagation) applied to every call, and spans and metrics around
+// each. It is safe for concurrent use.
+type Governed struct {
+	inner   Locker
+	cfg     config
+	backend string
+	matcher *policy.Matcher
+	metrics *metrics
+	tracer  trace.Tracer
+
+	auditMu   sync.Mutex
+	auditLast map[string]time.Time // rule+pattern -> last audit log line
+}
+
+// Govern wraps l with policy, spans and metrics. A configuration error (nil
+// l, an invalid policy, a metrics registration conflict) is returned by
+// every Acquire of the result; use NewGoverned to see it up front.
+func Govern(l Locker, opts ...Option) Locker {
+	g, err := NewGoverned(l, opts...)
+	if err != nil {
+		return LockerFunc(func(context.Context, string, ...AcquireOption) (Lease, error) { return nil, err })
+	}
+	return g
+}
+
+// NewGoverned is Govern with the configuration error returned.
+func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
+	if l == nil {
+		return nil, fmt.Errorf("%w: instrument.Govern: nil Locker", ErrInvalidOption)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	backend := cfg.backend
+	if b, ok := l.(interface{ Backend() string }); ok && backend == "" {
+		backend = b.Backend()
+	}
+	if backend == "" {
+		backend = "custom"
+	}
+	m, err := newMetrics(cfg.reg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: instrument.Govern: register metrics: %w", ErrInvalidOption, err)
+	}
+	return &Governed{
+		inner:     l,
+		cfg:       cfg,
+		backend:   backend,
+		matcher:   policy.NewMatcher(cfg.policy),
+		metrics:   m,
+		tracer:    cfg.tp.Tracer(ScopeName),
+		auditLast: make(map[string]time.Time),
+	}, nil
+}
+
+// Backend returns the backend label of the governed Locker.
+func (g *Governed) Backend() string { return g.backend }
+
+// Acquire applies the policy for key's pattern, then acquires through the
+// governed Locker inside an "acquire lock" span. A key already held by a
+// lease of this Governed carried in ctx is re-entered: the hold count goes
+// up and the matching Release counts it down.
+func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOption) (Lease, error) {
+	start := time.Now()
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	label, rule := g.matcher.Match(key)
+	pm := g.metrics.forPattern(g.backend, label)
+
+	if h := heldLease(ctx, g, key); h != nil {
+		if r := h.reenter(); r != nil {
+			pm.reentered.Inc()
+			return r, nil
+		}
+	}
+
+	cfg, err := g.resolve(ctx, rule, label, opts)
+	if err != nil {
+		pm.refused.Inc()
+		return nil, err
+	}
+
+	parent := trace.SpanFromContext(ctx)
+	ctx, span := g.tracer.Start(ctx, "acquire lock",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("lock.key_pattern", label),
+			attribute.String("lock.backend", g.backend),
+			attribute.String("lock.wait_strategy", cfg.Wait.String()),
+			attribute.String("db.system.name", g.backend),
+		))
+	sc := span.SpanContext()
+	var exemplar string
+	if sc.IsValid() {
+		cfg.TraceID = sc.TraceID().String()
+		if sc.IsSampled() {
+			exemplar = cfg.TraceID
+		}
+		carrier := propagation.MapCarrier{}
+		g.cfg.props.Inject(ctx, carrier)
+		if len(carrier) > 0 {
+			meta := make(map[string]string, len(cfg.Meta)+len(carrier))
+			for k, v := range cfg.Meta {
+				meta[k] = v
+			}
+			for k, v := range carrier {
+				meta[k] = v
+			}
+			cfg.Meta = meta
+		}
+	}
+
+	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar}
+	attempts := 0
+	cfg.Hooks = Hooks{
+		Attempt: func(bool) { attempts++ },
+		Waiting: func(w bool) {
+			if w {
+				pm.waiters.Inc()
+			} else {
+				pm.waiters.Dec()
+			}
+		},
+		Renewed: obs.renewed,
+		Lost:    obs.lost,
+		Leaked:  obs.leaked,
+	}
+
+	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
+	dur := time.Since(start)
+	span.SetAttributes(attribute.Int("lock.attempts", attempts))
+	if err != nil {
+		if errors.Is(err, ErrNotAcquired) {
+			pm.notAcquired.Inc()
+			observe(pm.durNotAcquired, dur, exemplar)
+		} else {
+			pm.failed.Inc()
+			observe(pm.durFailed, dur, exemplar)
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "lock not acquired")
+		span.End()
+		return nil, err
+	}
+	pm.acquired.Inc()
+	observe(pm.durAcquired, dur, exemplar)
+	pm.held.Inc()
+	obs.acquiredAt = time.Now()
+	span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+	span.End()
+
+	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
+	gl.ctx = context.WithValue(inner.Context(), heldKey{}, &heldNode{owner: g, key: key, lease: gl, next: heldChain(ctx)})
+	return gl, nil
+}
+
+// resolve builds the acquire configuration from the rule and the caller's
+// options and judges it against the rule.
+func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string, opts []AcquireOption) (AcquireConfig, error) {
+	cfg := AcquireConfig{
+		TTL:          rule.TTL,
+		PollInterval: rule.Wait.PollInterval,
+		MaxHold:      rule.MaxHold,
+	}
+	switch rule.Wait.Strategy {
+	case policy.WaitFailFast:
+		cfg.Wait = WaitFailFast
+	case policy.WaitRetry:
+		cfg.Wait = WaitRetry
+		cfg.MaxAttempts = rule.Wait.Attempts
+		if rule.Wait.Backoff == policy.BackoffConstant {
+			cfg.Backoff = ConstantBackoff(rule.Wait.Min)
+		} else {
+			cfg.Backoff = ExponentialBackoff(rule.Wait.Min, rule.Wait.Max)
+		}
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+
+	if _, ok := ctx.Deadline(); !ok {
+		if err := g.violate(rule, label, "timeout", "ctx has no deadline: use context.WithTimeout"); err != nil {
+			return cfg, err
+		}
+	}
+	if cfg.TTL > rule.MaxTTL || cfg.TTL < rule.MinTTL {
+		msg := fmt.Sprintf("TTL %v is outside the policy bounds [%v, %v]", cfg.TTL, rule.MinTTL, rule.MaxTTL)
+		if err := g.violate(rule, label, "ttl", msg); err != nil {
+			return cfg, err
+		}
+	}
+	if rule.MaxHold > 0 && cfg.MaxHold > rule.MaxHold {
+		msg := fmt.Sprintf("max hold %v is above the policy's %v", cfg.MaxHold, rule.MaxHold)
+		if err := g.violate(rule, label, "max_hold", msg); err != nil {
+			return cfg, err
+		}
+	}
+	if g.cfg.skew != nil {
+		if off, ok := g.cfg.skew(); ok {
+			switch g.cfg.policy.Skew.Tier(off) {
+			case policy.TierReject:
+				g.metrics.violations.WithLabelValues("clock_skew", policy.ModeEnforce.String(), label).Inc()
+				return cfg, fmt.Errorf("instrument: acquire (pattern %s): %w: offset %v is above %v",
+					label, ErrClockSkew, off, g.cfg.policy.Skew.Reject)
+			case policy.TierDegrade:
+				cfg.TTL = time.Duration(float64(cfg.TTL) * g.cfg.policy.Skew.DegradeTTLFactor)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// violate counts a broken rule and, in enforce mode, returns the refusal.
+// Audit mode logs at most once a minute per rule and pattern.
+func (g *Governed) violate(rule *policy.Rule, label, name, msg string) error {
+	if rule.Mode == policy.ModeOff {
+		return nil
+	}
+	g.metrics.violations.WithLabelValues(name, rule.Mode.String(), label).Inc()
+	if rule.Mode == policy.ModeEnforce {
+		return fmt.Errorf("instrument: acquire (pattern %s): %w: %s rule: %s", label, ErrPolicy, name, msg)
+	}
+	k := name + "\x00" + label
+	now := time.Now()
+	g.auditMu.Lock()
+	last, seen := g.auditLast[k]
+	if !seen || now.Sub(last) >= time.Minute {
+		g.auditLast[k] = now
+		seen = false
+	}
+	g.auditMu.Unlock()
+	if !seen {
+		g.cfg.logger.Warn("lockgov: policy violation (audit mode)", "rule", name, "lock_pattern", label, "backend", g.backend, "problem", msg)
+	}
+	return nil
+}
+
+// leaseObserver turns backend hooks into metrics, log lines and events on
+// the caller's span. It never references the lease handle, so a dropped
+// handle can be garbage-collected.
+type leaseObserver struct {
+	g          *Governed
+	pm         *patternMetrics
+	parent     trace.Span
+	exemplar   string
+	acquiredAt time.Time
+	ended      sync.Once
+}
+
+func (o *leaseObserver) renewed(err error) {
+	switch {
+	case err == nil:
+		o.pm.renewOK.Inc()
+		o.parent.AddEvent("lock renewed")
+	case errors.Is(err, ErrNotHeld):
+		o.pm.renewLost.Inc()
+		o.parent.AddEvent("lock renewal refused", trace.WithAttributes(attribute.String("error", err.Error())))
+	default:
+		o.pm.renewError.Inc()
+		o.parent.AddEvent("lock renewal failed", trace.WithAttributes(attribute.String("error", err.Error())))
+	}
+}
+
+func (o *leaseObserver) lost(cause error) {
+	o.pm.lost.Inc()
+	o.parent.AddEvent("lock lost", trace.WithAttributes(attribute.String("error", cause.Error())))
+	o.end()
+}
+
+func (o *leaseObserver) leaked() {
+	o.pm.leaked.Inc()
+	o.g.cfg.logger.Error("lockgov: lease garbage-collected while held; releasing it (call Release, or use instrument.Do)",
+		"lock_pattern", o.pm.pattern, "backend", o.pm.backend, "held_for", time.Since(o.acquiredAt))
+	o.end()
+}
+
+// end records the hold once, whichever of release, loss or leak comes first.
+func (o *leaseObserver) end() {
+	o.ended.Do(func() {
+		o.pm.held.Dec()
+		observe(o.pm.hold, time.Since(o.acquiredAt), o.exemplar)
+	})
+}

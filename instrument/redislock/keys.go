@@ -1,0 +1,47 @@
+package redislock
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lockgov/lockgov/instrument"
+)
+
+// keySet is every name one lock uses in Redis. All of them hash to the slot
+// of the lock key, so one script can touch them on Redis Cluster.
+type keySet struct {
+	lock    string // the lock itself: "<token> <fence> <json>" under PX
+	fence   string // the fence counter, under PX TTL+retention
+	channel string // release notifications
+}
+
+// keysFor derives the fence key and the channel from the lock key.
+//
+// When the key carries a hash tag ("lock:quota:{42}"), appending a suffix
+// keeps the tag, so the fence key is key+":fence". Otherwise the whole key is
+// the tag: "{key}:fence" hashes to the slot of key. A key with braces that
+// do not form a hash tag ("a}b", "a{}b") cannot be given a same-slot
+// companion and is refused.
+func keysFor(key string) (keySet, error) {
+	if hashTag(key) != "" {
+		return keySet{lock: key, fence: key + ":fence", channel: key + ":released"}, nil
+	}
+	if strings.ContainsAny(key, "{}") {
+		return keySet{}, fmt.Errorf("%w: key %q has braces that do not form a Redis hash tag", instrument.ErrInvalidKey, key)
+	}
+	return keySet{lock: key, fence: "{" + key + "}:fence", channel: "{" + key + "}:released"}, nil
+}
+
+// hashTag returns the hash tag of key by Redis Cluster's rule: the text
+// between the first '{' and the first '}' after it, if not empty.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return ""
+	}
+	return key[open+1 : open+1+end]
+}

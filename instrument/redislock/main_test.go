@@ -1,0 +1,49 @@
+package redislock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newClient dials addr the way lockgov recommends: context deadlines bound
+// every call, and a small pool.
+func newClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            1,
+		PoolSize:              32,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newLocker(t testing.TB, c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
+	t.Helper()
+	l, err := redislock.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// setup starts a private redis-server and returns a client to it.
+func setup(t testing.TB) (*testenv.Redis, *redis.Client) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	return r, newClient(t, r.Addr())
+}

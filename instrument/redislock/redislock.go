@@ -1,0 +1,284 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+)
+
+// BackendName is the value of the backend label and span attribute.
+const BackendName = "redis"
+
+// DefaultFenceRetention is how long a fence counter outlives the last lease
+// on its key. See WithFenceRetention.
+const DefaultFenceRetention = 10 * time.Minute
+
+// Locker takes locks on one Redis deployment (single node, Sentinel or
+// Cluster, through redis.UniversalClient). It is safe for concurrent use.
+type Locker struct {
+	c         redis.UniversalClient
+	notify    notifier
+	local     localQueue
+	retention time.Duration
+	metaHead  string // static part of the lock value's JSON
+}
+
+// Option configures a Locker.
+type Option interface {
+	apply(*options)
+}
+
+type options struct {
+	retention time.Duration
+	service   string
+	instance  string
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithFenceRetention sets how long a key's fence counter outlives the last
+// lease on it (default 10 minutes). After that the counter expires and the
+// next fence is seeded from the Redis server's clock in microseconds, which
+// is still larger than every earlier fence unless the server clock stepped
+// back by more than the retention while the key was idle.
+func WithFenceRetention(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.retention = d })
+}
+
+// WithService names the service in lock values (default: the executable name).
+func WithService(name string) Option {
+	return optionFunc(func(o *options) { o.service = name })
+}
+
+// WithInstance names this instance in lock values (default: the host name).
+func WithInstance(name string) Option {
+	return optionFunc(func(o *options) { o.instance = name })
+}
+
+// New returns a Locker on c. The client should have ContextTimeoutEnabled
+// set, so that a call never outlives the deadline of its context.
+func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: redislock.New: nil client", instrument.ErrInvalidOption)
+	}
+	o := options{retention: DefaultFenceRetention}
+	if exe, err := os.Executable(); err == nil {
+		o.service = baseName(exe)
+	}
+	o.instance, _ = os.Hostname()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	if o.retention <= 0 {
+		return nil, fmt.Errorf("%w: redislock: fence retention %v must be > 0", instrument.ErrInvalidOption, o.retention)
+	}
+	head, err := json.Marshal(struct {
+		Service  string `json:"service"`
+		Instance string `json:"instance"`
+		PID      int    `json:"pid"`
+	}{o.service, o.instance, os.Getpid()})
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{
+		c:         c,
+		notify:    notifier{c: c},
+		retention: o.retention,
+		metaHead:  string(head[:len(head)-1]),
+	}, nil
+}
+
+// Backend returns "redis".
+func (l *Locker) Backend() string { return BackendName }
+
+// Acquire takes the lock on key as the options say. See instrument.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
+	if err := instrument.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	keys, err := keysFor(key)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := instrument.ApplyAcquireOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+	}
+	tok := newToken()
+	args := []any{tok, cfg.TTL.Milliseconds(), l.meta(&cfg), (cfg.TTL + l.retention).Milliseconds()}
+	kk := []string{keys.lock, keys.fence}
+
+	// Deadline waiters of this Locker take turns locally; the one whose turn
+	// it is contends in Redis and keeps the turn while it holds the lease.
+	waiting := false
+	startWaiting := func() {
+		if !waiting && cfg.Hooks.Waiting != nil {
+			cfg.Hooks.Waiting(true)
+		}
+		waiting = true
+	}
+	var leaveQueue func()
+	if cfg.Wait == instrument.WaitDeadline {
+		if leaveQueue, err = l.local.enter(ctx, key, startWaiting); err != nil {
+			if waiting && cfg.Hooks.Waiting != nil {
+				cfg.Hooks.Waiting(false)
+			}
+			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
+		}
+	}
+	var w *waiter
+	defer func() {
+		if leaveQueue != nil {
+			leaveQueue()
+		}
+		if w != nil {
+			l.notify.unsubscribe(w)
+		}
+		if waiting && cfg.Hooks.Waiting != nil {
+			cfg.Hooks.Waiting(false)
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		res, err := acquireScript.Run(ctx, l.c, kk, args...).Int64Slice()
+		if err != nil {
+			if cerr := context.Cause(ctx); cerr != nil && w != nil {
+				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
+			}
+			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+		}
+		if len(res) != 2 {
+			return nil, fmt.Errorf("redislock: acquire %q: unexpected script reply %v", key, res)
+		}
+		if cfg.Hooks.Attempt != nil {
+			cfg.Hooks.Attempt(res[0] == 1)
+		}
+		if res[0] == 1 {
+			lease := newLease(l, key, keys, tok, uint64(res[1]), sent, &cfg, leaveQueue)
+			leaveQueue = nil
+			return lease, nil
+		}
+		holderTTL := time.Duration(res[1]) * time.Millisecond
+
+		var sleep time.Duration
+		switch cfg.Wait {
+		case instrument.WaitFailFast:
+			return nil, fmt.Errorf("redislock: acquire %q: %w", key, instrument.ErrNotAcquired)
+		case instrument.WaitRetry:
+			if attempt >= cfg.MaxAttempts {
+				return nil, fmt.Errorf("redislock: acquire %q after %d attempts: %w", key, attempt, instrument.ErrNotAcquired)
+			}
+			sleep = cfg.Backoff.Delay(attempt)
+			startWaiting()
+		default: // WaitDeadline
+			if w == nil {
+				if w, err = l.notify.subscribe(ctx, keys.channel); err != nil {
+					return nil, fmt.Errorf("redislock: acquire %q: subscribe: %w", key, err)
+				}
+				startWaiting()
+				// The holder may have released before the subscription was
+				// confirmed; try again as soon as it is.
+				if err := waitReady(ctx, w.ready, cfg.PollInterval); err != nil {
+					return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
+				}
+				continue
+			}
+			sleep = cfg.PollInterval
+			if holderTTL > 0 && holderTTL < sleep {
+				// An expiring lock publishes nothing: wake when it expires.
+				sleep = holderTTL + time.Millisecond
+			}
+		}
+		if err := l.pause(ctx, w, sleep); err != nil {
+			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
+		}
+	}
+}
+
+// pause sleeps for d, or until a release notification, or until ctx ends.
+func (l *Locker) pause(ctx context.Context, w *waiter, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var wake <-chan struct{}
+	if w != nil {
+		wake = w.wake
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) error {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C: // not confirmed in time: fall back to polling
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// meta builds the JSON object (without its closing brace, which the script
+// adds after the fence and acquisition time) stored in the lock value.
+func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
+	if cfg.TraceID == "" && len(cfg.Meta) == 0 {
+		return l.metaHead
+	}
+	var b strings.Builder
+	b.WriteString(l.metaHead)
+	if cfg.TraceID != "" {
+		b.WriteString(`,"trace_id":`)
+		b.WriteString(strconv.Quote(cfg.TraceID))
+	}
+	if len(cfg.Meta) > 0 {
+		if m, err := json.Marshal(cfg.Meta); err == nil {
+			b.WriteString(`,"labels":`)
+			b.Write(m)
+		}
+	}
+	return b.String()
+}
+
+// newToken returns 128 random bits, base64url, and the separating space the
+// scripts compare as a prefix.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:]) + " "
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// errNotHeld builds the error for a failed owner check.
+func errNotHeld(op, key string) error {
+	return fmt.Errorf("redislock: %s %q: %w", op, key, instrument.ErrNotHeld)
+}
