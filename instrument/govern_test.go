@@ -439,4 +439,3 @@ func TestGovern_WaitersGauge(t *testing.T) {
 		t.Fatalf("waiters = %v after the wait", v)
 	}
 }
-
