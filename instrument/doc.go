@@ -1,0 +1,63 @@
+// Package instrument is lockgov's governed lock API: the Locker and Lease
+// contract every backend implements, Govern that wraps any Locker with the
+// three rules, and Do that runs a function under a lock.
+//
+//	raw, _ := redislock.New(rdb)                     // or etcdlock.New(etcd)
+//	locker := instrument.Govern(raw,
+//		instrument.WithPolicy(pol),                  // policy.Load("lockgov.yaml")
+//		instrument.WithRegisterer(registry))         // your Prometheus registry
+//
+//	ctx, cancel := context.WithTimeout(ctx, 3*time.Second) // rule 1: a timeout
+//	defer cancel()
+//	err := instrument.Do(ctx, locker, "lock:quota:"+merchantID, func(ctx context.Context) error {
+//		// ctx ends with ErrLockLost if the lock is lost while this runs;
+//		// pass lease fences to the store where it can check them.
+//		return deduct(ctx, merchantID, amount)
+//	})
+//
+// # The three rules
+//
+// Timeout: an Acquire whose context has no deadline is refused with
+// ErrPolicy in enforce mode, counted and logged (once a minute per pattern)
+// in audit mode, ignored when off; the TTL must lie within the pattern's
+// bounds. Modes come per key pattern from the policy.
+//
+// Fallback release: Do releases on return and on panic (and re-panics); a
+// lease dropped without Release is noticed when it is garbage-collected,
+// counted in lockgov_lease_leaked_total, logged and released; the TTL is the
+// last net when the process dies.
+//
+// Trace propagation: "acquire lock" and "release lock" spans are children of
+// the caller's span; renewals and loss are events on the caller's span; the
+// trace id (and whatever the configured propagators inject) is written into
+// the lock value so an operator can find the holder's trace; histograms carry
+// a trace_id exemplar when the caller's span is sampled.
+//
+// # Metrics
+//
+// Govern never registers on the global Prometheus registry: pass
+// WithRegisterer. Labels are bounded: backend, lock_pattern (a declared
+// policy pattern, else a normalised key such as lock:order:{id}, else
+// "other" past the policy's cap) and a result from a fixed set. Owner tokens
+// and raw keys never appear in labels, span attributes or logs. Decision:
+// the issue allowed a MeterProvider or a Registerer; lockgov uses
+// client_golang directly because its exemplars and its cost on the hot path
+// are what the benchmarks in docs/BENCHMARKS.md measure.
+//
+// # Re-entrancy
+//
+// A lease's Context (and the context Do passes to fn) carries the lease. An
+// Acquire of the same key through the same Governed with such a context
+// re-enters: the hold count goes up, the lease is shared, and the lock is
+// released when the last handle is released. ContextWithLease attaches a
+// lease to any other context.
+//
+// # Failure modes
+//
+// A lease's Context ends with ErrLockLost at the latest when local monotonic
+// time passes the last confirmed expiry minus a drift margin, which is
+// before the store can hand the lock to anyone else. Work that must not run
+// after a loss checks that context, and passes Fence to the resource so a
+// stale holder (one paused by GC past its TTL, say) is refused there: a lock
+// alone cannot stop a paused process from writing.
+package instrument

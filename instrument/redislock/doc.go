@@ -1,0 +1,69 @@
+// Package redislock is lockgov's Redis lock backend, for single nodes,
+// Sentinel and Cluster through redis.UniversalClient.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+//	raw, err := redislock.New(rdb, redislock.WithService("billing"))
+//	locker := instrument.Govern(raw, instrument.WithRegisterer(reg))
+//
+// # What one lock costs
+//
+// Acquire is one EVALSHA of acquire.lua: set-if-absent with PX and the owner
+// token, and the next fence from a per-key counter in the same hash slot,
+// atomically. Release is one EVALSHA of release.lua: compare the owner token,
+// DEL, PUBLISH a release notification. Refresh is one EVALSHA of refresh.lua:
+// compare the owner token, PEXPIRE. Never GET-then-DEL (which deletes the
+// next holder's lock when the first one ran past its TTL) and never a bare
+// EXPIRE (which extends whoever holds the key now). The fast path is the
+// same two round trips as a hand-written SET NX PX + EVALSHA pair.
+//
+// # Keys
+//
+// A lock on key K uses K itself (value "<token> <fence> <json metadata>",
+// readable by the agent), a fence counter and a notification channel that
+// hash to K's slot: K+":fence" and K+":released" when K has a hash tag,
+// "{K}:fence" and "{K}:released" otherwise. Keys with braces that do not
+// form a hash tag are refused.
+//
+// Fences strictly increase per key without a key that lives forever: the
+// counter expires TTL + retention (WithFenceRetention, default 10 minutes)
+// after the last lease, and the next fence is then the Redis server's clock
+// in microseconds, larger than every earlier fence unless the server clock
+// stepped back by more than the retention meanwhile.
+//
+// # Waiting
+//
+// WaitUntilDeadline waiters of one Locker queue in-process per key, and only
+// the head contends in Redis. It subscribes to the key's release channel
+// (one shared pub/sub connection per Locker, open only while someone waits)
+// and retries when a release is published, when the holder's TTL runs out
+// (expiry publishes nothing), or at the poll interval as a last resort.
+// Retry and FailFast callers go to Redis directly.
+//
+// # Lease lifecycle
+//
+// A watchdog goroutine renews at TTL/3 with the owner-checked script, until
+// Release, until max hold (then the lease expires), or until a renewal proves
+// the lock gone. Independently of any call in flight, a timer cancels
+// Lease.Context() with ErrLockLost at the last confirmed expiry minus a drift
+// margin (2 ms + 2% of the TTL), measured from when the confirming request
+// was sent; Redis cannot expire the key before that moment, so the holder
+// knows it lost the lock before anyone else can take it. Nothing of a lease
+// runs after Release or loss. A lease handle dropped while held is released
+// when the garbage collector finds it.
+//
+// # Failure modes
+//
+// redis-server down: Acquire returns the connection error wrapped (not
+// ErrNotAcquired) without waiting for the deadline; holders lose their
+// leases by the local timer. Sentinel failover: a lock written to the old
+// primary and not yet replicated is absent on the new one, and another
+// client can take it; the old holder learns of it at its next renewal
+// (ErrLockLost) — until then only the fence protects the resource. This is
+// why money-moving code checks the fence, or re-checks the invariant in the
+// same atomic script that writes (see examples/quota), and reconciles
+// against the database. Use etcdlock where a lock must be a correctness
+// guarantee.
+//
+// The client should set ContextTimeoutEnabled so that calls honour context
+// deadlines; otherwise a blackholed server can hold a call for ReadTimeout.
+package redislock
