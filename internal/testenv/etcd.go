@@ -1,0 +1,256 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+const (
+	etcdReadyTimeout = 20 * time.Second
+	etcdStartTries   = 5
+)
+
+// Etcd is one embedded etcd member (go.etcd.io/etcd/server/v3/embed, the
+// same version as the client) listening on 127.0.0.1 on ports of its own,
+// with its data in a temporary directory. It is either a single-member
+// cluster (NewEtcd) or one member of an EtcdCluster. Its methods are safe for
+// concurrent use.
+//
+// The member runs with fsync disabled (test data only) and logs at level
+// error, so test output stays readable.
+type Etcd struct {
+	name       string
+	dir        string
+	clientURL  url.URL
+	peerURL    url.URL
+	cluster    string // initial-cluster
+	token      string
+	tickMs     uint
+	electionMs uint
+
+	mu     sync.Mutex
+	e      *embed.Etcd // nil while stopped
+	closed bool
+}
+
+// NewEtcd starts a single-member etcd for the test and stops it, removing
+// its directory, when the test ends. It fails the test if etcd cannot start.
+func NewEtcd(t testing.TB) *Etcd {
+	t.Helper()
+	e, err := StartEtcd()
+	if err != nil {
+		t.Fatalf("testenv: start etcd: %v", err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// StartEtcd starts a single-member etcd on free loopback ports. The caller
+// must Close it. A port taken between choosing and binding is retried with
+// fresh ports.
+func StartEtcd() (*Etcd, error) {
+	var last error
+	for range etcdStartTries {
+		m, err := newEtcdMember("single", "", 100, 1000)
+		if err != nil {
+			return nil, err
+		}
+		m.cluster = m.name + "=" + m.peerURL.String()
+		m.mu.Lock()
+		err = m.startLocked()
+		m.mu.Unlock()
+		if err == nil {
+			err = m.waitReady(etcdReadyTimeout)
+		}
+		if err == nil {
+			return m, nil
+		}
+		m.Close()
+		last = err
+	}
+	return nil, fmt.Errorf("testenv: etcd did not start after %d tries: %w", etcdStartTries, last)
+}
+
+// newEtcdMember chooses ports and a directory; it starts nothing.
+func newEtcdMember(name, token string, tickMs, electionMs uint) (*Etcd, error) {
+	cport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lockgov-etcd-"+name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("testenv: etcd dir: %w", err)
+	}
+	if token == "" {
+		token = "lockgov-test-" + strconv.Itoa(cport)
+	}
+	return &Etcd{
+		name:       name,
+		dir:        dir,
+		clientURL:  url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cport)},
+		peerURL:    url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(pport)},
+		token:      token,
+		tickMs:     tickMs,
+		electionMs: electionMs,
+	}, nil
+}
+
+// startLocked starts the embedded server without waiting for it to be ready
+// (a cluster member is ready only once a quorum runs). e.mu must be held.
+func (e *Etcd) startLocked() error {
+	if e.closed {
+		return ErrClosed
+	}
+	if e.e != nil {
+		return nil
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = e.name
+	cfg.Dir = e.dir
+	cfg.ListenClientUrls = []url.URL{e.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{e.clientURL}
+	cfg.ListenPeerUrls = []url.URL{e.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{e.peerURL}
+	cfg.InitialCluster = e.cluster
+	cfg.InitialClusterToken = e.token
+	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data dir has a WAL
+	cfg.TickMs = e.tickMs
+	cfg.ElectionMs = e.electionMs
+	cfg.UnsafeNoFsync = true
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("testenv: etcd member %s: %w", e.name, err)
+	}
+	e.e = srv
+	return nil
+}
+
+// waitReady waits until the member serves client requests.
+func (e *Etcd) waitReady(timeout time.Duration) error {
+	e.mu.Lock()
+	srv := e.e
+	e.mu.Unlock()
+	if srv == nil {
+		return fmt.Errorf("testenv: etcd member %s is stopped", e.name)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-srv.Server.ReadyNotify():
+		return nil
+	case err := <-srv.Err():
+		return fmt.Errorf("testenv: etcd member %s: %w", e.name, err)
+	case <-t.C:
+		return fmt.Errorf("testenv: etcd member %s not ready within %v", e.name, timeout)
+	}
+}
+
+// Name returns the member name.
+func (e *Etcd) Name() string { return e.name }
+
+// Endpoint returns the client URL, "http://127.0.0.1:PORT". It stays the
+// same across Stop and Restart.
+func (e *Etcd) Endpoint() string { return e.clientURL.String() }
+
+// Endpoints returns []string{e.Endpoint()}, for clientv3.Config.
+func (e *Etcd) Endpoints() []string { return []string{e.Endpoint()} }
+
+// Running reports whether the member is started.
+func (e *Etcd) Running() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.e != nil
+}
+
+// IsLeader reports whether the member is running and is the raft leader.
+func (e *Etcd) IsLeader() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.e != nil && e.e.Server.Leader() == e.e.Server.MemberID()
+}
+
+// Stop shuts the member down, keeping its data directory and ports for
+// Restart. Clients see their connections closed. It is a no-op when the
+// member is already stopped.
+func (e *Etcd) Stop() {
+	e.mu.Lock()
+	srv := e.e
+	e.e = nil
+	e.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// Restart starts a stopped member again on the same ports with the same
+// data, and waits until it serves requests (for a cluster member: until it
+// has rejoined a quorum).
+func (e *Etcd) Restart() error {
+	var err error
+	for i := range etcdStartTries {
+		e.mu.Lock()
+		err = e.startLocked()
+		e.mu.Unlock()
+		if err == nil {
+			return e.waitReady(etcdReadyTimeout)
+		}
+		if errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		// The old listener's port is briefly unavailable; try again.
+		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
+	}
+	return err
+}
+
+// Close stops the member and removes its data directory. It is idempotent.
+func (e *Etcd) Close() {
+	e.Stop()
+	e.mu.Lock()
+	already := e.closed
+	e.closed = true
+	e.mu.Unlock()
+	if !already {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// NewEtcdClient returns a client on endpoints that the test closes when it
+// ends. Dials give up after 2 seconds; the client logs nothing.
+func NewEtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("testenv: etcd client for %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Client returns a client on this member that the test closes when it ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return NewEtcdClient(t, e.Endpoint())
+}
