@@ -1,0 +1,303 @@
+package snowflake
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+const nsPerMs = int64(time.Millisecond)
+
+// Generator issues IDs for one WorkerID. It is safe for concurrent use and takes no lock:
+// its whole state, the last millisecond used and the sequence within it, is one uint64
+// updated by compare-and-swap, so no caller ever sleeps while holding anything another
+// caller needs.
+type Generator struct {
+	// state is (milliseconds since the epoch) << seqBits | sequence of the last ID issued.
+	state atomic.Uint64
+	// offset is wall - epoch - mono in ns: mono + offset is the wall clock in ns since the
+	// epoch, as of the last wall-clock read. It is refreshed on every new millisecond.
+	offset atomic.Int64
+
+	seqBits    uint
+	seqMask    uint64
+	timeShift  uint
+	workerPart int64
+	maxMs      int64
+	epochNs    int64
+	epochMs    int64
+	maxWait    time.Duration
+	clock      Clock
+	lease      WorkerLease
+	hooks      Hooks
+	layout     Layout
+	epoch      time.Time
+	worker     int64
+}
+
+// New returns a Generator for workerID.
+func New(workerID int64, opts ...Option) (*Generator, error) {
+	c := config{layout: DefaultLayout, epoch: DefaultEpoch, maxWait: DefaultMaxWait}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if err := c.layout.Validate(); err != nil {
+		return nil, err
+	}
+	if workerID < 0 || workerID > c.layout.MaxWorker() {
+		return nil, fmt.Errorf("%w: worker id %d out of range [0, %d] for layout %s", ErrInvalid, workerID, c.layout.MaxWorker(), c.layout)
+	}
+	if c.maxWait < 0 {
+		return nil, fmt.Errorf("%w: negative max wait %s", ErrInvalid, c.maxWait)
+	}
+	g := &Generator{
+		seqBits:    uint(c.layout.SequenceBits),
+		seqMask:    uint64(c.layout.MaxSequence()),
+		timeShift:  uint(c.layout.WorkerBits + c.layout.SequenceBits),
+		workerPart: workerID << c.layout.SequenceBits,
+		maxMs:      int64(1)<<c.layout.TimeBits - 1,
+		epochNs:    c.epoch.UnixNano(),
+		epochMs:    c.epoch.UnixMilli(),
+		maxWait:    c.maxWait,
+		clock:      c.clock,
+		lease:      c.lease,
+		hooks:      c.hooks,
+		layout:     c.layout,
+		epoch:      c.epoch,
+		worker:     workerID,
+	}
+	if c.epoch.UnixNano() != c.epoch.UnixMilli()*nsPerMs {
+		return nil, fmt.Errorf("%w: epoch %s is not a whole millisecond", ErrInvalid, c.epoch)
+	}
+	now := g.wall()
+	if c.epoch.UnixNano() > now {
+		return nil, fmt.Errorf("%w: epoch %s is in the future", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
+	}
+	if (now-g.epochNs)/nsPerMs > g.maxMs {
+		return nil, fmt.Errorf("%w: epoch %s: layout %s ended at %s", ErrLifetimeOver, c.epoch.Format(time.RFC3339), c.layout, c.layout.End(c.epoch).Format(time.RFC3339))
+	}
+	if c.lease != nil {
+		if id := c.lease.WorkerID(); id != workerID {
+			return nil, fmt.Errorf("%w: lease is for worker id %d, generator for %d", ErrInvalid, id, workerID)
+		}
+		if t, ok := c.lease.(lastUsedTracker); ok {
+			t.TrackLastUsed(g.LastTime)
+		}
+	}
+	g.offset.Store(now - g.epochNs - g.mono())
+	return g, nil
+}
+
+func (g *Generator) mono() int64 {
+	if g.clock == nil {
+		return int64(time.Since(monoBase))
+	}
+	return int64(g.clock.Mono())
+}
+
+func (g *Generator) wall() int64 {
+	if g.clock == nil {
+		return time.Now().UnixNano()
+	}
+	return g.clock.Wall().UnixNano()
+}
+
+func (g *Generator) compose(s uint64) int64 {
+	return int64(s>>g.seqBits)<<g.timeShift | g.workerPart | int64(s&g.seqMask)
+}
+
+// NextID returns the next ID. It waits, honouring ctx, when the millisecond's sequence is
+// used up or the clock stepped back by at most MaxWait; it returns *ClockBackwardsError for
+// a larger step, ErrWorkerLeaseLost when bound to a lease that may have expired, and
+// ErrLifetimeOver past the layout's end.
+func (g *Generator) NextID(ctx context.Context) (int64, error) {
+	for {
+		old := g.state.Load() // before the clock read: see slow
+		mono := g.mono()
+		ms := (mono + g.offset.Load()) / nsPerMs
+		fast := true
+		if g.lease != nil {
+			floor, limit, err := g.checkLease(mono)
+			if err != nil {
+				return 0, err
+			}
+			fast = floor < int64(old>>g.seqBits) && ms <= limit
+		}
+		if fast && ms == int64(old>>g.seqBits) && old&g.seqMask != g.seqMask {
+			if g.state.CompareAndSwap(old, old+1) {
+				return g.compose(old + 1), nil
+			}
+			continue
+		}
+		id, ok, err := g.slow(ctx, old, mono)
+		if ok || err != nil {
+			return id, err
+		}
+	}
+}
+
+// Fill writes len(dst) IDs into dst, in increasing order, with one compare-and-swap per
+// millisecond's worth of sequence numbers. It fails like NextID; IDs already written to dst
+// before an error are valid and issued.
+func (g *Generator) Fill(ctx context.Context, dst []int64) error {
+	if len(dst) == 0 {
+		return fmt.Errorf("%w: batch of 0 IDs", ErrInvalid)
+	}
+	for i := 0; i < len(dst); {
+		old := g.state.Load()
+		mono := g.mono()
+		ms := (mono + g.offset.Load()) / nsPerMs
+		fast := true
+		if g.lease != nil {
+			floor, limit, err := g.checkLease(mono)
+			if err != nil {
+				return err
+			}
+			fast = floor < int64(old>>g.seqBits) && ms <= limit
+		}
+		if seq := old & g.seqMask; fast && ms == int64(old>>g.seqBits) && seq != g.seqMask {
+			k := min(uint64(len(dst)-i), g.seqMask-seq)
+			if g.state.CompareAndSwap(old, old+k) {
+				base := g.compose(old)
+				for j := int64(1); j <= int64(k); j++ {
+					dst[i] = base + j
+					i++
+				}
+			}
+			continue
+		}
+		id, ok, err := g.slow(ctx, old, mono)
+		if err != nil {
+			return err
+		}
+		if ok {
+			dst[i] = id
+			i++
+		}
+	}
+	return nil
+}
+
+// NextN returns n IDs in increasing order (see Fill).
+func (g *Generator) NextN(ctx context.Context, n int) ([]int64, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: batch of %d IDs, want n > 0", ErrInvalid, n)
+	}
+	ids := make([]int64, n)
+	if err := g.Fill(ctx, ids); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// slow reads the wall clock and handles everything but "same millisecond, room left": a new
+// millisecond, an exhausted sequence, a clock behind the state, a lease. It returns ok when
+// it issued id, (0, false, nil) when the caller should retry.
+//
+// old was loaded before the clock was read. Every state was stored by a caller whose clock
+// read came before its store, so a clock reading below old's millisecond means the clock
+// itself went backwards, never that another goroutine merely read it later.
+func (g *Generator) slow(ctx context.Context, old uint64, mono int64) (int64, bool, error) {
+	ns := g.wall() - g.epochNs
+	g.offset.Store(ns - mono)
+	ms := ns / nsPerMs
+	if ns < 0 {
+		ms = (ns - nsPerMs + 1) / nsPerMs
+	}
+	last, seq := int64(old>>g.seqBits), old&g.seqMask
+	if g.lease != nil {
+		floor, limit, err := g.checkLease(mono)
+		if err != nil {
+			return 0, false, err
+		}
+		if ms > limit {
+			return 0, false, fmt.Errorf("%w: clock is past the high-water mark the lease reserved (%s)", ErrWorkerLeaseLost, time.UnixMilli(limit+g.epochMs).UTC().Format(time.RFC3339Nano))
+		}
+		if floor >= last {
+			last, seq = floor, g.seqMask // issue strictly above the high-water mark
+		}
+	}
+	switch {
+	case ms > last:
+		if ms > g.maxMs {
+			return 0, false, fmt.Errorf("%w: layout %s ended at %s", ErrLifetimeOver, g.layout, g.End().Format(time.RFC3339))
+		}
+		next := uint64(ms) << g.seqBits
+		if g.state.CompareAndSwap(old, next) {
+			return g.compose(next), true, nil
+		}
+		return 0, false, nil
+	case ms == last && seq < g.seqMask: // only reachable when last is old's own millisecond
+		if g.state.CompareAndSwap(old, old+1) {
+			return g.compose(old + 1), true, nil
+		}
+		return 0, false, nil
+	}
+	target := last
+	if seq == g.seqMask {
+		target = last + 1
+	}
+	if ms < last {
+		off := time.Duration(last*nsPerMs - ns)
+		if off > g.maxWait {
+			if g.hooks.ClockBackwards != nil {
+				g.hooks.ClockBackwards(off, true)
+			}
+			return 0, false, &ClockBackwardsError{Offset: off}
+		}
+		if g.hooks.ClockBackwards != nil {
+			g.hooks.ClockBackwards(off, false)
+		}
+	} else if g.hooks.SequenceExhausted != nil {
+		g.hooks.SequenceExhausted()
+	}
+	return 0, false, g.waitUntil(ctx, target*nsPerMs)
+}
+
+// checkLease returns the high-water floor and the reserved limit in ms since the epoch.
+func (g *Generator) checkLease(mono int64) (floor, limit int64, err error) {
+	st := g.lease.State()
+	if st.Err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", ErrWorkerLeaseLost, st.Err)
+	}
+	if g.clock != nil { // the lease deadline is on the real monotonic clock
+		mono = int64(time.Since(monoBase))
+	}
+	if st.ValidUntil.IsZero() || mono >= int64(st.ValidUntil.Sub(monoBase)) {
+		return 0, 0, fmt.Errorf("%w: worker %d: lease could have expired", ErrWorkerLeaseLost, g.worker)
+	}
+	floor, limit = -1, math.MaxInt64
+	if st.FloorUnixMilli != 0 {
+		floor = st.FloorUnixMilli - g.epochMs
+	}
+	if st.LimitUnixMilli != 0 {
+		limit = st.LimitUnixMilli - g.epochMs
+	}
+	return floor, limit, nil
+}
+
+// WorkerID returns the generator's WorkerID.
+func (g *Generator) WorkerID() int64 { return g.worker }
+
+// Layout returns the generator's layout.
+func (g *Generator) Layout() Layout { return g.layout }
+
+// Epoch returns the generator's epoch.
+func (g *Generator) Epoch() time.Time { return g.epoch }
+
+// End returns the instant the layout runs out of time bits.
+func (g *Generator) End() time.Time { return g.layout.End(g.epoch) }
+
+// LastTime returns the millisecond of the last ID issued, the zero time if none was.
+func (g *Generator) LastTime() time.Time {
+	s := g.state.Load()
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(g.epochMs + int64(s>>g.seqBits)).UTC()
+}
+
+// Decode splits an ID of this generator's layout and epoch.
+func (g *Generator) Decode(id int64) (Parts, error) { return g.layout.Decode(g.epoch, id) }

@@ -1,0 +1,32 @@
+package snowflake
+
+import "time"
+
+// WorkerLease is what a Generator needs from a WorkerID lease. *workerid.Lease implements it.
+type WorkerLease interface {
+	WorkerID() int64
+	// State is called on every ID; it must be cheap and safe for concurrent use.
+	State() LeaseState
+}
+
+// LeaseState is a snapshot of a WorkerID lease.
+type LeaseState struct {
+	// ValidUntil is the local instant, read from time.Now so that it carries a monotonic
+	// reading, before which the lease is certainly still held: the last confirmed expiry
+	// minus a drift margin. The zero time means not held.
+	ValidUntil time.Time
+	// FloorUnixMilli is the persisted high-water mark: IDs must be issued in a later
+	// millisecond (Unix ms). Zero means none.
+	FloorUnixMilli int64
+	// LimitUnixMilli is the high-water mark the current holder has persisted for itself: IDs
+	// must not be issued in a later millisecond. Zero means no limit.
+	LimitUnixMilli int64
+	// Err says why the lease is lost, when it is known to be.
+	Err error
+}
+
+// lastUsedTracker is implemented by leases that persist the generator's real last-used
+// millisecond on release, so that a graceful restart need not wait out the reservation.
+type lastUsedTracker interface {
+	TrackLastUsed(func() time.Time)
+}
