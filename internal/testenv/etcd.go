@@ -62,7 +62,7 @@ func NewEtcd(t testing.TB) *Etcd {
 func StartEtcd() (*Etcd, error) {
 	var last error
 	for range etcdStartTries {
-		m, err := newEtcdMember("single", "", 100, 1000)
+		m, err := newEtcdMember("single", "", 50, 500)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,48 @@
+package etcdlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/locktest"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// runConformance runs the suite with every Locker on a client of its own.
+func runConformance(t *testing.T, endpoints []string) {
+	admin := testenv.NewEtcdClient(t, endpoints...)
+	probe := newLocker(t, admin)
+	locktest.Run(t,
+		func(t *testing.T) instrument.Locker {
+			return newLocker(t, testenv.NewEtcdClient(t, endpoints...))
+		},
+		locktest.WithExpiryTTL(time.Second),
+		locktest.WithLoser(func(t *testing.T, key string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := admin.Delete(ctx, probe.QueuePrefix(key), clientv3.WithPrefix()); err != nil {
+				t.Fatalf("delete lock key: %v", err)
+			}
+		}),
+	)
+}
+
+func TestConformance_SingleMember(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	runConformance(t, e.Endpoints())
+}
+
+func TestConformance_ThreeMemberCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster in -short")
+	}
+	c := testenv.NewEtcdCluster(t, 3)
+	runConformance(t, c.Endpoints())
+}
+
+var _ = etcdlock.BackendName

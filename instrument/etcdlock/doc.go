@@ -1,0 +1,72 @@
+// Package etcdlock is lockgov's etcd lock backend: a lease per lock with
+// keepalive as the watchdog, waiters served in revision order (fair, FIFO),
+// and the lock key's create revision as the fence.
+//
+//	cli, _ := clientv3.New(clientv3.Config{Endpoints: endpoints})
+//	locker, err := etcdlock.New(cli, etcdlock.WithService("payments"))
+//	...
+//	err = instrument.Do(ctx, instrument.Govern(locker), "lock:quota:42", func(ctx context.Context) error {
+//		return deduct(ctx) // ctx ends if the lock is lost
+//	})
+//
+// # How a lock works
+//
+// Every Acquire grants an etcd lease of its own (so one Locker is safe for
+// concurrent use: goroutines never share a queue entry) and puts one entry,
+// attached to that lease, under the key's queue prefix
+// "<prefix><key>\x00" (the NUL cannot occur in a valid key, so "a" and
+// "a/b" never share a queue). The entry's name is the prefix followed by
+// the lease ID in 16 hex digits. The holder is the entry with the lowest
+// create revision; Fence() is that create revision, which etcd keeps
+// strictly increasing across the whole store, so fences of successive
+// holders of a key strictly increase and never repeat, even after the key
+// was idle (no per-key counter exists to expire).
+//
+// Waiting (WaitUntilDeadline, the default) queues: each waiter watches only
+// its predecessor's entry and re-checks when it is deleted, so a release
+// wakes exactly one waiter and waiters acquire in the order they queued. The
+// watch is started at the current revision, which etcd serves as a synced
+// watcher (a watch from an older revision is parked as unsynced and is only
+// delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
+// manages about 80 handoffs a second); a changed revision between the read
+// and the watch creation triggers a re-check, so no release is missed. The
+// poll interval (WithPollInterval) is only a fallback. FailFast and Retry
+// never queue: each attempt puts an entry only if the queue is empty.
+//
+// The value of an entry is JSON that the agent reads: service, instance,
+// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. The
+// fence is the key's create_revision. Lease IDs are never in metrics, logs
+// or spans.
+//
+// # TTL, watchdog and loss
+//
+// etcd leases have whole-second TTLs: the lock TTL is rounded up to whole
+// seconds, at least 1 s, and the server may raise it further to its minimum
+// (1.5 x the election timeout). The watchdog renews the lease with a
+// keepalive every third of the granted TTL, from the grant on (a waiter's
+// lease must outlive its wait); it stops at Release, at max hold (the lease
+// then expires) and, with WithoutWatchdog, once the lock is held.
+//
+// Lease.Context() ends with ErrLockLost when the lock key is deleted by
+// anyone (seen by a watch on the key), when a keepalive finds the lease gone,
+// and at the latest when local monotonic time passes the last confirmed
+// expiry (send time of the confirming keepalive + TTL) minus a drift margin
+// of 2 ms + 2% of the TTL. Release deletes the key only if its create
+// revision is still ours (ErrNotHeld otherwise) and revokes the lease.
+//
+// A waiter whose own lease ends (expired while etcd was unreachable, or its
+// entry deleted) stops waiting with an error wrapping ErrLockLost; a waiter
+// whose context ends withdraws its entry and returns ErrNotAcquired wrapping
+// the context's cause.
+//
+// # Failure modes
+//
+// A leader change does not end leases: etcd extends every lease by an
+// election timeout on promotion. While no leader is reachable keepalives
+// fail; the holder's context ends at its local deadline, before etcd could
+// expire the lease and hand the lock to someone else. Watches use
+// WithRequireLeader, so a member cut off from the leader does not leave them
+// silently stalled.
+//
+// FromMutex adapts code that already uses concurrency.Mutex.
+package etcdlock

@@ -1,0 +1,393 @@
+package etcdlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument"
+)
+
+// BackendName is the value of the backend label and span attribute.
+const BackendName = "etcd"
+
+// DefaultPrefix is the etcd key prefix under which lock queues live.
+const DefaultPrefix = "lockgov/lock/"
+
+// cleanupTimeout bounds the revoke that withdraws a waiter that gave up,
+// which must run even when the caller's context has ended.
+const cleanupTimeout = 2 * time.Second
+
+// Locker takes locks on an etcd cluster. It is safe for concurrent use:
+// every Acquire runs on a lease (and therefore a queue entry) of its own, so
+// goroutines sharing a Locker never both hold a key.
+type Locker struct {
+	c        *clientv3.Client
+	prefix   string
+	metaHead string // static part of the lock value's JSON, without "}"
+}
+
+// Option configures a Locker.
+type Option interface {
+	apply(*options)
+}
+
+type options struct {
+	prefix   string
+	service  string
+	instance string
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithPrefix sets the etcd key prefix of lock queues (default
+// DefaultPrefix). Lockers that must exclude each other need the same prefix.
+func WithPrefix(p string) Option {
+	return optionFunc(func(o *options) { o.prefix = p })
+}
+
+// WithService names the service in lock values (default: the executable name).
+func WithService(name string) Option {
+	return optionFunc(func(o *options) { o.service = name })
+}
+
+// WithInstance names this instance in lock values (default: the host name).
+func WithInstance(name string) Option {
+	return optionFunc(func(o *options) { o.instance = name })
+}
+
+// New returns a Locker on c.
+func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: etcdlock.New: nil client", instrument.ErrInvalidOption)
+	}
+	o := options{prefix: DefaultPrefix}
+	if exe, err := os.Executable(); err == nil {
+		o.service = filepath.Base(exe)
+	}
+	o.instance, _ = os.Hostname()
+	for _, opt := range opts {
+		if opt != nil {
+			opt.apply(&o)
+		}
+	}
+	if o.prefix == "" {
+		return nil, fmt.Errorf("%w: etcdlock: empty key prefix", instrument.ErrInvalidOption)
+	}
+	if strings.IndexByte(o.prefix, 0) >= 0 {
+		return nil, fmt.Errorf("%w: etcdlock: key prefix %q contains a NUL byte, the queue separator", instrument.ErrInvalidOption, o.prefix)
+	}
+	head, err := json.Marshal(struct {
+		Service  string `json:"service"`
+		Instance string `json:"instance"`
+		PID      int    `json:"pid"`
+	}{o.service, o.instance, os.Getpid()})
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{c: c, prefix: o.prefix, metaHead: string(head[:len(head)-1])}, nil
+}
+
+// Backend returns "etcd".
+func (l *Locker) Backend() string { return BackendName }
+
+// QueuePrefix returns the etcd prefix under which the entries of key's
+// queue live: the holder is the entry with the lowest create revision.
+func (l *Locker) QueuePrefix(key string) string { return l.prefix + key + "\x00" }
+
+// leaseTTL converts a lock TTL to whole lease seconds, rounded up, at least 1.
+func leaseTTL(d time.Duration) int64 {
+	return max(int64((d+time.Second-1)/time.Second), 1)
+}
+
+// Acquire takes the lock on key as the options say. See instrument.Locker
+// and the package documentation.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
+	if err := instrument.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	cfg, err := instrument.ApplyAcquireOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
+	}
+	sent := time.Now()
+	g, err := l.c.Grant(ctx, leaseTTL(cfg.TTL))
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
+	}
+	st := newLeaseState(l, key, g.ID, time.Duration(g.TTL)*time.Second, sent, &cfg)
+	a := &acquirer{l: l, st: st, cfg: &cfg}
+	fence, err := a.run(ctx)
+	if a.waiting && cfg.Hooks.Waiting != nil {
+		cfg.Hooks.Waiting(false)
+	}
+	if err != nil {
+		st.abandon(ctx, err)
+		return nil, err
+	}
+	return st.acquired(fence), nil
+}
+
+// acquirer is the state of one Acquire call between the lease grant and the
+// moment the lock is held or given up.
+type acquirer struct {
+	l       *Locker
+	st      *leaseState
+	cfg     *instrument.AcquireConfig
+	waiting bool
+}
+
+func (a *acquirer) startWaiting() {
+	if !a.waiting && a.cfg.Hooks.Waiting != nil {
+		a.cfg.Hooks.Waiting(true)
+	}
+	a.waiting = true
+}
+
+func (a *acquirer) attempted(ok bool) {
+	if a.cfg.Hooks.Attempt != nil {
+		a.cfg.Hooks.Attempt(ok)
+	}
+}
+
+// value is the lock value: the holder's metadata as JSON. The fence is not
+// in it: it is the key's create_revision, which etcd stores with every key.
+func (a *acquirer) value(queuedAt, acquiredAt time.Time) string {
+	var b strings.Builder
+	b.WriteString(a.l.metaHead)
+	if a.cfg.TraceID != "" {
+		b.WriteString(`,"trace_id":`)
+		b.WriteString(strconv.Quote(a.cfg.TraceID))
+	}
+	if len(a.cfg.Meta) > 0 {
+		if m, err := json.Marshal(a.cfg.Meta); err == nil {
+			b.WriteString(`,"labels":`)
+			b.Write(m)
+		}
+	}
+	b.WriteString(`,"queued_at_ms":`)
+	b.WriteString(strconv.FormatInt(queuedAt.UnixMilli(), 10))
+	if !acquiredAt.IsZero() {
+		b.WriteString(`,"acquired_at_ms":`)
+		b.WriteString(strconv.FormatInt(acquiredAt.UnixMilli(), 10))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func (a *acquirer) run(ctx context.Context) (int64, error) {
+	if a.cfg.Wait == instrument.WaitDeadline {
+		return a.queue(ctx)
+	}
+	return a.try(ctx)
+}
+
+// emptyQueue is true when no entry exists under the queue prefix: a range
+// compare on an empty range compares a zero KeyValue.
+func (a *acquirer) emptyQueue() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(a.st.pfx), "=", 0).WithPrefix()
+}
+
+// try makes fail-fast and retry attempts: put an entry only if the queue is
+// empty, so these callers never queue behind waiters.
+func (a *acquirer) try(ctx context.Context) (int64, error) {
+	st := a.st
+	for attempt := 1; ; attempt++ {
+		now := time.Now()
+		resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
+			Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
+			Commit()
+		if err != nil {
+			return 0, a.ctxOr(ctx, err)
+		}
+		a.attempted(resp.Succeeded)
+		if resp.Succeeded {
+			st.startOwnWatch(resp.Header.Revision + 1)
+			return resp.Header.Revision, nil
+		}
+		if a.cfg.Wait == instrument.WaitFailFast {
+			return 0, fmt.Errorf("etcdlock: acquire %q: %w", st.key, instrument.ErrNotAcquired)
+		}
+		if attempt >= a.cfg.MaxAttempts {
+			return 0, fmt.Errorf("etcdlock: acquire %q after %d attempts: %w", st.key, attempt, instrument.ErrNotAcquired)
+		}
+		a.startWaiting()
+		t := time.NewTimer(a.cfg.Backoff.Delay(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("etcdlock: acquire %q: %w: %w", st.key, instrument.ErrNotAcquired, context.Cause(ctx))
+		case <-st.ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("etcdlock: acquire %q: session ended while retrying: %w", st.key, context.Cause(st.ctx))
+		}
+	}
+}
+
+// queue enters the key's queue and waits, in create-revision order, until
+// every earlier entry is gone. Each waiter watches only its predecessor.
+func (a *acquirer) queue(ctx context.Context) (int64, error) {
+	st := a.st
+	now := time.Now()
+	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
+		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
+		Else(
+			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
+			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
+		).Commit()
+	if err != nil {
+		return 0, a.ctxOr(ctx, err)
+	}
+	myRev := resp.Header.Revision
+	a.attempted(resp.Succeeded)
+	// Watch our own entry from now on: if it is deleted while we wait (our
+	// session lease expired, or an operator deleted it), we stop waiting.
+	st.startOwnWatch(myRev + 1)
+	if resp.Succeeded {
+		return myRev, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
+		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
+	}
+	a.startWaiting()
+	return a.waitTurn(ctx, myRev, kvs[0], myRev)
+}
+
+// waitTurn waits until no entry created before myRev is left. pred is the
+// newest such entry as of revision readRev.
+func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
+	st := a.st
+	var (
+		watched string
+		wch     clientv3.WatchChan
+		wcancel context.CancelFunc = func() {}
+	)
+	defer func() { wcancel() }()
+	poll := time.NewTimer(a.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		if watched != string(pred.Key) {
+			// A watch from the current revision is synced at once; one from
+			// an older revision would be delivered only by etcd's 100 ms
+			// resync of unsynced watchers. The created response tells
+			// whether anything happened since readRev; if so, re-check.
+			wcancel()
+			wctx, c := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			wcancel = c
+			watched = string(pred.Key)
+			wch = a.l.c.Watch(wctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+		}
+		recheck := false
+		select {
+		case wr, ok := <-wch:
+			switch {
+			case !ok || wr.Err() != nil || wr.Canceled:
+				watched, recheck = "", true
+				if ctx.Err() == nil {
+					// The watch ended (no leader, connection lost): do not
+					// spin; the poll timer and a fresh watch take over.
+					if err := sleepCtx(ctx, st.ctx, 20*time.Millisecond); err != nil {
+						return 0, a.waitErr(ctx)
+					}
+				}
+			case wr.Created:
+				recheck = wr.Header.Revision != readRev
+			default:
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						recheck = true
+					}
+				}
+			}
+		case <-poll.C:
+			recheck = true
+		case <-ctx.Done():
+			return 0, a.waitErr(ctx)
+		case <-st.ctx.Done():
+			return 0, a.waitErr(ctx)
+		}
+		if !recheck {
+			continue
+		}
+		poll.Reset(a.cfg.PollInterval)
+		// Our turn if our entry still exists and none older is left; then
+		// record the acquisition time in the value in the same round trip.
+		now := time.Now()
+		resp, err := a.l.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
+			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
+		).Then(
+			clientv3.OpPut(st.own, a.value(st.queuedAt(), now), clientv3.WithIgnoreLease()),
+		).Else(
+			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
+			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
+		).Commit()
+		if err != nil {
+			if ctx.Err() != nil || st.ctx.Err() != nil {
+				return 0, a.waitErr(ctx)
+			}
+			return 0, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
+		}
+		a.attempted(resp.Succeeded)
+		if resp.Succeeded {
+			return myRev, nil
+		}
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			st.lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
+			return 0, a.waitErr(ctx)
+		}
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			// Only possible if our own entry was recreated; treat as lost.
+			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
+		}
+		pred, readRev = kvs[0], resp.Header.Revision
+	}
+}
+
+// waitErr explains why waiting stopped: the caller's context or the end of
+// our own session.
+func (a *acquirer) waitErr(ctx context.Context) error {
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, err)
+	}
+	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.ctx))
+}
+
+// ctxOr prefers the context's cause to the transport error it produced.
+func (a *acquirer) ctxOr(ctx context.Context, err error) error {
+	if cerr := context.Cause(ctx); cerr != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, cerr)
+	}
+	return fmt.Errorf("etcdlock: acquire %q: %w", a.st.key, err)
+}
+
+// sleepCtx sleeps d unless either context ends first.
+func sleepCtx(a, b context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-a.Done():
+		return context.Cause(a)
+	case <-b.Done():
+		return context.Cause(b)
+	}
+}
