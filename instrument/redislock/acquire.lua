@@ -14,29 +14,29 @@
 -- The lock value is "<token> <fence> <json>": the token first so that the
 -- owner check is a prefix compare, the fence second so that the agent and
 -- the idempotent path read it without a JSON parser.
-local cur = redis.call('GET', KEYS[1])
-if cur then
-	if string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-		local rest = string.sub(cur, #ARGV[1] + 1)
-		return {1, tonumber(string.match(rest, '^(%d+)'))}
-	end
-	return {0, redis.call('PTTL', KEYS[1])}
-end
 
--- Fences must increase forever without a key that lives forever. The counter
--- expires after TTL + retention; the next fence is then seeded from the
--- server clock in microseconds, which has moved past every fence issued
--- before the counter expired (fences never run ahead of the clock by more
--- than one per acquisition within the same microsecond).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local fence = last + 1
-if now > fence then
-	fence = now
+-- The next fence. Fences must increase forever without a key that lives
+-- forever: the counter expires after TTL + retention, and a counter that is
+-- gone (INCR answers 1) is seeded from the server clock in microseconds,
+-- which has moved past every fence issued before it expired. A failed
+-- attempt also consumes a fence; fences need only increase, not be dense.
+local fence = redis.call('INCR', KEYS[2])
+if fence == 1 then
+	local t = redis.call('TIME')
+	fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
+else
+	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 local f = string.format('%.0f', fence)
-redis.call('SET', KEYS[2], f, 'PX', ARGV[4])
-local at = string.format('%.0f', math.floor(now / 1000))
-redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. ',"acquired_at_ms":' .. at .. '}', 'PX', ARGV[2])
-return {1, fence}
+
+if redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. '}', 'NX', 'PX', ARGV[2]) then
+	return {1, fence}
+end
+
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+	local rest = string.sub(cur, #ARGV[1] + 1)
+	return {1, tonumber(string.match(rest, '^(%d+)'))}
+end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -41,7 +41,7 @@
 //
 // # Lease lifecycle
 //
-// A watchdog goroutine renews at TTL/3 with the owner-checked script, until
+// A watchdog timer renews at TTL/3 (a renewal runs on the timer's own goroutine only when it fires) with the owner-checked script, until
 // Release, until max hold (then the lease expires), or until a renewal proves
 // the lock gone. Independently of any call in flight, a timer cancels
 // Lease.Context() with ErrLockLost at the last confirmed expiry minus a drift

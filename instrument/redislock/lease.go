@@ -44,8 +44,15 @@ type leaseState struct {
 
 	leaveQueue func() // gives the local turn to the next waiter; nil if none
 
-	wdStop context.CancelFunc
-	wdDone chan struct{}
+	// The watchdog is a timer, not a goroutine: a renewal runs on the timer's
+	// goroutine only when it fires, so a short critical section never starts
+	// one and Release has nothing to wait for unless a renewal is in flight.
+	watchdog  bool
+	renewTmr  *time.Timer
+	renewCtx  context.Context // cancelled when the lease ends or is released
+	stopRenew context.CancelFunc
+	renewing  chan struct{} // non-nil while a renewal runs; closed when it ends
+	noRenew   bool          // Release started: schedule nothing more
 }
 
 // driftFor is the safety margin between the last confirmed expiry and the
@@ -63,14 +70,12 @@ func newLease(l *Locker, key string, keys keySet, tok string, fence uint64, sent
 		expires: sent.Add(cfg.TTL), leaveQueue: leaveQueue,
 	}
 	st.ctx, st.cancel = context.WithCancelCause(context.Background())
-	st.mu.Lock() // expire may run before AfterFunc has returned
+	st.renewCtx, st.stopRenew = context.WithCancel(st.ctx)
+	st.watchdog = !cfg.NoWatchdog
+	st.mu.Lock() // the timers may fire before AfterFunc has returned
 	st.timer = time.AfterFunc(time.Until(st.expires.Add(-st.drift)), st.expire)
+	st.scheduleRenewLocked(st.ttl / 3)
 	st.mu.Unlock()
-	if !cfg.NoWatchdog {
-		wctx, stop := context.WithCancel(st.ctx)
-		st.wdStop, st.wdDone = stop, make(chan struct{})
-		go st.watchdog(wctx)
-	}
 	h := &lease{st}
 	runtime.AddCleanup(h, (*leaseState).leaked, st)
 	return h
@@ -110,6 +115,9 @@ func (st *leaseState) lose(cause error) {
 	}
 	st.ended = true
 	st.timer.Stop()
+	if st.renewTmr != nil {
+		st.renewTmr.Stop()
+	}
 	st.mu.Unlock()
 	st.cancel(cause)
 	st.leaveLocalQueue()
@@ -118,41 +126,57 @@ func (st *leaseState) lose(cause error) {
 	}
 }
 
-func (st *leaseState) watchdog(ctx context.Context) {
-	defer close(st.wdDone)
-	every := st.ttl / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if st.maxHold > 0 && time.Since(st.acquiredAt)+every > st.maxHold {
-			// The next renewal would carry the lease past max hold: stop
-			// renewing and let it expire.
-			st.mu.Lock()
-			st.held = true
-			st.mu.Unlock()
-			return
-		}
-		err := st.refresh(ctx)
-		switch {
-		case err == nil:
-			t.Reset(every)
-		case errors.Is(err, instrument.ErrNotHeld):
-			st.lose(fmt.Errorf("%w: %q is no longer owned by this lease", instrument.ErrLockLost, st.key))
-			return
-		default:
-			if ctx.Err() != nil {
-				return
-			}
-			// Transient failure: try again soon, until the local deadline
-			// ends the lease.
-			t.Reset(max(every/4, time.Millisecond))
-		}
+// scheduleRenewLocked arms the watchdog to renew after d.
+func (st *leaseState) scheduleRenewLocked(d time.Duration) {
+	if !st.watchdog || st.ended || st.noRenew {
+		return
 	}
+	if st.renewTmr == nil {
+		st.renewTmr = time.AfterFunc(d, st.renew)
+		return
+	}
+	st.renewTmr.Reset(d)
+}
+
+// renew is the watchdog: one owner-checked renewal, then the next one is
+// scheduled at TTL/3, sooner after a transient failure, never after max hold
+// or after a renewal proved the lock gone.
+func (st *leaseState) renew() {
+	every := st.ttl / 3
+	st.mu.Lock()
+	if st.ended || st.noRenew || st.renewing != nil {
+		st.mu.Unlock()
+		return
+	}
+	if st.maxHold > 0 && time.Since(st.acquiredAt)+every > st.maxHold {
+		// The next renewal would carry the lease past max hold: stop
+		// renewing and let it expire.
+		st.held = true
+		st.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	st.renewing = done
+	st.mu.Unlock()
+
+	err := st.refresh(st.renewCtx)
+
+	st.mu.Lock()
+	st.renewing = nil
+	close(done)
+	switch {
+	case err == nil:
+		st.scheduleRenewLocked(every)
+	case errors.Is(err, instrument.ErrNotHeld):
+		st.mu.Unlock()
+		st.lose(fmt.Errorf("%w: %q is no longer owned by this lease", instrument.ErrLockLost, st.key))
+		return
+	default:
+		// Transient failure: try again soon, until the local deadline ends
+		// the lease.
+		st.scheduleRenewLocked(max(every/4, time.Millisecond))
+	}
+	st.mu.Unlock()
 }
 
 // refresh runs the owner-checked extension once. Its context is bounded by
@@ -183,7 +207,7 @@ func (st *leaseState) refresh(ctx context.Context) error {
 		}
 		st.mu.Unlock()
 	}
-	if st.hooks.Renewed != nil {
+	if st.hooks.Renewed != nil && ctx.Err() == nil {
 		st.hooks.Renewed(err)
 	}
 	return err
@@ -207,8 +231,13 @@ func (st *leaseState) Release(ctx context.Context) error {
 		return fmt.Errorf("redislock: release %q: %w: already released", st.key, instrument.ErrNotHeld)
 	}
 	st.released = true
+	st.noRenew = true
+	if st.renewTmr != nil {
+		st.renewTmr.Stop()
+	}
+	inflight := st.renewing
 	st.mu.Unlock()
-	if err := st.stopWatchdog(ctx); err != nil {
+	if err := st.waitRenewal(ctx, inflight); err != nil {
 		return fmt.Errorf("redislock: release %q: %w", st.key, err)
 	}
 	n, err := releaseScript.Run(ctx, st.l.c, []string{st.keys.lock}, st.token, st.keys.channel).Int64()
@@ -235,6 +264,9 @@ func (st *leaseState) end(cause error) {
 	}
 	st.ended = true
 	st.timer.Stop()
+	if st.renewTmr != nil {
+		st.renewTmr.Stop()
+	}
 	st.mu.Unlock()
 	st.cancel(cause)
 	st.leaveLocalQueue()
@@ -246,13 +278,15 @@ func (st *leaseState) leaveLocalQueue() {
 	}
 }
 
-func (st *leaseState) stopWatchdog(ctx context.Context) error {
-	if st.wdStop == nil {
+// waitRenewal cancels a renewal in flight and waits for it to finish, so
+// that nothing of the lease runs after Release returns.
+func (st *leaseState) waitRenewal(ctx context.Context, inflight chan struct{}) error {
+	if inflight == nil {
 		return nil
 	}
-	st.wdStop()
+	st.stopRenew()
 	select {
-	case <-st.wdDone:
+	case <-inflight:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

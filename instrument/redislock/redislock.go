@@ -243,13 +243,14 @@ func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) 
 }
 
 // meta builds the JSON object (without its closing brace, which the script
-// adds after the fence and acquisition time) stored in the lock value.
+// adds after the fence) stored in the lock value. acquired_at_ms is this
+// process's wall clock when it sent the request.
 func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
-	if cfg.TraceID == "" && len(cfg.Meta) == 0 {
-		return l.metaHead
-	}
 	var b strings.Builder
+	b.Grow(len(l.metaHead) + 96)
 	b.WriteString(l.metaHead)
+	b.WriteString(`,"acquired_at_ms":`)
+	b.WriteString(strconv.FormatInt(time.Now().UnixMilli(), 10))
 	if cfg.TraceID != "" {
 		b.WriteString(`,"trace_id":`)
 		b.WriteString(strconv.Quote(cfg.TraceID))

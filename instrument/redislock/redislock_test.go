@@ -514,3 +514,35 @@ func TestLockValue_CarriesReadableMetadata(t *testing.T) {
 }
 
 var _ redis.UniversalClient = (*redis.Client)(nil)
+
+// TestFastPath_OneRoundTripEach: an uncontended acquire is one command and a
+// release is one command (EVALSHA; EVAL only the first time a script meets
+// a server), the same as a hand-written SET NX PX + EVALSHA pair.
+func TestFastPath_OneRoundTripEach(t *testing.T) {
+	_, c := setup(t)
+	var commands int
+	c.AddHook(countHook{&commands})
+	l := newLocker(t, c)
+	ctx := timeout(t, 5*time.Second)
+	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	commands = 0
+	lease, err := l.Acquire(ctx, "lock:fast", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commands != 1 {
+		t.Fatalf("acquire sent %d commands, want 1", commands)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if commands != 2 {
+		t.Fatalf("acquire+release sent %d commands, want 2", commands)
+	}
+}
