@@ -1,0 +1,259 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// queueLen counts the entries in key's queue.
+func queueLen(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key string) int64 {
+	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
+	if _, err := etcdlock.New(nil); !errors.Is(err, instrument.ErrInvalidOption) {
+		t.Fatalf("nil client: %v", err)
+	}
+	c := testenv.NewEtcd(t).Client(t)
+	if _, err := etcdlock.New(c, etcdlock.WithPrefix("")); !errors.Is(err, instrument.ErrInvalidOption) {
+		t.Fatalf("empty prefix: %v", err)
+	}
+}
+
+func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	l := newLocker(t, c)
+	const key, n = "fifo", 10
+	h, err := l.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		wg.Go(func() {
+			lease, err := l.Acquire(timeout(t, 30*time.Second), key)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			_ = lease.Release(timeout(t, 5*time.Second))
+		})
+		// The next waiter starts only once this one has queued.
+		for queueLen(t, c, l, key) != int64(i+2) {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquisition order %v, want 0..%d", order, n-1)
+		}
+	}
+}
+
+func TestWaiter_StopsWithErrorWhenItsOwnSessionEnds(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	l := newLocker(t, c)
+	const key = "waiter-session"
+	h, err := l.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(timeout(t, 5*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(timeout(t, 30*time.Second), key)
+		got <- err
+	}()
+	for queueLen(t, c, l, key) != 2 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	// End the waiter's session: revoke the lease of the second entry.
+	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read queue: %v %v", err, resp)
+	}
+	if _, err := c.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, instrument.ErrLockLost) {
+			t.Fatalf("waiter whose session ended: %v, want ErrLockLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter still waiting 10s after its session ended")
+	}
+	if err := h.Context().Err(); err != nil {
+		t.Fatalf("holder affected: %v", context.Cause(h.Context()))
+	}
+}
+
+// fencedStore accepts a write only with a fence at least as large as every
+// fence it has seen: the protected resource of the fencing pattern.
+type fencedStore struct {
+	mu  sync.Mutex
+	max uint64
+}
+
+func (s *fencedStore) write(fence uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence < s.max {
+		return false
+	}
+	s.max = fence
+	return true
+}
+
+func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster in -short")
+	}
+	cl := testenv.NewEtcdCluster(t, 3)
+	la := newLocker(t, cl.Client(t))
+	lb := newLocker(t, cl.Client(t))
+	const key = "leader-kill"
+	a, err := la.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aDone atomic.Int64
+	stop := context.AfterFunc(a.Context(), func() { aDone.Store(time.Now().UnixNano()) })
+	defer stop()
+
+	store := &fencedStore{}
+	var aAccepted, bAccepted atomic.Int64
+	writerDone := make(chan struct{})
+	go func() { // A writes while its context says it holds the lock
+		defer close(writerDone)
+		for a.Context().Err() == nil {
+			if store.write(a.Fence()) {
+				aAccepted.Store(time.Now().UnixNano())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	old, err := cl.StopLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := lb.Acquire(timeout(t, 6*time.Second), key, instrument.WithTTL(2*time.Second))
+	bAt := time.Now().UnixNano()
+	if err == nil {
+		if store.write(b.Fence()) {
+			bAccepted.Store(time.Now().UnixNano())
+		}
+		if b.Fence() <= a.Fence() {
+			t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
+		}
+		if d := aDone.Load(); d == 0 || d > bAt {
+			t.Fatalf("B acquired while A's context was still live (A done at %d, B at %d)", d, bAt)
+		}
+		_ = b.Release(timeout(t, 5*time.Second))
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("B: %v", err)
+	} else if a.Context().Err() != nil {
+		t.Fatalf("A lost the lock (%v) but B could not take it", context.Cause(a.Context()))
+	} else {
+		t.Logf("lease survived the leader change (leader was member %d)", old)
+	}
+	_ = a.Release(timeout(t, 5*time.Second))
+	<-writerDone
+	if b := bAccepted.Load(); b != 0 && aAccepted.Load() > b {
+		t.Fatalf("A's fenced write was accepted after B's")
+	}
+	if err := cl.Members[old].Restart(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	m, err := etcdlock.FromMutex(s, "/mutex/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := instrument.Govern(m)
+	var holders atomic.Int32
+	var last atomic.Uint64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				lease, err := g.Acquire(timeout(t, 20*time.Second), "k")
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("%d holders on one Session", n)
+				}
+				if f := lease.Fence(); f <= last.Load() {
+					t.Errorf("fence %d not above %d", f, last.Load())
+				} else {
+					last.Store(f)
+				}
+				holders.Add(-1)
+				if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// FailFast while held by another session.
+	s2, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	m2, _ := etcdlock.FromMutex(s2, "/mutex/")
+	h, err := m.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("FailFast on a held Mutex: %v", err)
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
