@@ -282,4 +282,3 @@ func (l *mutexLease) Release(ctx context.Context) error {
 	l.finish(instrument.ErrReleased, false)
 	return nil
 }
-
