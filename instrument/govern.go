@@ -101,14 +101,16 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	}
 
 	parent := trace.SpanFromContext(ctx)
-	ctx, span := g.tracer.Start(ctx, "acquire lock",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
+	ctx, span := g.tracer.Start(ctx, "acquire lock", spanKindClient)
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(
 			attribute.String("lock.key_pattern", label),
 			attribute.String("lock.backend", g.backend),
 			attribute.String("lock.wait_strategy", cfg.Wait.String()),
 			attribute.String("db.system.name", g.backend),
-		))
+		)
+	}
 	sc := span.SpanContext()
 	var exemplar string
 	if sc.IsValid() {
@@ -131,16 +133,9 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	}
 
 	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar}
-	attempts := 0
 	cfg.Hooks = Hooks{
-		Attempt: func(bool) { attempts++ },
-		Waiting: func(w bool) {
-			if w {
-				pm.waiters.Inc()
-			} else {
-				pm.waiters.Dec()
-			}
-		},
+		Attempt: obs.attempt,
+		Waiting: obs.waiting,
 		Renewed: obs.renewed,
 		Lost:    obs.lost,
 		Leaked:  obs.leaked,
@@ -148,7 +143,9 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 
 	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
 	dur := time.Since(start)
-	span.SetAttributes(attribute.Int("lock.attempts", attempts))
+	if recording {
+		span.SetAttributes(attribute.Int("lock.attempts", obs.attempts))
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotAcquired) {
 			pm.notAcquired.Inc()
@@ -166,11 +163,14 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	observe(pm.durAcquired, dur, exemplar)
 	pm.held.Inc()
 	obs.acquiredAt = time.Now()
-	span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+	if recording {
+		span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+	}
 	span.End()
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
-	gl.ctx = context.WithValue(inner.Context(), heldKey{}, &heldNode{owner: g, key: key, lease: gl, next: heldChain(ctx)})
+	gl.self = heldNode{owner: g, key: key, lease: gl, next: heldChain(ctx)}
+	gl.ctx = context.WithValue(inner.Context(), heldKey{}, &gl.self)
 	return gl, nil
 }
 
@@ -272,7 +272,20 @@ type leaseObserver struct {
 	parent     trace.Span
 	exemplar   string
 	acquiredAt time.Time
+	attempts   int // written only by the acquiring goroutine, during Acquire
 	ended      sync.Once
+}
+
+var spanKindClient = trace.WithSpanKind(trace.SpanKindClient)
+
+func (o *leaseObserver) attempt(bool) { o.attempts++ }
+
+func (o *leaseObserver) waiting(w bool) {
+	if w {
+		o.pm.waiters.Inc()
+	} else {
+		o.pm.waiters.Dec()
+	}
 }
 
 func (o *leaseObserver) renewed(err error) {

@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // governedLease wraps a backend lease: it counts re-entrant holds, emits the
@@ -18,6 +17,7 @@ type governedLease struct {
 	obs   *leaseObserver
 	label string
 	ctx   context.Context
+	self  heldNode // the node ctx carries; part of the lease to save an allocation
 
 	mu       sync.Mutex
 	holds    int  // this handle plus live re-entrant handles
@@ -63,14 +63,15 @@ func (l *governedLease) drop(ctx context.Context) error {
 	if !last {
 		return nil
 	}
-	ctx, span := l.g.tracer.Start(ctx, "release lock",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
+	ctx, span := l.g.tracer.Start(ctx, "release lock", spanKindClient)
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("lock.key_pattern", l.label),
 			attribute.String("lock.backend", l.g.backend),
 			attribute.Int64("lock.fence", int64(l.inner.Fence())),
 			attribute.String("db.system.name", l.g.backend),
-		))
+		)
+	}
 	defer span.End()
 	err := l.inner.Release(ctx)
 	l.obs.end()
