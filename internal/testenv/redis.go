@@ -36,7 +36,8 @@ type RedisOption interface {
 }
 
 type redisConfig struct {
-	args []string
+	args       []string
+	configFile string
 }
 
 type redisOptionFunc func(*redisConfig)
@@ -53,13 +54,20 @@ func WithRedisArgs(args ...string) RedisOption {
 	})
 }
 
+// WithRedisConfigFile starts redis-server with a configuration file (its
+// first argument), as Sentinel requires: Sentinel rewrites that file.
+func WithRedisConfigFile(path string) RedisOption {
+	return redisOptionFunc(func(c *redisConfig) { c.configFile = path })
+}
+
 // Redis is a private redis-server process in a temporary directory, listening
 // on 127.0.0.1 on a port of its own. Its methods are safe for concurrent use.
 type Redis struct {
-	bin  string
-	dir  string
-	port int
-	args []string
+	bin        string
+	dir        string
+	port       int
+	args       []string
+	configFile string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while not running
@@ -105,7 +113,7 @@ func StartRedis(opts ...RedisOption) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: redis temp dir: %w", err)
 	}
-	r := &Redis{bin: bin, dir: dir, args: cfg.args}
+	r := &Redis{bin: bin, dir: dir, args: cfg.args, configFile: cfg.configFile}
 
 	var lastErr error
 	for try := 0; try < redisStartTries; try++ {
@@ -249,7 +257,11 @@ func (r *Redis) logPath() string { return r.dir + "/redis.log" }
 // startLocked starts redis-server on r.port and waits for PING. On failure
 // the process is reaped and r.cmd is nil.
 func (r *Redis) startLocked() error {
-	args := []string{
+	var args []string
+	if r.configFile != "" {
+		args = append(args, r.configFile)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -258,7 +270,7 @@ func (r *Redis) startLocked() error {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", r.logPath(),
-	}
+	)
 	args = append(args, r.args...)
 	// Config errors go to stderr before the log file is open; send them to
 	// the same file so the error's log tail shows them. An *os.File needs no
