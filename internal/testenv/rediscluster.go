@@ -101,4 +101,3 @@ func (c *RedisCluster) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
