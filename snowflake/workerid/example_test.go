@@ -1,0 +1,41 @@
+package workerid_test
+
+import (
+	"context"
+	"errors"
+	"log"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/snowflake"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+func ExampleNewRedis() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	// The auth service owns WorkerIDs 0-99; pod auth-7 prefers 7.
+	reg, err := workerid.NewRedis(rdb, workerid.WithServiceRange("auth", 0, 99))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := reg.Claim(ctx, "auth")
+	var ce *workerid.CollisionError
+	if errors.As(err, &ce) {
+		log.Fatalf("worker id %d is held by %s (pid %d)", ce.WorkerID, ce.Holder.Hostname, ce.Holder.PID)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background()) // persists the last millisecond used
+	gen, err := snowflake.New(lease.WorkerID(), snowflake.WithLease(lease))
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := gen.NextID(ctx) // snowflake.ErrWorkerLeaseLost once the lease may have expired
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Println(id)
+}

@@ -1,0 +1,88 @@
+package workerid
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed claim.lua
+	claimLua    string
+	claimScript = redis.NewScript(claimLua)
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+)
+
+// NewRedis returns a Registry on Redis (single node, Sentinel or Cluster: a slot's keys
+// share a hash tag). Claims, renewals and releases are Lua scripts that check the owner
+// token; the high-water key lives for WithHighWaterTTL (default 24h) after the last write.
+func NewRedis(c redis.UniversalClient, opts ...Option) (*Registry, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{b: &redisBackend{c: c, cfg: cfg}, cfg: cfg}, nil
+}
+
+type redisBackend struct {
+	c   redis.UniversalClient
+	cfg config
+}
+
+func (*redisBackend) name() string { return "redis" }
+
+func (b *redisBackend) claim(ctx context.Context, l *Lease) (int64, int64, error) {
+	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
+		l.value, l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
+	}
+	if len(res) == 2 {
+		holder, _ := res[1].(string)
+		s, _ := decodeStored([]byte(holder))
+		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: s.Claim}
+	}
+	if len(res) != 3 {
+		return 0, 0, fmt.Errorf("workerid: redis claim: unexpected reply %v", res)
+	}
+	floor, _ := res[1].(int64)
+	reserve, _ := res[2].(int64)
+	return floor, reserve, nil
+}
+
+func (b *redisBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, time.Duration, error) {
+	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey},
+		l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	switch code, _ := res[0].(int64); code {
+	case 1:
+		reserve, _ := res[1].(int64)
+		return renewed, reserve, b.cfg.ttl, nil
+	case 0:
+		return missing, 0, 0, nil
+	default:
+		return stolen, 0, 0, nil
+	}
+}
+
+func (b *redisBackend) release(ctx context.Context, l *Lease, lastUsed int64) error {
+	err := releaseScript.Run(ctx, b.c, []string{l.key, l.hwKey}, l.token, lastUsed, b.cfg.hwTTL.Milliseconds()).Err()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,276 @@
+package workerid
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/lockgov/lockgov/snowflake"
+)
+
+// Defaults.
+const (
+	DefaultTTL          = 10 * time.Second
+	DefaultKeyPrefix    = "lockgov:workerid:"
+	DefaultHighWaterTTL = 24 * time.Hour
+)
+
+// processStart is when this process loaded the package: the claim's StartedAt.
+var processStart = time.Now().UTC()
+
+// backend is one store's owner-checked operations on a slot.
+type backend interface {
+	// claim takes the slot if it is free or already held by token. It returns the
+	// persisted high-water mark (floor) and the new reservation it persisted, both Unix ms.
+	claim(ctx context.Context, l *Lease) (floor, reserve int64, err error)
+	// renew extends a held slot. status is renewed, missing (slot gone, may be
+	// re-claimed) or stolen (another owner holds it).
+	renew(ctx context.Context, l *Lease) (st renewStatus, reserve int64, ttl time.Duration, err error)
+	// release deletes the slot if l still holds it and lowers the high-water mark to
+	// lastUsed (Unix ms) when that is known.
+	release(ctx context.Context, l *Lease, lastUsed int64) error
+	name() string
+}
+
+type renewStatus int
+
+const (
+	renewed renewStatus = iota
+	missing
+	stolen
+)
+
+// Registry hands out WorkerIDs as leases from Redis or etcd.
+type Registry struct {
+	b   backend
+	cfg config
+}
+
+type config struct {
+	ttl, margin  time.Duration
+	hwTTL        time.Duration
+	prefix       string
+	layout       snowflake.Layout
+	ranges       map[string][2]int64
+	nextFree     bool
+	hostname     string
+	podIP        string
+	renewTimeout time.Duration
+}
+
+// Option configures a Registry.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTTL sets the lease TTL (default 10s). Leases renew every TTL/3.
+func WithTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.ttl = d }) }
+
+// WithMargin sets how long before the lease's earliest possible expiry the generator stops
+// (default TTL/10): room for clock-rate drift between this host and the store.
+func WithMargin(d time.Duration) Option { return optionFunc(func(c *config) { c.margin = d }) }
+
+// WithServiceRange reserves WorkerIDs lo..hi (inclusive) for service. A service without a
+// range may use every WorkerID of the layout.
+func WithServiceRange(service string, lo, hi int64) Option {
+	return optionFunc(func(c *config) {
+		if c.ranges == nil {
+			c.ranges = map[string][2]int64{}
+		}
+		c.ranges[service] = [2]int64{lo, hi}
+	})
+}
+
+// WithLayout sets the snowflake layout whose WorkerIDs are handed out (default 41/10/12).
+func WithLayout(l snowflake.Layout) Option { return optionFunc(func(c *config) { c.layout = l }) }
+
+// WithNextFree makes Claim take the next free slot in the service's range when the
+// preferred slot is held, instead of returning *CollisionError.
+func WithNextFree() Option { return optionFunc(func(c *config) { c.nextFree = true }) }
+
+// WithKeyPrefix sets the key prefix (default "lockgov:workerid:"). Registries that hand out
+// WorkerIDs for the same ID space must share it; slots are keyed by WorkerID, not service,
+// so that two services with overlapping ranges collide visibly.
+func WithKeyPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
+
+// WithIdentity overrides the hostname (default os.Hostname; its -N suffix is the preferred
+// slot) and pod IP (default $POD_IP) stored in the claim.
+func WithIdentity(hostname, podIP string) Option {
+	return optionFunc(func(c *config) { c.hostname, c.podIP = hostname, podIP })
+}
+
+// WithHighWaterTTL sets how long Redis keeps a slot's high-water mark after its last
+// renewal (default 24h). etcd keeps it without a lease.
+func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.hwTTL = d }) }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.margin == 0 {
+		c.margin = c.ttl / 10
+	}
+	switch {
+	case c.ttl < 300*time.Millisecond:
+		return c, fmt.Errorf("%w: TTL %s, want >= 300ms", ErrInvalid, c.ttl)
+	case c.margin < 0 || c.margin >= c.ttl/2:
+		return c, fmt.Errorf("%w: margin %s, want 0 <= margin < TTL/2", ErrInvalid, c.margin)
+	case c.hwTTL < c.ttl:
+		return c, fmt.Errorf("%w: high-water TTL %s shorter than the lease TTL %s", ErrInvalid, c.hwTTL, c.ttl)
+	case c.prefix == "":
+		return c, fmt.Errorf("%w: empty key prefix", ErrInvalid)
+	}
+	if err := c.layout.Validate(); err != nil {
+		return c, err
+	}
+	for s, r := range c.ranges {
+		if r[0] < 0 || r[0] > r[1] || r[1] > c.layout.MaxWorker() {
+			return c, fmt.Errorf("%w: service %q range [%d, %d] is not within [0, %d]", ErrInvalid, s, r[0], r[1], c.layout.MaxWorker())
+		}
+	}
+	if c.hostname == "" {
+		c.hostname, _ = os.Hostname()
+	}
+	if c.podIP == "" {
+		c.podIP = os.Getenv("POD_IP")
+	}
+	c.renewTimeout = c.ttl / 3
+	return c, nil
+}
+
+// ordinal is a StatefulSet pod's index: the hostname's -N suffix.
+var ordinal = regexp.MustCompile(`-(\d+)$`)
+
+// Range returns the WorkerIDs service may claim.
+func (r *Registry) Range(service string) (lo, hi int64) {
+	if rg, ok := r.cfg.ranges[service]; ok {
+		return rg[0], rg[1]
+	}
+	return 0, r.cfg.layout.MaxWorker()
+}
+
+// Preferred returns the slot this host prefers for service: the range's start plus the
+// StatefulSet ordinal. ok is false when the hostname has no ordinal.
+func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
+	m := ordinal.FindStringSubmatch(r.cfg.hostname)
+	if m == nil {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	lo, hi := r.Range(service)
+	if err != nil || lo+n > hi {
+		return 0, true, fmt.Errorf("%w: service %q: ordinal %s of host %q is outside its range [%d, %d]", ErrInvalid, service, m[1], r.cfg.hostname, lo, hi)
+	}
+	return lo + n, true, nil
+}
+
+// Claim leases a WorkerID for service: the preferred slot (see Preferred) or, for a host
+// without an ordinal, the first free slot in the service's range. A preferred slot held by
+// another live owner is a *CollisionError unless the Registry was built WithNextFree. The
+// lease renews itself until Release.
+func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
+	if service == "" {
+		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
+	}
+	lo, hi := r.Range(service)
+	pref, hasPref, err := r.Preferred(service)
+	if err != nil && !r.cfg.nextFree {
+		return nil, err
+	}
+	var order []int64
+	all := func(from int64) { // every slot in the range, from `from` on, wrapping around
+		for i := int64(0); i <= hi-lo; i++ {
+			if s := lo + (from-lo+i)%(hi-lo+1); len(order) == 0 || s != order[0] {
+				order = append(order, s)
+			}
+		}
+	}
+	preferredOnly := false
+	switch {
+	case hasPref && err == nil:
+		order = append(order, pref)
+		if r.cfg.nextFree {
+			all(pref)
+		} else {
+			preferredOnly = true
+		}
+	case hasPref && !r.cfg.nextFree:
+		return nil, err
+	default: // no ordinal, or one outside the range with WithNextFree
+		all(lo)
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	var first error
+	for _, slot := range order {
+		l := r.newLease(service, slot, token)
+		err := r.claimSlot(ctx, l)
+		if err == nil {
+			l.start()
+			return l, nil
+		}
+		if !errors.Is(err, ErrCollision) {
+			return nil, err
+		}
+		if preferredOnly {
+			return nil, err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, fmt.Errorf("%w: service %q, range [%d, %d] (%s): %w", ErrNoFreeSlot, service, lo, hi, r.b.name(), first)
+}
+
+func (r *Registry) claimSlot(ctx context.Context, l *Lease) error {
+	sent := time.Now()
+	floor, reserve, err := r.b.claim(ctx, l)
+	if err != nil {
+		return err
+	}
+	l.floor = floor
+	l.confirm(sent, r.cfg.ttl, reserve)
+	return nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("workerid: owner token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func (r *Registry) newLease(service string, slot int64, token string) *Lease {
+	claim := Claim{
+		Service:   service,
+		WorkerID:  slot,
+		PodIP:     r.cfg.podIP,
+		Hostname:  r.cfg.hostname,
+		PID:       os.Getpid(),
+		StartedAt: processStart,
+		ClaimedAt: time.Now().UTC(),
+	}
+	value, _ := json.Marshal(stored{Owner: token, Claim: claim}) // plain strings and numbers
+	return &Lease{
+		reg:   r,
+		claim: claim,
+		token: token,
+		value: value,
+		key:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
+		hwKey: r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
+		done:  make(chan struct{}),
+	}
+}

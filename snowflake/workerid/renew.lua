@@ -1,0 +1,18 @@
+-- Renew a held slot: owner-checked PEXPIRE (never a bare EXPIRE) and a raised high-water
+-- reservation.
+-- KEYS[1] slot key, KEYS[2] high-water key
+-- ARGV[1] owner token, ARGV[2] TTL ms, ARGV[3] caller's clock, Unix ms, ARGV[4] high-water TTL ms
+-- Returns {1, reserve} when renewed, {0} when the slot is gone, {-1} when another owner holds it.
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  return {0}
+end
+local ok, v = pcall(cjson.decode, cur)
+if not ok or type(v) ~= 'table' or v.owner ~= ARGV[1] then
+  return {-1}
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local reserve = math.max(floor, tonumber(ARGV[3]) + tonumber(ARGV[2]))
+redis.call('SET', KEYS[2], string.format('%d', reserve), 'PX', ARGV[4])
+return {1, reserve}

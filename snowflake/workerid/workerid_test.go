@@ -1,0 +1,266 @@
+package workerid_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/snowflake"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func claim(t *testing.T, reg *workerid.Registry, service string) *workerid.Lease {
+	t.Helper()
+	l, err := reg.Claim(ctxT(t, 5*time.Second), service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+func bound(t *testing.T, l *workerid.Lease) *snowflake.Generator {
+	t.Helper()
+	g, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestNewRegistry_RefusesBadConfig(t *testing.T) {
+	s := redisStore(t)
+	for _, tc := range []struct {
+		name string
+		opt  workerid.Option
+		want string
+	}{
+		{"range above layout", workerid.WithServiceRange("auth", 0, 1024), "not within [0, 1023]"},
+		{"inverted range", workerid.WithServiceRange("auth", 9, 3), "range [9, 3]"},
+		{"tiny ttl", workerid.WithTTL(time.Millisecond), "TTL 1ms"},
+		{"bad layout", workerid.WithLayout(snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 10}), "sum to 61"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redisClient(s.addr)
+			defer c.Close()
+			_, err := workerid.NewRedis(c, tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestClaim_PreferredSlotIsOrdinalWithinServiceRange(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			reg := s.registry(t, workerid.WithServiceRange("auth", 100, 199), workerid.WithIdentity("auth-7", "10.0.0.7"))
+			l := claim(t, reg, "auth")
+			if l.WorkerID() != 107 {
+				t.Fatalf("WorkerID = %d, want 107 (range start 100 + ordinal 7)", l.WorkerID())
+			}
+			c := l.Claim()
+			if c.Service != "auth" || c.Hostname != "auth-7" || c.PodIP != "10.0.0.7" || c.PID == 0 || c.StartedAt.IsZero() {
+				t.Fatalf("claim metadata %+v", c)
+			}
+			// Without an ordinal: the first free slot of the range.
+			l2 := claim(t, s.registry(t, workerid.WithServiceRange("auth", 100, 199), workerid.WithIdentity("auth-canary", "")), "auth")
+			if l2.WorkerID() != 100 {
+				t.Fatalf("no ordinal: WorkerID = %d, want 100", l2.WorkerID())
+			}
+			// An ordinal outside the range is a configuration error.
+			_, err := s.registry(t, workerid.WithServiceRange("auth", 100, 104), workerid.WithIdentity("auth-7", "")).Claim(ctxT(t, 5*time.Second), "auth")
+			if !errors.Is(err, workerid.ErrInvalid) || !strings.Contains(err.Error(), "outside its range [100, 104]") {
+				t.Fatalf("ordinal outside range: %v", err)
+			}
+		})
+	}
+}
+
+func TestClaim_HeldSlotIsCollisionOrNextFreeWhenOptedIn(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			first := claim(t, s.registry(t, workerid.WithIdentity("auth-2", "10.0.0.2")), "auth")
+			_, err := s.registry(t, workerid.WithIdentity("auth-2", "10.0.0.99")).Claim(ctxT(t, 5*time.Second), "auth")
+			var ce *workerid.CollisionError
+			if !errors.As(err, &ce) || !errors.Is(err, workerid.ErrCollision) {
+				t.Fatalf("second claim of slot 2: %v, want *CollisionError", err)
+			}
+			if ce.WorkerID != 2 || ce.Holder.PodIP != "10.0.0.2" || !strings.Contains(err.Error(), `host "auth-2"`) {
+				t.Fatalf("collision error does not name the holder: %v", err)
+			}
+			next := claim(t, s.registry(t, workerid.WithIdentity("auth-2", ""), workerid.WithNextFree()), "auth")
+			if next.WorkerID() == first.WorkerID() || next.WorkerID() != 3 {
+				t.Fatalf("WithNextFree took %d, want 3", next.WorkerID())
+			}
+			// A full range is ErrNoFreeSlot.
+			_, err = s.registry(t, workerid.WithServiceRange("tiny", 2, 3), workerid.WithNextFree(), workerid.WithIdentity("tiny", "")).Claim(ctxT(t, 5*time.Second), "tiny")
+			if !errors.Is(err, workerid.ErrNoFreeSlot) {
+				t.Fatalf("full range: %v, want ErrNoFreeSlot", err)
+			}
+		})
+	}
+}
+
+// TestLeaseLoss_GeneratorRefusesBeforeTTLAndResumesAboveHighWater crashes the store under a
+// bound generator: it must refuse before the store could have expired the slot, and after
+// the store is back it must resume with IDs above everything issued before.
+func TestLeaseLoss_GeneratorRefusesBeforeTTLAndResumesAboveHighWater(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			l := claim(t, s.registry(t, workerid.WithIdentity("auth-1", "")), "auth")
+			g := bound(t, l)
+			ctx := context.Background()
+			var last int64
+			for range 1000 {
+				id, err := g.NextID(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = id
+			}
+			time.Sleep(testTTL / 2) // let a renewal happen
+			s.down(t)
+			expires := l.ExpiresAt() // no renewal can succeed from here on
+			var refusedAt time.Time
+			for deadline := time.Now().Add(2 * testTTL); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				id, err := g.NextID(ctx)
+				if errors.Is(err, snowflake.ErrWorkerLeaseLost) {
+					refusedAt = time.Now()
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = id
+			}
+			if refusedAt.IsZero() {
+				t.Fatal("the generator never refused while the store was down")
+			}
+			if !refusedAt.Before(expires) || l.ExpiresAt() != expires {
+				t.Fatalf("refused at %s, the slot could expire at %s", refusedAt.Format(time.StampMicro), expires.Format(time.StampMicro))
+			}
+			t.Logf("refused %s before the earliest expiry", expires.Sub(refusedAt))
+			s.up(t)
+			var resumed int64
+			for deadline := time.Now().Add(3 * testTTL); time.Now().Before(deadline) && resumed == 0; time.Sleep(10 * time.Millisecond) {
+				if id, err := g.NextID(ctx); err == nil {
+					resumed = id
+				} else if !errors.Is(err, snowflake.ErrWorkerLeaseLost) && !errors.Is(err, snowflake.ErrClockBackwards) {
+					t.Fatal(err)
+				}
+			}
+			if resumed == 0 {
+				t.Fatalf("no ID after the store came back; lease error %v", l.Err())
+			}
+			if resumed <= last {
+				t.Fatalf("resumed at %d, at or below %d issued before the outage", resumed, last)
+			}
+			if p, _ := g.Decode(resumed); p.Time.UnixMilli() <= l.State().FloorUnixMilli {
+				t.Fatalf("resumed at %s, at or below the high-water mark %d", p.Time, l.State().FloorUnixMilli)
+			}
+		})
+	}
+}
+
+// TestTakeover_NeverIssuesAtOrBelowPreviousHolder: a holder that loses its store
+// connection stops; the next holder of the slot starts above everything it issued.
+func TestTakeover_NeverIssuesAtOrBelowPreviousHolder(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := context.Background()
+			regA, crash := s.crashable(t, workerid.WithIdentity("auth-4", "a"))
+			a := claim(t, regA, "auth")
+			ga := bound(t, a)
+			ids, err := ga.NextN(ctx, 5000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lastA := ids[len(ids)-1]
+			// A "crashes": its connection to the store is gone, it never releases, and B
+			// waits for the slot to expire.
+			crash()
+			b := claimEventually(t, s.registry(t, workerid.WithIdentity("auth-4", "b")), "auth", 3*testTTL)
+			if b.WorkerID() != a.WorkerID() {
+				t.Fatalf("B got %d, want A's slot %d", b.WorkerID(), a.WorkerID())
+			}
+			if _, err := ga.NextID(ctx); !errors.Is(err, snowflake.ErrWorkerLeaseLost) {
+				t.Fatalf("A issued after its slot was taken: %v", err)
+			}
+			gb := bound(t, b)
+			var first int64
+			for deadline := time.Now().Add(2 * testTTL); time.Now().Before(deadline) && first == 0; time.Sleep(5 * time.Millisecond) {
+				id, err := gb.NextID(ctx)
+				if err == nil {
+					first = id
+				} else if !errors.Is(err, snowflake.ErrClockBackwards) {
+					t.Fatal(err)
+				}
+			}
+			if first <= lastA {
+				t.Fatalf("B's first ID %d is not above A's last %d", first, lastA)
+			}
+			pa, _ := ga.Decode(lastA)
+			if b.State().FloorUnixMilli < pa.Time.UnixMilli() {
+				t.Fatalf("B's high-water floor %d is below A's last ID time %d", b.State().FloorUnixMilli, pa.Time.UnixMilli())
+			}
+		})
+	}
+}
+
+// TestRelease_PersistsLastUsedSoRestartNeedNotWait: after a graceful release, the next
+// holder starts at once, above the released holder's IDs.
+func TestRelease_PersistsLastUsedSoRestartNeedNotWait(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := ctxT(t, 5*time.Second)
+			a, err := s.registry(t, workerid.WithIdentity("auth-5", "")).Claim(ctx, "auth")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ga := bound(t, a)
+			ids, _ := ga.NextN(ctx, 100)
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ga.NextID(ctx); !errors.Is(err, snowflake.ErrWorkerLeaseLost) || !errors.Is(a.Err(), workerid.ErrReleased) {
+				t.Fatalf("after Release: %v / %v", err, a.Err())
+			}
+			b := claim(t, s.registry(t, workerid.WithIdentity("auth-5", "")), "auth")
+			id, err := bound(t, b).NextID(ctx)
+			if err != nil {
+				t.Fatalf("first ID after a graceful handover: %v", err)
+			}
+			if id <= ids[len(ids)-1] {
+				t.Fatalf("id %d not above released holder's %d", id, ids[len(ids)-1])
+			}
+			if b.State().LimitUnixMilli <= b.State().FloorUnixMilli {
+				t.Fatalf("reservation %d not above floor %d", b.State().LimitUnixMilli, b.State().FloorUnixMilli)
+			}
+		})
+	}
+}
+
+func claimEventually(t *testing.T, reg *workerid.Registry, service string, within time.Duration) *workerid.Lease {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		l, err := reg.Claim(ctxT(t, 5*time.Second), service)
+		if err == nil {
+			t.Cleanup(func() { _ = l.Release(context.Background()) })
+			return l
+		}
+		if !errors.Is(err, workerid.ErrCollision) || time.Now().After(deadline) {
+			t.Fatalf("claim: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
