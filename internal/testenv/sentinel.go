@@ -20,6 +20,10 @@ type Sentinel struct {
 	Primary  *Redis
 	Replica  *Redis
 	Sentinel *Redis
+	// Link carries the replication stream from the primary to the replica:
+	// Blackhole it to make the primary accept writes the replica never sees
+	// (the writes a failover loses).
+	Link *Proxy
 }
 
 // NewSentinel starts the three processes for the test.
@@ -41,7 +45,12 @@ func StartSentinel() (*Sentinel, error) {
 	if s.Primary, err = StartRedis(); err != nil {
 		return nil, err
 	}
-	if s.Replica, err = StartRedis(WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port()))); err != nil {
+	if s.Link, err = StartProxy(s.Primary.Addr()); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	_, linkPort, _ := strings.Cut(s.Link.Addr(), ":")
+	if s.Replica, err = StartRedis(WithRedisArgs("--replicaof", "127.0.0.1", linkPort)); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -77,7 +86,44 @@ sentinel parallel-syncs %[1]s 1
 		_ = s.Close()
 		return nil, err
 	}
+	// Sentinel learns of replicas from the primary's INFO; a failover before
+	// it has seen the replica has no one to promote.
+	for !s.knowsReplica() {
+		if time.Now().After(deadline) {
+			_ = s.Close()
+			return nil, fmt.Errorf("testenv: sentinel did not discover the replica within 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return s, nil
+}
+
+// knowsReplica reports whether the Sentinel lists the replica as a healthy
+// replica of the master.
+func (s *Sentinel) knowsReplica() bool {
+	v, err := roundTrip(s.Sentinel.Addr(), []string{"SENTINEL", "replicas", SentinelMaster})
+	if err != nil {
+		return false
+	}
+	replicas, _ := v.([]any)
+	for _, r := range replicas {
+		fields, _ := r.([]any)
+		var port, flags string
+		for i := 0; i+1 < len(fields); i += 2 {
+			k, _ := fields[i].(string)
+			val, _ := fields[i+1].(string)
+			switch k {
+			case "port":
+				port = val
+			case "flags":
+				flags = val
+			}
+		}
+		if port == strconv.Itoa(s.Replica.Port()) && flags == "slave" {
+			return true
+		}
+	}
+	return false
 }
 
 // MasterAddr asks the Sentinel which address it currently reports as the
@@ -100,6 +146,9 @@ func (s *Sentinel) Close() error {
 		if r != nil {
 			errs = append(errs, r.Close())
 		}
+	}
+	if s.Link != nil {
+		errs = append(errs, s.Link.Close())
 	}
 	return errors.Join(errs...)
 }
