@@ -68,13 +68,19 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		epoch:      c.epoch,
 		worker:     workerID,
 	}
-	if c.epoch.UnixNano() != c.epoch.UnixMilli()*nsPerMs {
+	wall := time.Now()
+	if c.clock != nil {
+		wall = c.clock.Wall()
+	}
+	switch {
+	case c.epoch.After(wall):
+		return nil, fmt.Errorf("%w: epoch %s is in the future", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
+	case c.epoch.Before(time.Unix(0, 0)):
+		return nil, fmt.Errorf("%w: epoch %s is before 1970", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
+	case c.epoch.UnixNano() != c.epoch.UnixMilli()*nsPerMs:
 		return nil, fmt.Errorf("%w: epoch %s is not a whole millisecond", ErrInvalid, c.epoch)
 	}
-	now := g.wall()
-	if c.epoch.UnixNano() > now {
-		return nil, fmt.Errorf("%w: epoch %s is in the future", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
-	}
+	now := wall.UnixNano()
 	if (now-g.epochNs)/nsPerMs > g.maxMs {
 		return nil, fmt.Errorf("%w: epoch %s: layout %s ended at %s", ErrLifetimeOver, c.epoch.Format(time.RFC3339), c.layout, c.layout.End(c.epoch).Format(time.RFC3339))
 	}

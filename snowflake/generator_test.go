@@ -32,7 +32,11 @@ func TestNew_RefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	_, err := New(1, WithEpoch(time.Date(1950, 1, 1, 0, 0, 0, 0, time.UTC)))
+	if _, err := New(1, WithEpoch(time.Date(1950, 1, 1, 0, 0, 0, 0, time.UTC))); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("epoch before 1970: %v, want ErrInvalid", err)
+	}
+	short := Layout{TimeBits: 32, WorkerBits: 10, SequenceBits: 21} // 49 days
+	_, err := New(1, WithLayout(short), WithEpoch(time.Now().AddDate(-1, 0, 0).Truncate(time.Second)))
 	if !errors.Is(err, ErrLifetimeOver) {
 		t.Fatalf("epoch whose lifetime is over: %v, want ErrLifetimeOver", err)
 	}
