@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -34,6 +35,7 @@ type Locker struct {
 	c        *clientv3.Client
 	prefix   string
 	metaHead string // static part of the lock value's JSON, without "}"
+	pool     leasePool
 }
 
 // Option configures a Locker.
@@ -124,22 +126,26 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
 	}
-	sent := time.Now()
-	g, err := l.c.Grant(ctx, leaseTTL(cfg.TTL))
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
+	for {
+		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL))
+		if err != nil {
+			return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
+		}
+		st := newLeaseState(l, key, id, ttl, sent, &cfg)
+		a := &acquirer{l: l, st: st, cfg: &cfg}
+		fence, err := a.run(ctx)
+		if a.waiting && cfg.Hooks.Waiting != nil {
+			cfg.Hooks.Waiting(false)
+		}
+		if err != nil {
+			st.abandon(ctx, err)
+			if pooled && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				continue // an idle lease was revoked meanwhile: grant a new one
+			}
+			return nil, err
+		}
+		return st.acquired(fence), nil
 	}
-	st := newLeaseState(l, key, g.ID, time.Duration(g.TTL)*time.Second, sent, &cfg)
-	a := &acquirer{l: l, st: st, cfg: &cfg}
-	fence, err := a.run(ctx)
-	if a.waiting && cfg.Hooks.Waiting != nil {
-		cfg.Hooks.Waiting(false)
-	}
-	if err != nil {
-		st.abandon(ctx, err)
-		return nil, err
-	}
-	return st.acquired(fence), nil
 }
 
 // acquirer is the state of one Acquire call between the lease grant and the
@@ -248,6 +254,7 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
+			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
 	if err != nil {
@@ -265,13 +272,18 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
+	first := resp.Responses[1].GetResponseRange().Kvs
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, kvs[0], myRev)
+	return a.waitTurn(ctx, myRev, kvs[0], len(first) == 1 && first[0].CreateRevision == kvs[0].CreateRevision, myRev)
 }
 
 // waitTurn waits until no entry created before myRev is left. pred is the
-// newest such entry as of revision readRev.
-func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
+// newest such entry as of revision readRev; predIsHead says it was the only
+// one. Entries created later have higher revisions, so once the head
+// predecessor is deleted nothing older than us is left: the handoff then
+// costs no round trip after the watch event (our own entry's deletion is
+// caught by the own-key watch and ends the lease).
+func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, predIsHead bool, readRev int64) (int64, error) {
 	st := a.st
 	var (
 		watched string
@@ -311,6 +323,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			default:
 				for _, ev := range wr.Events {
 					if ev.Type == clientv3.EventTypeDelete {
+						if predIsHead && st.ctx.Err() == nil {
+							st.stamp <- a.value(st.queuedAt(), time.Now())
+							return myRev, nil
+						}
 						recheck = true
 					}
 				}
@@ -337,6 +353,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		).Else(
 			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
 			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
+			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
 			if ctx.Err() != nil || st.ctx.Err() != nil {
@@ -357,7 +374,9 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			// Only possible if our own entry was recreated; treat as lost.
 			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
 		}
+		first := resp.Responses[2].GetResponseRange().Kvs
 		pred, readRev = kvs[0], resp.Header.Revision
+		predIsHead = len(first) == 1 && first[0].CreateRevision == pred.CreateRevision
 	}
 }
 

@@ -51,6 +51,7 @@ type leaseState struct {
 	released   bool
 	maxHeld    bool // the watchdog stopped at max hold
 
+	stamp  chan string // lock value with acquired_at, written by watchOwn
 	wdDone chan struct{}
 	owDone chan struct{} // nil until the own-key watch starts
 }
@@ -71,6 +72,7 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 		maxHold: cfg.MaxHold, noWatchdog: cfg.NoWatchdog, queued: sent,
 		expires: sent.Add(ttl),
 	}
+	st.stamp = make(chan string, 1)
 	st.ctx, st.cancel = context.WithCancelCause(context.Background())
 	st.bg, st.bgStop = context.WithCancel(st.ctx)
 	st.mu.Lock()
@@ -106,19 +108,56 @@ func (st *leaseState) startOwnWatch(rev int64) {
 
 func (st *leaseState) watchOwn(rev int64) {
 	defer close(st.owDone)
+	ownRev := rev - 1 // the create revision of our entry
 	for {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(st.bg))
-		for wr := range st.l.c.Watch(wctx, st.own, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					cancel()
-					st.lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
-						instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
-					return
+		// A watch from the current revision is synced at once; one from an
+		// older revision costs etcd a history scan every 100 ms until it
+		// catches up. If anything happened since rev-1, check the key.
+		wch := st.l.c.Watch(wctx, st.own, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	watching:
+		for {
+			select {
+			case v := <-st.stamp:
+				// Record the acquisition time off the handoff's critical
+				// path, only while the entry is still ours.
+				sctx, scancel := context.WithTimeout(st.bg, st.ttl/3)
+				_, _ = st.l.c.Txn(sctx).
+					If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", ownRev)).
+					Then(clientv3.OpPut(st.own, v, clientv3.WithIgnoreLease())).Commit()
+				scancel()
+			case wr, ok := <-wch:
+				if !ok {
+					break watching
 				}
-			}
-			if wr.Err() != nil {
-				break
+				if wr.Created && wr.Header.Revision >= rev {
+					// The watch covers what follows its creation; a read
+					// at a later revision covers what came before.
+					if gone, err := st.ownGone(ownRev); err != nil {
+						break watching
+					} else if gone {
+						cancel()
+						st.lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
+						return
+					}
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						cancel()
+						st.mu.Lock()
+						released := st.released
+						st.mu.Unlock()
+						if released {
+							return // Release deleted it (or will report ErrNotHeld)
+						}
+						st.lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
+							instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
+						return
+					}
+				}
+				if wr.Err() != nil {
+					break watching
+				}
 			}
 		}
 		cancel()
@@ -131,18 +170,20 @@ func (st *leaseState) watchOwn(rev int64) {
 		if sleepCtx(st.bg, st.bg, 50*time.Millisecond) != nil {
 			return
 		}
-		gctx, gcancel := context.WithTimeout(st.bg, st.ttl/3)
-		resp, err := st.l.c.Get(gctx, st.own, clientv3.WithKeysOnly())
-		gcancel()
-		if err != nil {
-			continue
-		}
-		if len(resp.Kvs) == 0 {
-			st.lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
-			return
-		}
-		rev = resp.Header.Revision + 1
+		rev = 0 // any created revision triggers the read
 	}
+}
+
+// ownGone reads our entry: gone is true when it no longer exists with the
+// create revision ownRev.
+func (st *leaseState) ownGone(ownRev int64) (gone bool, err error) {
+	ctx, cancel := context.WithTimeout(st.bg, st.ttl/3)
+	defer cancel()
+	resp, err := st.l.c.Get(ctx, st.own, clientv3.WithKeysOnly())
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != ownRev, nil
 }
 
 // expire runs when the local deadline passes without a confirmed renewal.
@@ -317,16 +358,28 @@ func (st *leaseState) Release(ctx context.Context) error {
 	}
 	st.released = true
 	st.mu.Unlock()
-	if err := st.stop(ctx); err != nil {
-		return fmt.Errorf("etcdlock: release %q: %w", st.key, err)
-	}
+	// Delete first, so the next waiter is woken without waiting for our
+	// goroutines to stop; the own-key watch ignores our own delete.
 	resp, err := st.l.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).
 		Then(clientv3.OpDelete(st.own)).
 		Commit()
-	// Revoking also deletes the key if the delete did not go through; with
-	// the watchdog stopped, the lease ends at its TTL at the latest anyway.
-	_, _ = st.l.c.Revoke(ctx, st.id)
+	if serr := st.stop(ctx); serr != nil {
+		st.end(fmt.Errorf("%w: %q: release interrupted: %w", instrument.ErrLockLost, st.key, serr))
+		return fmt.Errorf("etcdlock: release %q: %w", st.key, serr)
+	}
+	st.mu.Lock()
+	expires, lost := st.expires, st.ended
+	st.mu.Unlock()
+	if err == nil && resp.Succeeded && !lost {
+		if !st.l.pool.put(int64(st.ttl/time.Second), st.id, expires) {
+			_, _ = st.l.c.Revoke(ctx, st.id)
+		}
+	} else {
+		// Revoking also deletes the key if the delete did not go through;
+		// with the watchdog stopped, the lease ends at its TTL anyway.
+		_, _ = st.l.c.Revoke(ctx, st.id)
+	}
 	if err != nil {
 		st.end(fmt.Errorf("%w: %q: release failed: %w", instrument.ErrLockLost, st.key, err))
 		return fmt.Errorf("etcdlock: release %q: %w", st.key, err)

@@ -1,0 +1,140 @@
+package etcdlock_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+const (
+	contenders = 8
+	holdFor    = time.Millisecond
+)
+
+// contend runs b.N acquisitions of one key spread over 8 goroutines that
+// each hold it ~1 ms, and reports acquisitions/s and the p50/p99 wait.
+// lock returns an unlock function.
+func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) (func(), error)) {
+	locks := make([]func(ctx context.Context) (func(), error), contenders)
+	for i := range locks {
+		locks[i] = newLock(b)
+	}
+	var (
+		left  atomic.Int64
+		mu    sync.Mutex
+		waits []time.Duration
+		wg    sync.WaitGroup
+	)
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for _, lock := range locks {
+		wg.Go(func() {
+			var mine []time.Duration
+			for left.Add(-1) >= 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				t0 := time.Now()
+				unlock, err := lock(ctx)
+				cancel()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+				time.Sleep(holdFor)
+				unlock()
+			}
+			mu.Lock()
+			waits = append(waits, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(waits) == 0 {
+		return
+	}
+	slices.Sort(waits)
+	b.ReportMetric(float64(len(waits))/elapsed.Seconds(), "acq/s")
+	b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "p50-wait-ms")
+	b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "p99-wait-ms")
+}
+
+// BenchmarkContention compares etcdlock with the stock concurrency.Mutex
+// (one Session per goroutine, so they really exclude each other) on the
+// same embedded etcd, in one run.
+func BenchmarkContention(b *testing.B) {
+	e := testenv.NewEtcd(b)
+	b.Run("etcdlock", func(b *testing.B) {
+		l := newLocker(b, e.Client(b))
+		contend(b, func(b *testing.B) func(ctx context.Context) (func(), error) {
+			return func(ctx context.Context) (func(), error) {
+				lease, err := l.Acquire(ctx, "bench:contention")
+				if err != nil {
+					return nil, err
+				}
+				return func() { _ = lease.Release(context.Background()) }, nil
+			}
+		})
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		c := e.Client(b)
+		contend(b, func(b *testing.B) func(ctx context.Context) (func(), error) {
+			s, err := concurrency.NewSession(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			m := concurrency.NewMutex(s, "bench:mutex")
+			return func(ctx context.Context) (func(), error) {
+				if err := m.Lock(ctx); err != nil {
+					return nil, err
+				}
+				return func() { _ = m.Unlock(context.Background()) }, nil
+			}
+		})
+	})
+}
+
+// BenchmarkUncontended is one acquire+release of a free key.
+func BenchmarkUncontended(b *testing.B) {
+	e := testenv.NewEtcd(b)
+	b.Run("etcdlock", func(b *testing.B) {
+		l := newLocker(b, e.Client(b))
+		ctx := context.Background()
+		for b.Loop() {
+			lease, err := l.Acquire(ctx, "bench:uncontended")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concurrency.Mutex", func(b *testing.B) {
+		s, err := concurrency.NewSession(e.Client(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		m := concurrency.NewMutex(s, "bench:uncontended-mutex")
+		ctx := context.Background()
+		for b.Loop() {
+			if err := m.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
