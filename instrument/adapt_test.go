@@ -1,0 +1,133 @@
+package instrument_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// redisLockFunc adapts the hand-written RedisLock of the example.
+func redisLockFunc(c *redis.Client, ttl time.Duration, calls *atomic.Int32) instrument.AcquireFunc {
+	return func(ctx context.Context, key string) (func(context.Context) error, error) {
+		if calls != nil {
+			calls.Add(1)
+		}
+		l := NewRedisLock(c, key, ttl)
+		ok, err := l.Lock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, instrument.ErrNotAcquired
+		}
+		return l.Unlock, nil
+	}
+}
+
+func TestFromFunc_GovernedRedisLockExcludesAndReleases(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	g := instrument.Govern(instrument.FromFunc(redisLockFunc(c, 10*time.Second, nil), instrument.FuncTTL(10*time.Second)))
+
+	var holders, done atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				err := instrument.Do(withTimeout(t, 20*time.Second), g, "lock:adapt", func(context.Context) error {
+					if n := holders.Add(1); n != 1 {
+						t.Errorf("%d holders", n)
+					}
+					time.Sleep(time.Millisecond)
+					holders.Add(-1)
+					return nil
+				}, instrument.Retry(instrument.ConstantBackoff(2*time.Millisecond), 1000))
+				if err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if done.Load() != 40 {
+		t.Fatalf("%d of 40 critical sections ran", done.Load())
+	}
+	if n, _ := c.Exists(withTimeout(t, time.Second), "lock:adapt").Result(); n != 0 {
+		t.Fatal("lock key left behind after the last release")
+	}
+}
+
+func TestFromFunc_RetryCallsUntilMaxAttemptsAndReleaseTwiceIsNotHeld(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	var calls atomic.Int32
+	l := instrument.FromFunc(redisLockFunc(c, 10*time.Second, &calls))
+	h, err := l.Acquire(withTimeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.Store(0)
+	_, err = l.Acquire(withTimeout(t, 5*time.Second), "k", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3))
+	if !errors.Is(err, instrument.ErrNotAcquired) || calls.Load() != 3 {
+		t.Fatalf("Retry(3) on a held lock: %v after %d calls", err, calls.Load())
+	}
+	if err := h.Release(withTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(withTimeout(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(context.Cause(h.Context()), instrument.ErrReleased) {
+		t.Fatalf("cause after Release: %v", context.Cause(h.Context()))
+	}
+	if err := h.Refresh(withTimeout(t, time.Second)); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Refresh: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestFromFunc_ContextEndsWithLockLostAtTTL(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	l := instrument.FromFunc(redisLockFunc(c, 200*time.Millisecond, nil), instrument.FuncTTL(200*time.Millisecond))
+	h, err := l.Acquire(withTimeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Context().Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("context live after the TTL")
+	}
+	if !errors.Is(context.Cause(h.Context()), instrument.ErrLockLost) {
+		t.Fatalf("cause: %v", context.Cause(h.Context()))
+	}
+	_ = h.Release(withTimeout(t, time.Second))
+}
+
+func TestFromFunc_BadInput(t *testing.T) {
+	if _, err := instrument.FromFunc(nil).Acquire(context.Background(), "k"); !errors.Is(err, instrument.ErrInvalidOption) {
+		t.Fatalf("nil func: %v", err)
+	}
+	noop := func(context.Context, string) (func(context.Context) error, error) {
+		return func(context.Context) error { return nil }, nil
+	}
+	if _, err := instrument.FromFunc(noop, instrument.FuncTTL(0)).Acquire(context.Background(), "k"); !errors.Is(err, instrument.ErrInvalidOption) {
+		t.Fatalf("FuncTTL(0): %v", err)
+	}
+	if _, err := instrument.FromFunc(noop).Acquire(context.Background(), ""); !errors.Is(err, instrument.ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+}
