@@ -8,8 +8,9 @@
 -- ARGV[4]  fence counter TTL in milliseconds (TTL + retention)
 --
 -- Returns {1, fence} when acquired (also when this token already holds it,
--- so a retried call whose reply was lost is idempotent), or {0, pttl} with
--- the holder's remaining TTL in milliseconds.
+-- so a retried call whose reply was lost is idempotent), or {0, pttl, fence}
+-- with the holder's remaining TTL in milliseconds and the fence this attempt
+-- consumed (quorum mode takes the largest over all nodes).
 --
 -- The lock value is "<token> <fence> <json>": the token first so that the
 -- owner check is a prefix compare, the fence second so that the agent and
@@ -39,4 +40,4 @@ if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
 	local rest = string.sub(cur, #ARGV[1] + 1)
 	return {1, tonumber(string.match(rest, '^(%d+)'))}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), fence}

@@ -55,17 +55,20 @@ type leaseState struct {
 	noRenew   bool          // Release started: schedule nothing more
 }
 
-// driftFor is the safety margin between the last confirmed expiry and the
+// drift is the safety margin between the last confirmed expiry and the
 // moment the lease context is cancelled: 2 ms plus 2% of the TTL, for clock
 // rate differences between this process and Redis and for timer lateness.
-func driftFor(ttl time.Duration) time.Duration {
+func (l *Locker) drift(ttl time.Duration) time.Duration {
+	if l.q != nil {
+		return l.q.drift(ttl)
+	}
 	return 2*time.Millisecond + ttl/50
 }
 
 func newLease(l *Locker, key string, keys keySet, tok string, fence uint64, sent time.Time, cfg *instrument.AcquireConfig, leaveQueue func()) *lease {
 	st := &leaseState{
 		l: l, key: key, keys: keys, token: tok, fence: fence,
-		ttl: cfg.TTL, drift: driftFor(cfg.TTL), hooks: cfg.Hooks,
+		ttl: cfg.TTL, drift: l.drift(cfg.TTL), hooks: cfg.Hooks,
 		acquiredAt: sent, maxHold: cfg.MaxHold,
 		expires: sent.Add(cfg.TTL), leaveQueue: leaveQueue,
 	}
@@ -192,12 +195,11 @@ func (st *leaseState) refresh(ctx context.Context) error {
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	n, err := refreshScript.Run(rctx, st.l.c, []string{st.keys.lock, st.keys.fence},
-		st.token, st.ttl.Milliseconds(), (st.ttl + st.l.retention).Milliseconds()).Int64()
+	ok, err := st.l.refreshOnce(rctx, st.keys, st.token, st.ttl)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("redislock: refresh %q: %w", st.key, err)
-	case n == 0:
+	case !ok:
 		err = errNotHeld("refresh", st.key)
 	default:
 		st.mu.Lock()
@@ -240,14 +242,14 @@ func (st *leaseState) Release(ctx context.Context) error {
 	if err := st.waitRenewal(ctx, inflight); err != nil {
 		return fmt.Errorf("redislock: release %q: %w", st.key, err)
 	}
-	n, err := releaseScript.Run(ctx, st.l.c, []string{st.keys.lock}, st.token, st.keys.channel).Int64()
-	if err != nil {
+	ok, err := st.l.releaseOnce(ctx, st.keys, st.token, st.ttl)
+	if err != nil && !ok {
 		// The outcome is unknown; the watchdog is stopped, so the lock ends
 		// at its TTL at the latest.
 		st.end(fmt.Errorf("%w: %q: release failed: %w", instrument.ErrLockLost, st.key, err))
 		return fmt.Errorf("redislock: release %q: %w", st.key, err)
 	}
-	if n == 0 {
+	if !ok {
 		st.lose(fmt.Errorf("%w: %q was not owned by this lease at release", instrument.ErrLockLost, st.key))
 		return errNotHeld("release", st.key)
 	}

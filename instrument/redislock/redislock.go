@@ -27,6 +27,8 @@ const DefaultFenceRetention = 10 * time.Minute
 // Cluster, through redis.UniversalClient). It is safe for concurrent use.
 type Locker struct {
 	c         redis.UniversalClient
+	q         *quorum // nil unless made by NewQuorum
+	opts      options
 	notify    notifier
 	local     localQueue
 	retention time.Duration
@@ -39,9 +41,11 @@ type Option interface {
 }
 
 type options struct {
-	retention time.Duration
-	service   string
-	instance  string
+	retention   time.Duration
+	service     string
+	instance    string
+	driftFactor float64
+	nodeTimeout time.Duration
 }
 
 type optionFunc func(*options)
@@ -73,7 +77,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redislock.New: nil client", instrument.ErrInvalidOption)
 	}
-	o := options{retention: DefaultFenceRetention}
+	o := options{retention: DefaultFenceRetention, driftFactor: DefaultDriftFactor}
 	if exe, err := os.Executable(); err == nil {
 		o.service = baseName(exe)
 	}
@@ -96,6 +100,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	return &Locker{
 		c:         c,
+		opts:      o,
 		notify:    notifier{c: c},
 		retention: o.retention,
 		metaHead:  string(head[:len(head)-1]),
@@ -157,25 +162,22 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	}()
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		res, err := acquireScript.Run(ctx, l.c, kk, args...).Int64Slice()
+		acquired, val, err := l.attempt(ctx, kk, args, cfg.TTL, tok, keys)
 		if err != nil {
-			if cerr := context.Cause(ctx); cerr != nil && w != nil {
+			if cerr := context.Cause(ctx); cerr != nil && (w != nil || attempt > 1) {
 				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
-		if len(res) != 2 {
-			return nil, fmt.Errorf("redislock: acquire %q: unexpected script reply %v", key, res)
-		}
 		if cfg.Hooks.Attempt != nil {
-			cfg.Hooks.Attempt(res[0] == 1)
+			cfg.Hooks.Attempt(acquired)
 		}
-		if res[0] == 1 {
-			lease := newLease(l, key, keys, tok, uint64(res[1]), sent, &cfg, leaveQueue)
+		if acquired {
+			lease := newLease(l, key, keys, tok, uint64(val), sent, &cfg, leaveQueue)
 			leaveQueue = nil
 			return lease, nil
 		}
-		holderTTL := time.Duration(res[1]) * time.Millisecond
+		holderTTL := time.Duration(val) * time.Millisecond
 
 		var sleep time.Duration
 		switch cfg.Wait {
@@ -188,6 +190,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			sleep = cfg.Backoff.Delay(attempt)
 			startWaiting()
 		default: // WaitDeadline
+			if l.q != nil {
+				// No single node's notification speaks for the majority.
+				sleep = pollDelay(holderTTL, cfg.PollInterval)
+				startWaiting()
+				break
+			}
 			if w == nil {
 				if w, err = l.notify.subscribe(ctx, keys.channel); err != nil {
 					return nil, fmt.Errorf("redislock: acquire %q: subscribe: %w", key, err)
@@ -210,6 +218,43 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
 		}
 	}
+}
+
+// attempt runs the acquire script once, on the node or on the quorum. It
+// returns acquired with the fence, or not acquired with the holder's
+// remaining TTL in milliseconds.
+func (l *Locker) attempt(ctx context.Context, kk []string, args []any, ttl time.Duration, tok string, keys keySet) (bool, int64, error) {
+	if l.q != nil {
+		return l.q.acquire(ctx, kk, args, ttl, tok, keys)
+	}
+	res, err := acquireScript.Run(ctx, l.c, kk, args...).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(res) < 2 {
+		return false, 0, fmt.Errorf("unexpected script reply %v", res)
+	}
+	return res[0] == 1, res[1], nil
+}
+
+// refreshOnce runs the owner-checked extension once; ok false with a nil
+// error means ownership is proven gone.
+func (l *Locker) refreshOnce(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
+	if l.q != nil {
+		return l.q.refresh(ctx, keys, tok, ttl, l.retention)
+	}
+	n, err := refreshScript.Run(ctx, l.c, []string{keys.lock, keys.fence}, tok, ttl.Milliseconds(), (ttl + l.retention).Milliseconds()).Int64()
+	return n == 1, err
+}
+
+// releaseOnce runs the owner-checked release once; ok false with a nil
+// error means the lock was not this token's.
+func (l *Locker) releaseOnce(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
+	if l.q != nil {
+		return l.q.release(ctx, keys, tok, ttl)
+	}
+	n, err := releaseScript.Run(ctx, l.c, []string{keys.lock}, tok, keys.channel).Int64()
+	return n == 1, err
 }
 
 // pause sleeps for d, or until a release notification, or until ctx ends.
