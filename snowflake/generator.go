@@ -132,8 +132,16 @@ func (g *Generator) NextID(ctx context.Context) (int64, error) {
 			fast = floor < int64(old>>g.seqBits) && ms <= limit
 		}
 		if fast && ms == int64(old>>g.seqBits) && old&g.seqMask != g.seqMask {
-			if g.state.CompareAndSwap(old, old+1) {
-				return g.compose(old + 1), nil
+			// Lost races are retried without another clock read while the state stays in
+			// the millisecond just read: under contention the clock read is the cost.
+			for {
+				if g.state.CompareAndSwap(old, old+1) {
+					return g.compose(old + 1), nil
+				}
+				old = g.state.Load()
+				if int64(old>>g.seqBits) != ms || old&g.seqMask == g.seqMask {
+					break
+				}
 			}
 			continue
 		}
