@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -153,41 +154,44 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // BenchmarkContendedHandoff runs 8 contenders on one key, each with its own
-// client and Locker (8 processes, in effect), holding the lock for a
-// moment. It reports acquisitions per second and the p50/p99 wait.
+// client and Locker (8 processes, in effect), holding the lock for 100 µs,
+// until b.N acquisitions in all. It reports acquisitions per second, the
+// p50/p99 wait, and max/min acquisitions per contender (1.0 is perfectly
+// fair; polling peers starve some contenders).
 func BenchmarkContendedHandoff(b *testing.B) {
 	r := testenv.NewRedis(b)
 	for _, mode := range []struct {
-		name string
-		opt  instrument.AcquireOption
+		name  string
+		opt   instrument.AcquireOption
+		lopts []redislock.Option
 	}{
-		{"wait-notify", instrument.WaitUntilDeadline()},
-		{"retry-exp-1ms-50ms", instrument.Retry(instrument.ExponentialBackoff(time.Millisecond, 50*time.Millisecond), 1<<20)},
+		{"wait-notify", instrument.WaitUntilDeadline(), nil},
+		{"retry-exp-1ms-50ms", instrument.Retry(instrument.ExponentialBackoff(time.Millisecond, 50*time.Millisecond), 1<<20), nil},
+		{"fair", instrument.WaitUntilDeadline(), []redislock.Option{redislock.Fair()}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			benchContention(b, r, 8, 100*time.Microsecond, mode.opt)
+			benchContention(b, r, 8, 100*time.Microsecond, mode.opt, mode.lopts...)
 		})
 	}
 }
 
-func benchContention(b *testing.B, r *testenv.Redis, workers int, hold time.Duration, opt instrument.AcquireOption) {
+func benchContention(b *testing.B, r *testenv.Redis, workers int, hold time.Duration, opt instrument.AcquireOption, lopts ...redislock.Option) {
 	lockers := make([]*redislock.Locker, workers)
 	for i := range lockers {
-		lockers[i] = newLocker(b, newClient(b, r.Addr()))
+		lockers[i] = newLocker(b, newClient(b, r.Addr()), lopts...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	key := fmt.Sprintf("lock:bench:contended:%d", b.N)
+	key := fmt.Sprintf("lock:bench:contended:%s:%d", b.Name(), b.N)
 	waits := make([][]time.Duration, workers)
-	per := b.N/workers + 1
+	var left atomic.Int64
+	left.Store(int64(b.N))
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	start := time.Now()
 	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range per {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
 				t0 := time.Now()
 				lease, err := lockers[i].Acquire(ctx, key, instrument.WithTTL(10*time.Second), opt)
 				if err != nil {
@@ -201,7 +205,7 @@ func benchContention(b *testing.B, r *testenv.Redis, workers int, hold time.Dura
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -214,12 +218,11 @@ func benchContention(b *testing.B, r *testenv.Redis, workers int, hold time.Dura
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(float64(all[len(all)/2])/float64(time.Millisecond), "p50-wait-ms")
 	b.ReportMetric(float64(all[len(all)*99/100])/float64(time.Millisecond), "p99-wait-ms")
-	minN, maxN := per, 0
+	minN, maxN := len(all), 0
 	for _, w := range waits {
 		minN, maxN = min(minN, len(w)), max(maxN, len(w))
 	}
-	_ = minN
-	_ = maxN
+	b.ReportMetric(float64(maxN)/float64(max(minN, 1)), "max/min-acq")
 }
 
 // spin holds the lock for d without yielding the processor.

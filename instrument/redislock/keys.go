@@ -13,6 +13,8 @@ type keySet struct {
 	lock    string // the lock itself: "<token> <fence> <json>" under PX
 	fence   string // the fence counter, under PX TTL+retention
 	channel string // release notifications
+	queue   string // fair mode: waiter tokens, oldest first
+	waiters string // fair mode: waiter deadlines
 }
 
 // keysFor derives the fence key and the channel from the lock key.
@@ -24,12 +26,15 @@ type keySet struct {
 // companion and is refused.
 func keysFor(key string) (keySet, error) {
 	if hashTag(key) != "" {
-		return keySet{lock: key, fence: key + ":fence", channel: key + ":released"}, nil
+		return keySet{lock: key, fence: key + ":fence", channel: key + ":released",
+			queue: key + ":queue", waiters: key + ":waiters"}, nil
 	}
 	if strings.ContainsAny(key, "{}") {
 		return keySet{}, fmt.Errorf("%w: key %q has braces that do not form a Redis hash tag", instrument.ErrInvalidKey, key)
 	}
-	return keySet{lock: key, fence: "{" + key + "}:fence", channel: "{" + key + "}:released"}, nil
+	tag := "{" + key + "}"
+	return keySet{lock: key, fence: tag + ":fence", channel: tag + ":released",
+		queue: tag + ":queue", waiters: tag + ":waiters"}, nil
 }
 
 // hashTag returns the hash tag of key by Redis Cluster's rule: the text

@@ -47,3 +47,5 @@ func setup(t testing.TB) (*testenv.Redis, *redis.Client) {
 	r := testenv.NewRedis(t)
 	return r, newClient(t, r.Addr())
 }
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }

@@ -34,6 +34,7 @@ type channelWaiters struct {
 
 // waiter is one Acquire call waiting for a release on one channel.
 type waiter struct {
+	id      string // fair mode: woken only by messages naming it (or empty ones)
 	channel string
 	wake    chan struct{} // buffered 1: a release seen since the last drain
 	ready   <-chan struct{}
@@ -42,8 +43,8 @@ type waiter struct {
 // subscribe registers a waiter on channel. The returned waiter's ready
 // channel closes once Redis has confirmed the subscription: a release
 // published after that point is never missed.
-func (n *notifier) subscribe(ctx context.Context, channel string) (*waiter, error) {
-	w := &waiter{channel: channel, wake: make(chan struct{}, 1)}
+func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, error) {
+	w := &waiter{id: id, channel: channel, wake: make(chan struct{}, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.sess == nil {
@@ -129,7 +130,9 @@ func (n *notifier) read(s *session) {
 		case *redis.Message:
 			if cw := s.chans[m.Channel]; cw != nil {
 				for w := range cw.waiters {
-					w.signal()
+					if m.Payload == "" || w.id == "" || m.Payload == w.id {
+						w.signal()
+					}
 				}
 			}
 		}

@@ -75,6 +75,9 @@ func NewQuorum(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	o := l.opts
+	if o.fair {
+		return nil, fmt.Errorf("%w: redislock.NewQuorum: fair mode needs one queue and is not available over a quorum", instrument.ErrInvalidOption)
+	}
 	if o.driftFactor < 0 || o.driftFactor >= 0.5 {
 		return nil, fmt.Errorf("%w: redislock.NewQuorum: drift factor %v must be in [0, 0.5)", instrument.ErrInvalidOption, o.driftFactor)
 	}

@@ -13,8 +13,18 @@ var (
 	releaseSrc string
 	//go:embed refresh.lua
 	refreshSrc string
+	//go:embed acquire_fair.lua
+	acquireFairSrc string
+	//go:embed release_fair.lua
+	releaseFairSrc string
+	//go:embed leave_fair.lua
+	leaveFairSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	refreshScript = redis.NewScript(refreshSrc)
+
+	acquireFairScript = redis.NewScript(acquireFairSrc)
+	releaseFairScript = redis.NewScript(releaseFairSrc)
+	leaveFairScript   = redis.NewScript(leaveFairSrc)
 )
