@@ -39,6 +39,25 @@
 // (expiry publishes nothing), or at the poll interval as a last resort.
 // Retry and FailFast callers go to Redis directly.
 //
+// # Fair mode
+//
+// With Fair, waiters queue in Redis in the order they asked (a list plus a
+// sorted set of waiter deadlines, both in the lock's slot and under a TTL).
+// The lock goes only to the head of the queue; a release wakes only the
+// head; a waiter that has not retried for the waiter timeout (default 5s) is
+// skipped. A goroutine that releases and asks again goes to the back of the
+// queue instead of barging in. Every Locker on a key must agree on Fair.
+//
+// # Quorum mode
+//
+// NewQuorum spreads each lock over N independent primaries, Redlock-style:
+// held when a majority granted it within TTL minus elapsed time minus drift
+// (WithDriftFactor), released and renewed on every node, lost when a
+// majority can no longer confirm it. When fewer than a majority of nodes
+// answer at all, Acquire returns ErrNotAcquired at once rather than at the
+// deadline. It is an efficiency lock, not a correctness lock: see NewQuorum
+// for what Fence means in this mode.
+//
 // # Lease lifecycle
 //
 // A watchdog timer renews at TTL/3 (a renewal runs on the timer's own goroutine only when it fires) with the owner-checked script, until
