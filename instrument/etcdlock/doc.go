@@ -11,7 +11,7 @@
 //
 // # How a lock works
 //
-// Every Acquire grants an etcd lease of its own (so one Locker is safe for
+// Every Acquire runs on an etcd lease of its own (so one Locker is safe for
 // concurrent use: goroutines never share a queue entry) and puts one entry,
 // attached to that lease, under the key's queue prefix
 // "<prefix><key>\x00" (the NUL cannot occur in a valid key, so "a" and
@@ -33,8 +33,20 @@
 // poll interval (WithPollInterval) is only a fallback. FailFast and Retry
 // never queue: each attempt puts an entry only if the queue is empty.
 //
+// A released lock's lease is kept by its Locker (at most 8 per TTL) and
+// reused by a later Acquire with the same TTL while two thirds of its TTL
+// are left, saving a grant and a revoke per lock; idle leases are not kept
+// alive and expire on their own. Ownership is always checked by the entry's
+// create revision, never by the lease ID, so reuse cannot confuse holders.
+//
+// When the head entry is a waiter's direct predecessor, its deletion event
+// alone hands the lock over (no entry older than ours can appear later); in
+// other cases the waiter re-checks the queue in one transaction.
+//
 // The value of an entry is JSON that the agent reads: service, instance,
-// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. The
+// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms; a
+// waiter records acquired_at_ms just after it takes over, from its lease's
+// background goroutine, so the handoff does not wait for that write. The
 // fence is the key's create_revision. Lease IDs are never in metrics, logs
 // or spans.
 //
@@ -45,7 +57,8 @@
 // (1.5 x the election timeout). The watchdog renews the lease with a
 // keepalive every third of the granted TTL, from the grant on (a waiter's
 // lease must outlive its wait); it stops at Release, at max hold (the lease
-// then expires) and, with WithoutWatchdog, once the lock is held.
+// then expires) and, with WithoutWatchdog, once the lock is held (such
+// leases are always freshly granted, so the TTL counts from the grant).
 //
 // Lease.Context() ends with ErrLockLost when the lock key is deleted by
 // anyone (seen by a watch on the key), when a keepalive finds the lease gone,

@@ -127,7 +127,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
 	}
 	for {
-		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL))
+		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
 		if err != nil {
 			return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
 		}

@@ -31,9 +31,10 @@ type idleLease struct {
 // get returns a lease with ttlSec seconds asked for: an idle one if a fresh
 // enough one exists (pooled true), else a new grant. sent is the instant its
 // TTL counts from.
-func (p *leasePool) get(ctx context.Context, c *clientv3.Client, ttlSec int64) (id clientv3.LeaseID, ttl time.Duration, sent time.Time, pooled bool, err error) {
+// reuse false always grants (WithoutWatchdog: the TTL must count from now).
+func (p *leasePool) get(ctx context.Context, c *clientv3.Client, ttlSec int64, reuse bool) (id clientv3.LeaseID, ttl time.Duration, sent time.Time, pooled bool, err error) {
 	p.mu.Lock()
-	for list := p.idle[ttlSec]; len(list) > 0; list = p.idle[ttlSec] {
+	for list := p.idle[ttlSec]; reuse && len(list) > 0; list = p.idle[ttlSec] {
 		e := list[len(list)-1]
 		p.idle[ttlSec] = list[:len(list)-1]
 		ttl = time.Duration(ttlSec) * time.Second

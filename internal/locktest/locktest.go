@@ -37,6 +37,7 @@ type config struct {
 	goroutines  int
 	iterations  int
 	leakOptions []goleak.Option
+	noFences    bool
 }
 
 // WithLoser gives the suite a way to take a held lock away behind its
@@ -58,6 +59,13 @@ func WithExpiryTTL(d time.Duration) Option {
 // goroutine of the mutual exclusion case (default 4 and 25, on two Lockers).
 func WithContention(goroutines, iterations int) Option {
 	return func(c *config) { c.goroutines, c.iterations = goroutines, iterations }
+}
+
+// WithoutFenceOrder skips the checks that fences strictly increase across
+// holders, for a backend that documents weaker fences (for example a quorum
+// of independent Redis nodes). Mutual exclusion is still checked.
+func WithoutFenceOrder() Option {
+	return func(c *config) { c.noFences = true }
 }
 
 // WithLeakOptions adds goleak options (for example IgnoreTopFunction of a
@@ -192,7 +200,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 						t.Errorf("%d holders at once", n)
 					}
 					f := lease.Fence()
-					if prev := last.Load(); f <= prev {
+					if prev := last.Load(); f <= prev && !s.c.noFences {
 						t.Errorf("fence %d after fence %d: not increasing", f, prev)
 					}
 					last.Store(f)
@@ -254,7 +262,7 @@ func (s *suite) ownership(t *testing.T) {
 	if cause := waitDone(t, a, 5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
 		t.Fatalf("A's context cause after expiry: %v, want ErrLockLost", cause)
 	}
-	if b.Fence() <= a.Fence() {
+	if b.Fence() <= a.Fence() && !s.c.noFences {
 		t.Fatalf("B's fence %d is not above A's %d", b.Fence(), a.Fence())
 	}
 	if err := a.Release(ctxFor(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
@@ -368,7 +376,7 @@ func (s *suite) waitRelease(t *testing.T) {
 	go func() {
 		lease, err := s.newLocker(t).Acquire(ctxFor(t, 20*time.Second), k)
 		if err == nil {
-			if lease.Fence() <= h.Fence() {
+			if lease.Fence() <= h.Fence() && !s.c.noFences {
 				err = errors.New("waiter's fence is not above the holder's")
 			}
 			_ = lease.Release(ctxFor(t, 5*time.Second))
