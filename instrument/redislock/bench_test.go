@@ -2,10 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
-	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -151,82 +146,4 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
-}
-
-// BenchmarkContendedHandoff runs 8 contenders on one key, each with its own
-// client and Locker (8 processes, in effect), holding the lock for 100 µs,
-// until b.N acquisitions in all. It reports acquisitions per second, the
-// p50/p99 wait, and max/min acquisitions per contender (1.0 is perfectly
-// fair; polling peers starve some contenders).
-func BenchmarkContendedHandoff(b *testing.B) {
-	r := testenv.NewRedis(b)
-	for _, mode := range []struct {
-		name  string
-		opt   instrument.AcquireOption
-		lopts []redislock.Option
-	}{
-		{"wait-notify", instrument.WaitUntilDeadline(), nil},
-		{"retry-exp-1ms-50ms", instrument.Retry(instrument.ExponentialBackoff(time.Millisecond, 50*time.Millisecond), 1<<20), nil},
-		{"fair", instrument.WaitUntilDeadline(), []redislock.Option{redislock.Fair()}},
-	} {
-		b.Run(mode.name, func(b *testing.B) {
-			benchContention(b, r, 8, 100*time.Microsecond, mode.opt, mode.lopts...)
-		})
-	}
-}
-
-func benchContention(b *testing.B, r *testenv.Redis, workers int, hold time.Duration, opt instrument.AcquireOption, lopts ...redislock.Option) {
-	lockers := make([]*redislock.Locker, workers)
-	for i := range lockers {
-		lockers[i] = newLocker(b, newClient(b, r.Addr()), lopts...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	key := fmt.Sprintf("lock:bench:contended:%s:%d", b.Name(), b.N)
-	waits := make([][]time.Duration, workers)
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for i := range workers {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				t0 := time.Now()
-				lease, err := lockers[i].Acquire(ctx, key, instrument.WithTTL(10*time.Second), opt)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				waits[i] = append(waits[i], time.Since(t0))
-				spin(hold)
-				if err := lease.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	all := slices.Concat(waits...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		return
-	}
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "acq/s")
-	b.ReportMetric(float64(all[len(all)/2])/float64(time.Millisecond), "p50-wait-ms")
-	b.ReportMetric(float64(all[len(all)*99/100])/float64(time.Millisecond), "p99-wait-ms")
-	minN, maxN := len(all), 0
-	for _, w := range waits {
-		minN, maxN = min(minN, len(w)), max(maxN, len(w))
-	}
-	b.ReportMetric(float64(maxN)/float64(max(minN, 1)), "max/min-acq")
-}
-
-// spin holds the lock for d without yielding the processor.
-func spin(d time.Duration) {
-	for t := time.Now(); time.Since(t) < d; {
-	}
 }

@@ -109,22 +109,9 @@ func (st *leaseState) expire() {
 	st.lose(cause)
 }
 
-// lose ends the lease with cause, once.
+// lose ends the lease with cause, once, and reports the loss.
 func (st *leaseState) lose(cause error) {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.timer.Stop()
-	if st.renewTmr != nil {
-		st.renewTmr.Stop()
-	}
-	st.mu.Unlock()
-	st.cancel(cause)
-	st.leaveLocalQueue()
-	if st.hooks.Lost != nil {
+	if st.end(cause) && st.hooks.Lost != nil {
 		st.hooks.Lost(cause)
 	}
 }
@@ -257,12 +244,13 @@ func (st *leaseState) Release(ctx context.Context) error {
 	return nil
 }
 
-// end finishes a lease that Release ended (no Lost hook).
-func (st *leaseState) end(cause error) {
+// end finishes the lease with cause: timers stopped, context cancelled,
+// the local turn handed on. It reports whether this call ended it.
+func (st *leaseState) end(cause error) bool {
 	st.mu.Lock()
 	if st.ended {
 		st.mu.Unlock()
-		return
+		return false
 	}
 	st.ended = true
 	st.timer.Stop()
@@ -272,6 +260,7 @@ func (st *leaseState) end(cause error) {
 	st.mu.Unlock()
 	st.cancel(cause)
 	st.leaveLocalQueue()
+	return true
 }
 
 func (st *leaseState) leaveLocalQueue() {

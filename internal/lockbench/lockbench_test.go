@@ -22,6 +22,7 @@ import (
 type backend struct {
 	name      string
 	newLocker func(b *testing.B) instrument.Locker
+	opts      []instrument.AcquireOption // the wait strategy, when not the default
 }
 
 func redisClient(b *testing.B, addr string) *redis.Client {
@@ -46,28 +47,31 @@ func backends(b *testing.B) []backend {
 	return []backend{
 		{"redis", func(b *testing.B) instrument.Locker {
 			return must(redislock.New(redisClient(b, single.Addr())))
-		}},
+		}, nil},
+		{"redis-retry", func(b *testing.B) instrument.Locker {
+			return must(redislock.New(redisClient(b, single.Addr())))
+		}, []instrument.AcquireOption{instrument.Retry(instrument.ExponentialBackoff(time.Millisecond, 50*time.Millisecond), 1<<20)}},
 		{"redis-fair", func(b *testing.B) instrument.Locker {
 			return must(redislock.New(redisClient(b, single.Addr()), redislock.Fair()))
-		}},
+		}, nil},
 		{"redis-cluster-3", func(b *testing.B) instrument.Locker {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
 			b.Cleanup(func() { _ = c.Close() })
 			return must(redislock.New(c))
-		}},
+		}, nil},
 		{"redis-quorum-3", func(b *testing.B) instrument.Locker {
 			var nodes []redis.UniversalClient
 			for _, r := range q {
 				nodes = append(nodes, redisClient(b, r.Addr()))
 			}
 			return must(redislock.NewQuorum(nodes))
-		}},
+		}, nil},
 		{"etcd", func(b *testing.B) instrument.Locker {
 			return must(etcdlock.New(etcd1.Client(b)))
-		}},
+		}, nil},
 		{"etcd-cluster-3", func(b *testing.B) instrument.Locker {
 			return must(etcdlock.New(etcd3.Client(b)))
-		}},
+		}, nil},
 	}
 }
 
@@ -79,21 +83,23 @@ func backends(b *testing.B) []backend {
 //	go test -run '^$' -bench . -benchtime 400x ./internal/lockbench/
 func BenchmarkBackends(b *testing.B) {
 	for _, be := range backends(b) {
-		b.Run(be.name+"/uncontended", func(b *testing.B) {
-			l := be.newLocker(b)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-			defer cancel()
-			key := "lock:bench:free:" + be.name
-			for b.Loop() {
-				lease, err := l.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(10*time.Second))
-				if err != nil {
-					b.Fatal(err)
+		if be.opts == nil {
+			b.Run(be.name+"/uncontended", func(b *testing.B) {
+				l := be.newLocker(b)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				key := "lock:bench:free:" + be.name
+				for b.Loop() {
+					lease, err := l.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(10*time.Second))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := lease.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err := lease.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 		b.Run(be.name+"/contended-8x1ms", func(b *testing.B) {
 			contend(b, be, 8, time.Millisecond)
 		})
@@ -118,7 +124,7 @@ func contend(b *testing.B, be backend, workers int, hold time.Duration) {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
 				t0 := time.Now()
-				lease, err := lockers[i].Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+				lease, err := lockers[i].Acquire(ctx, key, append([]instrument.AcquireOption{instrument.WithTTL(10 * time.Second)}, be.opts...)...)
 				if err != nil {
 					b.Error(err)
 					return
