@@ -27,6 +27,10 @@ func newClient(t testing.TB, addr string) *redis.Client {
 		WriteTimeout:          time.Second,
 		MaxRetries:            1,
 		PoolSize:              32,
+		// A dead node (killed server, quorum tests) answers "connection
+		// refused" at once; do not spend the node timeout re-dialling it.
+		DialerRetries:      1,
+		DialerRetryTimeout: time.Millisecond,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -57,6 +57,10 @@ func WithNodeTimeout(d time.Duration) Option {
 // lost, the order is not guaranteed. Treat it as a diagnostic, not a fencing
 // token, in this mode.
 //
+// Give the node clients a small DialerRetries (go-redis re-dials a refused
+// connection 5 times, 100 ms apart, by default): a dead node should cost a
+// refused connection, not the node timeout, on every attempt.
+//
 // Waiters in quorum mode poll with jitter (there is no single node whose
 // release notification speaks for the majority). Release and refresh run on
 // every node; refresh succeeds when a majority confirms, and the lease is
