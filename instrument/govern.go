@@ -142,7 +142,8 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	}
 
 	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
-	dur := time.Since(start)
+	now := time.Now()
+	dur := now.Sub(start)
 	if recording {
 		span.SetAttributes(attribute.Int("lock.attempts", obs.attempts))
 	}
@@ -162,7 +163,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	pm.acquired.Inc()
 	observe(pm.durAcquired, dur, exemplar)
 	pm.held.Inc()
-	obs.acquiredAt = time.Now()
+	obs.acquiredAt = now
 	if recording {
 		span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
 	}
