@@ -2,7 +2,9 @@ package etcdlock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,5 +257,66 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 	}
 	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	l := newLocker(t, c, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-7"))
+	const key = "lock:meta"
+	h, err := l.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := make(chan instrument.Lease, 1)
+	go func() {
+		lease, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithMeta(map[string]string{"order": "42"}))
+		if err != nil {
+			t.Error(err)
+		}
+		w <- lease
+	}()
+	for queueLen(t, c, l, key) != 2 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lease := <-w
+	if lease == nil {
+		t.FailNow()
+	}
+	defer lease.Release(timeout(t, 5*time.Second))
+	var v struct {
+		Service    string            `json:"service"`
+		Instance   string            `json:"instance"`
+		PID        int               `json:"pid"`
+		Labels     map[string]string `json:"labels"`
+		QueuedAt   int64             `json:"queued_at_ms"`
+		AcquiredAt int64             `json:"acquired_at_ms"`
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("queue: %v %v", err, resp)
+		}
+		kv := resp.Kvs[0]
+		if uint64(kv.CreateRevision) != lease.Fence() {
+			t.Fatalf("fence %d, create revision %d", lease.Fence(), kv.CreateRevision)
+		}
+		if err := json.Unmarshal(kv.Value, &v); err != nil {
+			t.Fatalf("value %q: %v", kv.Value, err)
+		}
+		if v.AcquiredAt != 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v.Service != "payments" || v.Instance != "pod-7" || v.PID != os.Getpid() || v.Labels["order"] != "42" {
+		t.Fatalf("value %+v", v)
+	}
+	if v.QueuedAt == 0 || v.AcquiredAt < v.QueuedAt {
+		t.Fatalf("queued_at_ms %d, acquired_at_ms %d", v.QueuedAt, v.AcquiredAt)
 	}
 }
