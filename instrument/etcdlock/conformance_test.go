@@ -6,6 +6,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
@@ -22,6 +23,9 @@ func runConformance(t *testing.T, endpoints []string) {
 			return newLocker(t, testenv.NewEtcdClient(t, endpoints...))
 		},
 		locktest.WithExpiryTTL(time.Second),
+		// The embedded members' peer HTTP connections come and go with
+		// raft traffic; they are the server's, not the Locker's.
+		locktest.WithLeakOptions(goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead")),
 		locktest.WithLoser(func(t *testing.T, key string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
