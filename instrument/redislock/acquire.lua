@@ -17,17 +17,18 @@
 -- the idempotent path read it without a JSON parser.
 
 -- The next fence. Fences must increase forever without a key that lives
--- forever: the counter expires after TTL + retention, and a counter that is
--- gone (INCR answers 1) is seeded from the server clock in microseconds,
--- which has moved past every fence issued before it expired. A failed
--- attempt also consumes a fence; fences need only increase, not be dense.
+-- forever. The counter is created with a TTL (TTL + retention) and never
+-- extended: when it is gone (INCR answers 1) it is seeded from the server
+-- clock in microseconds. A counter only ever trails that clock (one
+-- increment per acquisition, a million microseconds a second), so the seed
+-- is above every fence issued before, unless the server clock stepped back
+-- by more than the counter's lifetime. A failed attempt also consumes a
+-- fence; fences need only increase, not be dense.
 local fence = redis.call('INCR', KEYS[2])
 if fence == 1 then
 	local t = redis.call('TIME')
 	fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 	redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
-else
-	redis.call('PEXPIRE', KEYS[2], ARGV[4])
 end
 local f = string.format('%.0f', fence)
 

@@ -50,8 +50,6 @@ if not cur then
 		if fence == 1 then
 			fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
 			redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
-		else
-			redis.call('PEXPIRE', KEYS[2], ARGV[4])
 		end
 		local f = string.format('%.0f', fence)
 		redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. '}', 'PX', ARGV[2])

@@ -25,10 +25,12 @@
 // form a hash tag are refused.
 //
 // Fences strictly increase per key without a key that lives forever: the
-// counter expires TTL + retention (WithFenceRetention, default 10 minutes)
-// after the last lease, and the next fence is then the Redis server's clock
-// in microseconds, larger than every earlier fence unless the server clock
-// stepped back by more than the retention meanwhile.
+// counter is created with a TTL of TTL + retention (WithFenceRetention,
+// default 10 minutes) and never extended, and a missing counter is seeded
+// from the Redis server's clock in microseconds. A counter moves by one per
+// acquisition while that clock moves by a million a second, so the seed is
+// larger than every earlier fence unless the server clock stepped back by
+// more than the counter's lifetime.
 //
 // # Waiting
 //

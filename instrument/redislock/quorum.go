@@ -182,9 +182,9 @@ func (q *quorum) acquire(ctx context.Context, kk []string, args []any, ttl time.
 
 // refresh extends the lease on every node; ok when a majority confirms.
 // notHeld when so many nodes deny ownership that a majority is impossible.
-func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl, retention time.Duration) (ok bool, err error) {
+func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
 	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		n, err := refreshScript.Run(ctx, c, []string{keys.lock, keys.fence}, tok, ttl.Milliseconds(), (ttl + retention).Milliseconds()).Int64()
+		n, err := refreshScript.Run(ctx, c, []string{keys.lock}, tok, ttl.Milliseconds()).Int64()
 		return reply{n: n, err: err}
 	})
 	var confirmed, denied int

@@ -54,11 +54,11 @@ type optionFunc func(*options)
 
 func (f optionFunc) apply(o *options) { f(o) }
 
-// WithFenceRetention sets how long a key's fence counter outlives the last
-// lease on it (default 10 minutes). After that the counter expires and the
-// next fence is seeded from the Redis server's clock in microseconds, which
-// is still larger than every earlier fence unless the server clock stepped
-// back by more than the retention while the key was idle.
+// WithFenceRetention sets how long a key's fence counter lives beyond one
+// TTL (default 10 minutes): the counter is created with TTL + retention and
+// never extended. After it expires the next fence is seeded from the Redis
+// server's clock in microseconds, which is still larger than every earlier
+// fence unless the server clock stepped back by more than that lifetime.
 func WithFenceRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
@@ -310,9 +310,9 @@ func (l *Locker) leaveQueue(ctx context.Context, keys keySet, tok string) {
 // error means ownership is proven gone.
 func (l *Locker) refreshOnce(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
 	if l.q != nil {
-		return l.q.refresh(ctx, keys, tok, ttl, l.retention)
+		return l.q.refresh(ctx, keys, tok, ttl)
 	}
-	n, err := refreshScript.Run(ctx, l.c, []string{keys.lock, keys.fence}, tok, ttl.Milliseconds(), (ttl + l.retention).Milliseconds()).Int64()
+	n, err := refreshScript.Run(ctx, l.c, []string{keys.lock}, tok, ttl.Milliseconds()).Int64()
 	return n == 1, err
 }
 

@@ -2,16 +2,13 @@
 -- EXPIRE: that would extend whoever holds the key now.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  fence counter key
 -- ARGV[1]  owner token followed by one space
 -- ARGV[2]  lease TTL in milliseconds
--- ARGV[3]  fence counter TTL in milliseconds
 --
 -- Returns 1 when extended, 0 when the lock is absent or owned by another token.
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	redis.call('PEXPIRE', KEYS[2], ARGV[3])
 	return 1
 end
 return 0
