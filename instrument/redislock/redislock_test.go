@@ -546,3 +546,43 @@ func TestFastPath_OneRoundTripEach(t *testing.T) {
 		t.Fatalf("acquire+release sent %d commands, want 2", commands)
 	}
 }
+
+// TestMaxHold_WatchdogStopsAndLeaseExpires: the watchdog renews a 300 ms
+// lease until max hold (700 ms), then lets it expire; the context says why.
+func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
+	_, c := setup(t)
+	l := newLocker(t, c)
+	ctx := timeout(t, 10*time.Second)
+	var renewals atomic.Int32
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300*time.Millisecond), instrument.WithMaxHold(700*time.Millisecond))
+	cfg.Hooks.Renewed = func(err error) {
+		if err == nil {
+			renewals.Add(1)
+		}
+	}
+	start := time.Now()
+	lease, err := l.Acquire(ctx, "lock:maxhold", instrument.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-lease.Context().Done()
+	held := time.Since(start)
+	cause := context.Cause(lease.Context())
+	if !errors.Is(cause, instrument.ErrLockLost) || !strings.Contains(cause.Error(), "max hold") {
+		t.Fatalf("cause = %v, want ErrLockLost naming max hold", cause)
+	}
+	if renewals.Load() == 0 {
+		t.Fatal("the watchdog never renewed before max hold")
+	}
+	if held < 300*time.Millisecond {
+		t.Fatalf("lease ended after %v, before even one TTL", held)
+	}
+	// The context ends a drift margin before Redis expires the key, so the
+	// Release may still find it (and delete it) or find it gone.
+	if err := lease.Release(ctx); err != nil && !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("Release after max hold = %v", err)
+	}
+	if c.Exists(ctx, "lock:maxhold").Val() != 0 {
+		t.Fatal("the lock outlived max hold plus Release")
+	}
+}
