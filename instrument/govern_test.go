@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/policy"
 )
 
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
@@ -437,5 +438,34 @@ func TestGovern_WaitersGauge(t *testing.T) {
 	}
 	if v := counter(t, f.reg, "lockgov_lock_waiters", nil); v != 0 {
 		t.Fatalf("waiters = %v after the wait", v)
+	}
+}
+
+func TestGovern_MaxHoldAbovePolicyRefused(t *testing.T) {
+	p, err := policy.Parse("test.yaml", []byte(`
+version: 1
+patterns:
+  - pattern: "lock:export:{job}"
+    ttl: 10s
+    max_hold: 1m
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, instrument.WithPolicy(p))
+	ctx := withTimeout(t, 5*time.Second)
+	_, err = f.locker.Acquire(ctx, "lock:export:7", instrument.WithMaxHold(time.Hour))
+	if !errors.Is(err, instrument.ErrPolicy) || !strings.Contains(err.Error(), "max hold 1h0m0s") {
+		t.Fatalf("err = %v, want ErrPolicy naming the max hold", err)
+	}
+	if v := counter(t, f.reg, "lockgov_policy_violations_total", map[string]string{"rule": "max_hold", "mode": "enforce"}); v != 1 {
+		t.Fatalf("violations{rule=max_hold} = %v", v)
+	}
+	lease, err := f.locker.Acquire(ctx, "lock:export:7", instrument.WithMaxHold(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
