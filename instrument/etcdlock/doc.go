@@ -28,9 +28,12 @@
 // watch is started at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only
 // delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
-// manages about 80 handoffs a second); a changed revision between the read
-// and the watch creation triggers a re-check, so no release is missed. The
-// poll interval (WithPollInterval) is only a fallback. FailFast and Retry
+// manages about 80 handoffs a second). The current revision is the serving
+// member's: if it is past the revision of the waiter's read, the waiter
+// re-checks, so no release is missed; if the member lags behind (a follower
+// that has not applied the latest writes yet), the watch replays events the
+// read already covered, and the waiter ignores them. The poll interval
+// (WithPollInterval) is only a fallback. FailFast and Retry
 // never queue: each attempt puts an entry only if the queue is empty.
 //
 // A released lock's lease is kept by its Locker (at most 8 per TTL) and
@@ -38,6 +41,11 @@
 // are left, saving a grant and a revoke per lock; idle leases are not kept
 // alive and expire on their own. Ownership is always checked by the entry's
 // create revision, never by the lease ID, so reuse cannot confuse holders.
+// A reused lease gives the new entry the name of its previous one on the same
+// key; the watches on an entry (a holder's own, a waiter's predecessor) only
+// count a deletion after the revision they know the entry existed at, so
+// that the old entry's deletion, replayed by a lagging member, is neither a
+// loss nor a handoff.
 //
 // When the head entry is a waiter's direct predecessor, its deletion event
 // alone hands the lock over (no entry older than ours can appear later); in

@@ -297,8 +297,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		if watched != string(pred.Key) {
 			// A watch from the current revision is synced at once; one from
 			// an older revision would be delivered only by etcd's 100 ms
-			// resync of unsynced watchers. The created response tells
-			// whether anything happened since readRev; if so, re-check.
+			// resync of unsynced watchers. "Current" is the serving member's:
+			// if it is ahead of readRev (the created response says so),
+			// re-check; if it lags behind, the watch replays events up to
+			// readRev, which the read already covers and which are skipped.
 			wcancel()
 			wctx, c := context.WithCancel(clientv3.WithRequireLeader(ctx))
 			wcancel = c
@@ -319,10 +321,13 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 					}
 				}
 			case wr.Created:
-				recheck = wr.Header.Revision != readRev
+				recheck = wr.Header.Revision > readRev
 			default:
 				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
+					// A reused lease gives the predecessor's entry the name
+					// of an earlier entry of its; that entry's deletion,
+					// replayed by a lagging member, is not this one's.
+					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
 						if predIsHead && st.ctx.Err() == nil {
 							st.stamp <- a.value(st.queuedAt(), time.Now())
 							return myRev, nil

@@ -260,6 +260,67 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 	}
 }
 
+// A stock concurrency.Mutex names its entry after the Session's lease, so a
+// second Mutex on the same key and Session finds "its own" entry first in
+// line and returns from Lock at once; FromMutex keeps the second goroutine
+// waiting until the first releases.
+func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	first := concurrency.NewMutex(s, "/stock/k")
+	if err := first.Lock(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- concurrency.NewMutex(s, "/stock/k").Lock(timeout(t, 5*time.Second)) }()
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("stock Mutex, second Lock: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("stock Mutex no longer lets a second goroutine on the same Session in; the adapter's in-process exclusion may be moot")
+	}
+	if err := first.Unlock(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := etcdlock.FromMutex(s, "/adapted/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan instrument.Lease, 1)
+	go func() {
+		lease, err := m.Acquire(timeout(t, 10*time.Second), "k")
+		if err != nil {
+			t.Errorf("FromMutex, second Acquire after the release: %v", err)
+		}
+		got <- lease
+	}()
+	select {
+	case <-got:
+		t.Fatal("FromMutex let a second goroutine on the same Session hold the lock")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if lease := <-got; lease != nil {
+		if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-7"))
@@ -318,5 +379,178 @@ func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 	}
 	if v.QueuedAt == 0 || v.AcquiredAt < v.QueuedAt {
 		t.Fatalf("queued_at_ms %d, acquired_at_ms %d", v.QueuedAt, v.AcquiredAt)
+	}
+}
+
+// A released lock's lease is pooled and its next lock on the same key puts
+// the same entry key again; a watch served by a member lagging behind that
+// put replays the previous entry's deletion, which must not read as a loss
+// of the new entry (nor as the release of a predecessor).
+func TestContention_ThreeMemberCluster_ReusedLeaseEntryIsNotMistakenForItsPredecessor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster in -short")
+	}
+	cl := testenv.NewEtcdCluster(t, 3)
+	leader, err := cl.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key, workers, total = "contended", 8, 200
+	lockers := make([]*etcdlock.Locker, workers)
+	for i := range lockers {
+		// A client's watches share one stream on one member while its other
+		// requests go round-robin; pin that split: writes and reads on the
+		// leader, watches on a follower, which applies each write a little
+		// after the leader has answered it.
+		follower := (leader + 1 + i%2) % 3
+		c := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint())
+		c.Watcher = testenv.NewEtcdClient(t, cl.Members[follower].Endpoint()).Watcher
+		lockers[i] = newLocker(t, c)
+	}
+	var (
+		left    atomic.Int64
+		holders atomic.Int32
+		mu      sync.Mutex
+		last    uint64
+		wg      sync.WaitGroup
+	)
+	left.Store(total)
+	for _, l := range lockers {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lease, err := l.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(10*time.Second))
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				if n := holders.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				if f := lease.Fence(); f <= last {
+					t.Errorf("fence %d not above the previous holder's %d", f, last)
+				} else {
+					last = f
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// laggingWatcher serves watches the way a member lag revisions behind the
+// leader does: a watch from "now" starts, and its created response says it
+// starts, lag revisions back, so it replays what happened in between.
+type laggingWatcher struct {
+	clientv3.Watcher
+	kv  clientv3.KV
+	lag int64
+}
+
+// withLaggingWatches makes c's watches lag revisions behind its writes.
+func withLaggingWatches(c *clientv3.Client, lag int64) *clientv3.Client {
+	c.Watcher = &laggingWatcher{Watcher: c.Watcher, kv: c.KV, lag: lag}
+	return c
+}
+
+func (w *laggingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	if clientv3.OpGet(key, opts...).Rev() != 0 {
+		return w.Watcher.Watch(ctx, key, opts...)
+	}
+	resp, err := w.kv.Get(ctx, "lag-probe", clientv3.WithKeysOnly())
+	if err != nil {
+		return w.Watcher.Watch(ctx, key, opts...)
+	}
+	start := max(resp.Header.Revision-w.lag+1, 1)
+	in := w.Watcher.Watch(ctx, key, append(opts, clientv3.WithRev(start))...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			if wr.Created {
+				wr.Header.Revision = start - 1
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// A released lock's lease is reused, so its next entry on the key has the
+// same name; the deletion of the previous entry, replayed by a watch on a
+// lagging member, is not the loss of the new one.
+func TestAcquire_ReusedLeaseEntrySurvivesAReplayOfItsPreviousDeletion(t *testing.T) {
+	c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
+	l := newLocker(t, c)
+	const key = "reuse-own"
+	first, err := l.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(timeout(t, 5*time.Second))
+	// A replayed event reaches a watch from an old revision within etcd's
+	// 100 ms resync.
+	select {
+	case <-h.Context().Done():
+		t.Fatalf("lease of a held lock ended: %v", context.Cause(h.Context()))
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// A waiter whose predecessor's entry reuses a lease must not take the
+// deletion of that lease's previous entry, replayed by a lagging member, for
+// the predecessor's release: that would make two holders.
+func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t *testing.T) {
+	c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
+	la, lb := newLocker(t, c), newLocker(t, c)
+	const key = "reuse-pred"
+	first, err := la.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := la.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var b instrument.Lease
+	go func() {
+		var err error
+		b, err = lb.Acquire(timeout(t, 10*time.Second), key)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("waiter returned while the lock was held (err %v; holder's context: %v)", err, context.Cause(a.Context()))
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := a.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the release: %v", err)
+	}
+	if err := b.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 }

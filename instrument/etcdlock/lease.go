@@ -142,7 +142,11 @@ func (st *leaseState) watchOwn(rev int64) {
 					}
 				}
 				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
+					// A member behind our put serves the watch from its own
+					// current revision and replays what came before: with a
+					// reused lease, the deletion of our previous entry of
+					// the same name. Only a deletion after ownRev is ours.
+					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > ownRev {
 						cancel()
 						st.mu.Lock()
 						released := st.released
