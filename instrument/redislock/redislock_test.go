@@ -240,7 +240,9 @@ func TestBlackhole_LeaseLostNoLaterThanOtherAcquires(t *testing.T) {
 	la, lb := newLocker(t, ca), newLocker(t, cb)
 	ctx := timeout(t, 20*time.Second)
 
-	a, err := la.Acquire(ctx, "lock:quota:1", instrument.WithTTL(600*time.Millisecond))
+	// A 2 s TTL gives a 42 ms drift margin: room for timer lateness on a
+	// loaded machine between A's loss timer and B's wake-up at the expiry.
+	a, err := la.Acquire(ctx, "lock:quota:1", instrument.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
