@@ -302,10 +302,11 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			// re-check; if it lags behind, the watch replays events up to
 			// readRev, which the read already covers and which are skipped.
 			wcancel()
-			wctx, c := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			wcancel = c
+			if ctx.Err() != nil || st.ctx.Err() != nil {
+				return 0, a.waitErr(ctx)
+			}
 			watched = string(pred.Key)
-			wch = a.l.c.Watch(wctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			wch, wcancel = a.l.watch(ctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		}
 		recheck := false
 		select {
@@ -383,6 +384,31 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		pred, readRev = kvs[0], resp.Header.Revision
 		predIsHead = len(first) == 1 && first[0].CreateRevision == pred.CreateRevision
 	}
+}
+
+// watchCreateGrace bounds how long a watch whose stop context has ended may
+// still wait for etcd to confirm its creation before it is cancelled anyway.
+const watchCreateGrace = cleanupTimeout
+
+// watch opens a watch on key (requiring a leader) that ends when the returned
+// cancel is called; the caller also selects on stop.Done itself.
+//
+// The watch is not cancelled through stop while etcd has not yet confirmed
+// its creation. clientv3 (v3.7.3, watch.go) keeps a new watch in its stream's
+// resume queue until the created response arrives; a watch cancelled there
+// leaves a nil slot that the stream's "no watchers left" check counts, so
+// the shared gRPC watch stream (run, serveWatchClient, the propagateCancel
+// goroutine of its context, and the server's Watch, recvLoop and sendLoop)
+// stays open until the client is closed. Client.Watch returns only once the
+// watch is created, so a cancel after it returns is safe. Only when stop has
+// ended and etcd does not answer within watchCreateGrace (a lost connection)
+// is a pending watch cancelled, accepting that leak over a stuck Release.
+func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(stop)))
+	pending := context.AfterFunc(stop, func() { time.AfterFunc(watchCreateGrace, cancel) })
+	wch := l.c.Watch(wctx, key, opts...)
+	pending()
+	return wch, cancel
 }
 
 // waitErr explains why waiting stopped: the caller's context or the end of

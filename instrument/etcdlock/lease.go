@@ -110,14 +110,18 @@ func (st *leaseState) watchOwn(rev int64) {
 	defer close(st.owDone)
 	ownRev := rev - 1 // the create revision of our entry
 	for {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(st.bg))
+		if st.bg.Err() != nil {
+			return
+		}
 		// A watch from the current revision is synced at once; one from an
 		// older revision costs etcd a history scan every 100 ms until it
 		// catches up. If anything happened since rev-1, check the key.
-		wch := st.l.c.Watch(wctx, st.own, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+		wch, cancel := st.l.watch(st.bg, st.own, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	watching:
 		for {
 			select {
+			case <-st.bg.Done():
+				break watching
 			case v := <-st.stamp:
 				// Record the acquisition time off the handoff's critical
 				// path, only while the entry is still ours.
