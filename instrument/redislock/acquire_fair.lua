@@ -12,6 +12,7 @@
 -- ARGV[4]  fence counter TTL in milliseconds
 -- ARGV[5]  waiter timeout in milliseconds: a waiter that has not retried
 --          for this long is skipped
+-- ARGV[6]  '1' for a single attempt (FailFast): never join the queue
 --
 -- Returns {1, fence} when acquired, or {0, pttl, position} where position is
 -- this caller's 0-based place in the queue (0: next in line).
@@ -59,6 +60,10 @@ if not cur then
 		end
 		return {1, fence}
 	end
+end
+
+if ARGV[6] == '1' then
+	return {0, redis.call('PTTL', KEYS[1]), -1}
 end
 
 -- Queue up, or refresh this waiter's deadline.

@@ -109,8 +109,15 @@ func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var commands int
+	c.AddHook(countHook{&commands})
 	if _, err := a.Acquire(ctx, "lock:barge", instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
 		t.Fatalf("the releaser barged back in: %v", err)
+	}
+	// One attempt, one command: a FailFast caller never joins the queue, so
+	// it has nothing to leave.
+	if commands != 1 {
+		t.Fatalf("a refused FailFast sent %d commands, want 1", commands)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)

@@ -191,8 +191,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		}
 	}()
 	if l.opts.fair {
+		once := "0"
+		if cfg.Wait == instrument.WaitFailFast {
+			once = "1" // one attempt: do not join the queue only to leave it
+		}
 		kk = append(kk, keys.queue, keys.waiters)
-		args = append(args, l.opts.waiterTTL.Milliseconds())
+		args = append(args, l.opts.waiterTTL.Milliseconds(), once)
 	}
 	queued := false
 	defer func() {
@@ -218,7 +222,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			leaveQueue = nil
 			return lease, nil
 		}
-		queued = l.opts.fair
+		queued = l.opts.fair && cfg.Wait != instrument.WaitFailFast
 		holderTTL := time.Duration(val) * time.Millisecond
 
 		var sleep time.Duration
