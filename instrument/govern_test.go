@@ -148,7 +148,12 @@ func TestGovern_SpansMetricsAndNoTokenLeak(t *testing.T) {
 	if !strings.Contains(value, `"traceparent"`) {
 		t.Errorf("lock value %q lacks the propagated trace context", value)
 	}
-	time.Sleep(250 * time.Millisecond) // at least one watchdog renewal
+	for counter(t, f.reg, "lockgov_lock_renewals_total", map[string]string{"result": "ok"}) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the watchdog never renewed")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

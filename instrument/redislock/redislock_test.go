@@ -373,11 +373,25 @@ func TestNoGoroutineSurvivesReleaseOrLoss(t *testing.T) {
 	c.Ping(ctx) // open the pool before the snapshot
 	opt := goleak.IgnoreCurrent()
 
-	lease, err := l.Acquire(ctx, "lock:g", instrument.WithTTL(300*time.Millisecond))
+	renewed := make(chan struct{}, 1)
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300 * time.Millisecond))
+	cfg.Hooks.Renewed = func(err error) {
+		if err == nil {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	lease, err := l.Acquire(ctx, "lock:g", instrument.WithConfig(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond) // let the watchdog renew at least once
+	select { // the watchdog has run at least once
+	case <-renewed:
+	case <-ctx.Done():
+		t.Fatal("the watchdog never renewed")
+	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
