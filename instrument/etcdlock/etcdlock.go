@@ -2,11 +2,8 @@ package etcdlock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -32,10 +29,10 @@ const cleanupTimeout = 2 * time.Second
 // every Acquire runs on a lease (and therefore a queue entry) of its own, so
 // goroutines sharing a Locker never both hold a key.
 type Locker struct {
-	c        *clientv3.Client
-	prefix   string
-	metaHead string // static part of the lock value's JSON, without "}"
-	pool     leasePool
+	c      *clientv3.Client
+	prefix string
+	value  instrument.LockValue
+	pool   leasePool
 }
 
 // Option configures a Locker.
@@ -75,10 +72,6 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: etcdlock.New: nil client", instrument.ErrInvalidOption)
 	}
 	o := options{prefix: DefaultPrefix}
-	if exe, err := os.Executable(); err == nil {
-		o.service = filepath.Base(exe)
-	}
-	o.instance, _ = os.Hostname()
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
@@ -90,15 +83,11 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if strings.IndexByte(o.prefix, 0) >= 0 {
 		return nil, fmt.Errorf("%w: etcdlock: key prefix %q contains a NUL byte, the queue separator", instrument.ErrInvalidOption, o.prefix)
 	}
-	head, err := json.Marshal(struct {
-		Service  string `json:"service"`
-		Instance string `json:"instance"`
-		PID      int    `json:"pid"`
-	}{o.service, o.instance, os.Getpid()})
+	value, err := instrument.NewLockValue(o.service, o.instance)
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{c: c, prefix: o.prefix, metaHead: string(head[:len(head)-1])}, nil
+	return &Locker{c: c, prefix: o.prefix, value: value}, nil
 }
 
 // Backend returns "etcd".
@@ -174,17 +163,7 @@ func (a *acquirer) attempted(ok bool) {
 // in it: it is the key's create_revision, which etcd stores with every key.
 func (a *acquirer) value(queuedAt, acquiredAt time.Time) string {
 	var b strings.Builder
-	b.WriteString(a.l.metaHead)
-	if a.cfg.TraceID != "" {
-		b.WriteString(`,"trace_id":`)
-		b.WriteString(strconv.Quote(a.cfg.TraceID))
-	}
-	if len(a.cfg.Meta) > 0 {
-		if m, err := json.Marshal(a.cfg.Meta); err == nil {
-			b.WriteString(`,"labels":`)
-			b.Write(m)
-		}
-	}
+	a.l.value.Begin(&b, a.cfg)
 	b.WriteString(`,"queued_at_ms":`)
 	b.WriteString(strconv.FormatInt(queuedAt.UnixMilli(), 10))
 	if !acquiredAt.IsZero() {

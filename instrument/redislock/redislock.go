@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +30,7 @@ type Locker struct {
 	notify    notifier
 	local     localQueue
 	retention time.Duration
-	metaHead  string // static part of the lock value's JSON
+	value     instrument.LockValue
 }
 
 // Option configures a Locker.
@@ -105,10 +103,6 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: redislock.New: nil client", instrument.ErrInvalidOption)
 	}
 	o := options{retention: DefaultFenceRetention, driftFactor: DefaultDriftFactor, waiterTTL: DefaultWaiterTimeout}
-	if exe, err := os.Executable(); err == nil {
-		o.service = baseName(exe)
-	}
-	o.instance, _ = os.Hostname()
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
@@ -120,11 +114,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if o.retention <= 0 {
 		return nil, fmt.Errorf("%w: redislock: fence retention %v must be > 0", instrument.ErrInvalidOption, o.retention)
 	}
-	head, err := json.Marshal(struct {
-		Service  string `json:"service"`
-		Instance string `json:"instance"`
-		PID      int    `json:"pid"`
-	}{o.service, o.instance, os.Getpid()})
+	value, err := instrument.NewLockValue(o.service, o.instance)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +123,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 		opts:      o,
 		notify:    notifier{c: c},
 		retention: o.retention,
-		metaHead:  string(head[:len(head)-1]),
+		value:     value,
 	}, nil
 }
 
@@ -369,20 +359,10 @@ func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) 
 // process's wall clock when it sent the request.
 func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
 	var b strings.Builder
-	b.Grow(len(l.metaHead) + 96)
-	b.WriteString(l.metaHead)
+	b.Grow(160)
+	l.value.Begin(&b, cfg)
 	b.WriteString(`,"acquired_at_ms":`)
 	b.WriteString(strconv.FormatInt(time.Now().UnixMilli(), 10))
-	if cfg.TraceID != "" {
-		b.WriteString(`,"trace_id":`)
-		b.WriteString(strconv.Quote(cfg.TraceID))
-	}
-	if len(cfg.Meta) > 0 {
-		if m, err := json.Marshal(cfg.Meta); err == nil {
-			b.WriteString(`,"labels":`)
-			b.Write(m)
-		}
-	}
 	return b.String()
 }
 
@@ -392,13 +372,6 @@ func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b[:]) + " "
-}
-
-func baseName(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[i+1:]
-	}
-	return p
 }
 
 // errNotHeld builds the error for a failed owner check.
