@@ -27,6 +27,11 @@ func TestLayering_LibrariesLinkNoServerAndPolicyNoClient(t *testing.T) {
 			t.Errorf("library dependency %s: a service importing lockgov would link it", d)
 		}
 	}
+	for _, d := range deps("github.com/lockgov/lockgov/instrument") {
+		if strings.Contains(d, "lockgov/lockgov/snowflake") {
+			t.Errorf("instrument depends on %s: a service using only locks must link no ID code", d)
+		}
+	}
 	for _, d := range deps("github.com/lockgov/lockgov/policy") {
 		if strings.Contains(d, "go-redis") || strings.Contains(d, "go.etcd.io") || strings.HasSuffix(d, "lockgov/instrument") {
 			t.Errorf("policy depends on %s: it must import no backend client and not instrument", d)

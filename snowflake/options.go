@@ -52,5 +52,5 @@ func WithMaxWait(d time.Duration) Option { return optionFunc(func(c *config) { c
 // *workerid.Lease does) is given the generator's, so that Release persists it.
 func WithLease(l WorkerLease) Option { return optionFunc(func(c *config) { c.lease = l }) }
 
-// WithHooks installs event hooks, e.g. from instrument.IDGen.
+// WithHooks installs event hooks, e.g. from idmetrics.Generator.SnowflakeHooks.
 func WithHooks(h Hooks) Option { return optionFunc(func(c *config) { c.hooks = h }) }

@@ -1,4 +1,4 @@
-package instrument_test
+package idmetrics_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/snowflake"
+	"github.com/lockgov/lockgov/snowflake/idmetrics"
 )
 
 // idClock is the system clock with a wall-clock offset the test steps.
@@ -59,13 +59,13 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	return false
 }
 
-func TestIDGen_CountsGeneratedExhaustedAndBackwards(t *testing.T) {
+func TestGenerator_CountsGeneratedExhaustedAndBackwards(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clk := &idClock{}
 	var gen *snowflake.Generator
-	ig, err := instrument.NewIDGen(func() (int64, error) { return gen.NextID(context.Background()) }, reg,
-		instrument.WithIDConstLabels(prometheus.Labels{"service": "auth"}),
-		instrument.WithIDLifetimeEnd(snowflake.DefaultLayout.End(snowflake.DefaultEpoch)))
+	ig, err := idmetrics.New(func() (int64, error) { return gen.NextID(context.Background()) }, reg,
+		idmetrics.WithConstLabels(prometheus.Labels{"service": "auth"}),
+		idmetrics.WithLifetimeEnd(snowflake.DefaultLayout.End(snowflake.DefaultEpoch)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +103,10 @@ func TestIDGen_CountsGeneratedExhaustedAndBackwards(t *testing.T) {
 	}
 }
 
-func TestIDGen_ClassifiesErrorsOfAnyGenerator(t *testing.T) {
+func TestGenerator_ClassifiesErrorsOfAnyGenerator(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var fail error // Next is called from this goroutine only
-	ig, err := instrument.NewIDGen(func() (int64, error) {
+	ig, err := idmetrics.New(func() (int64, error) {
 		if fail != nil {
 			return 0, fail
 		}
@@ -115,7 +115,7 @@ func TestIDGen_ClassifiesErrorsOfAnyGenerator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ig.SetWorkerLease(instrument.WorkerLeaseHeld)
+	ig.SetWorkerLease(idmetrics.WorkerLeaseHeld)
 	fail = fmt.Errorf("my generator: %w", snowflake.ErrWorkerLeaseLost)
 	if _, err := ig.Next(); err == nil {
 		t.Fatal("want an error")
@@ -139,34 +139,41 @@ func TestIDGen_ClassifiesErrorsOfAnyGenerator(t *testing.T) {
 	}
 }
 
-func TestNewIDGen_RefusesNilAndDuplicateRegistration(t *testing.T) {
+func TestNew_RefusesNilAndInconsistentLabelsAndSharesEqualOnes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	next := func() (int64, error) { return 1, nil }
-	if _, err := instrument.NewIDGen(nil, reg); err == nil {
+	if _, err := idmetrics.New(nil, reg); err == nil {
 		t.Fatal("nil generator accepted")
 	}
-	if _, err := instrument.NewIDGen(next, nil); err == nil {
+	if _, err := idmetrics.New(next, nil); err == nil {
 		t.Fatal("nil registerer accepted")
 	}
-	if _, err := instrument.NewIDGen(next, reg); err != nil {
+	a, err := idmetrics.New(next, reg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := instrument.NewIDGen(next, reg); err == nil {
-		t.Fatal("second IDGen without distinct const labels registered on the same registry")
+	b, err := idmetrics.New(next, reg) // same labels: shares a's series
+	if err != nil {
+		t.Fatalf("a second generator with the same labels did not share the registry: %v", err)
 	}
-	if _, err := instrument.NewIDGen(next, reg, instrument.WithIDConstLabels(prometheus.Labels{"service": "b"})); err == nil {
+	_, _ = a.Next()
+	_, _ = b.Next()
+	if got := metricValue(t, reg, "lockgov_id_generated_total", "", ""); got != 2 {
+		t.Fatalf("lockgov_id_generated_total = %v, want 2 (shared)", got)
+	}
+	if _, err := idmetrics.New(next, reg, idmetrics.WithConstLabels(prometheus.Labels{"service": "b"})); err == nil {
 		// Different const labels on the same names are allowed by client_golang only if the
-		// label names match; the first set had none, so this must still fail.
+		// label names match; the first set had none, so this must fail.
 		t.Fatal("inconsistent label names registered")
 	}
 }
 
-func ExampleNewIDGen() {
+func ExampleNew() {
 	reg := prometheus.NewRegistry() // yours, never the global one
 	var g *snowflake.Generator
-	ig, err := instrument.NewIDGen(func() (int64, error) { return g.NextID(context.Background()) }, reg,
-		instrument.WithIDConstLabels(prometheus.Labels{"service": "auth"}),
-		instrument.WithIDLifetimeEnd(snowflake.DefaultLayout.End(snowflake.DefaultEpoch)))
+	ig, err := idmetrics.New(func() (int64, error) { return g.NextID(context.Background()) }, reg,
+		idmetrics.WithConstLabels(prometheus.Labels{"service": "auth"}),
+		idmetrics.WithLifetimeEnd(snowflake.DefaultLayout.End(snowflake.DefaultEpoch)))
 	if err != nil {
 		panic(err)
 	}

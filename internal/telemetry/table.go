@@ -1,0 +1,150 @@
+package telemetry
+
+import "slices"
+
+// Kind is a Prometheus metric type.
+type Kind uint8
+
+// Metric kinds.
+const (
+	Counter Kind = iota + 1
+	Gauge
+	Histogram
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Counter:
+		return "counter"
+	case Gauge:
+		return "gauge"
+	case Histogram:
+		return "histogram"
+	}
+	return "unknown"
+}
+
+// Metric is one row of the table.
+type Metric struct {
+	Name      string
+	Kind      Kind
+	Help      string
+	Labels    []string
+	Buckets   []float64 // histograms only
+	Component string    // who emits it: lock, id, agent, idempotency, quota, store
+	// Values documents the fixed values of labels that have them (result,
+	// rule, state...), in the order the README lists them.
+	Values map[string][]string
+}
+
+// Buckets shared by the histograms below.
+var (
+	acquireBuckets   = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	holdBuckets      = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
+	backwardsBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.1, 0.5, 1, 10}
+)
+
+// Lock metrics (instrument.Govern).
+var (
+	LockAcquireTotal = Metric{
+		Name: "lockgov_lock_acquire_total", Kind: Counter, Component: "lock",
+		Help:   "Lock acquisitions by result (acquired, reentered, not_acquired, error, refused).",
+		Labels: []string{"backend", "lock_pattern", "result"},
+		Values: map[string][]string{"result": {"acquired", "reentered", "not_acquired", "error", "refused"}},
+	}
+	LockAcquireDuration = Metric{
+		Name: "lockgov_lock_acquire_duration_seconds", Kind: Histogram, Component: "lock",
+		Help:    "Time from Acquire to its result, waiting included.",
+		Labels:  []string{"backend", "lock_pattern", "result"},
+		Buckets: acquireBuckets,
+		Values:  map[string][]string{"result": {"acquired", "not_acquired", "error"}},
+	}
+	LockHoldDuration = Metric{
+		Name: "lockgov_lock_hold_duration_seconds", Kind: Histogram, Component: "lock",
+		Help:    "Time a lease was held, until release, loss or leak.",
+		Labels:  []string{"backend", "lock_pattern"},
+		Buckets: holdBuckets,
+	}
+	LockHeld = Metric{
+		Name: "lockgov_lock_held", Kind: Gauge, Component: "lock",
+		Help:   "Leases held by this process.",
+		Labels: []string{"backend", "lock_pattern"},
+	}
+	LockWaiters = Metric{
+		Name: "lockgov_lock_waiters", Kind: Gauge, Component: "lock",
+		Help:   "Acquire calls of this process waiting for another holder.",
+		Labels: []string{"backend", "lock_pattern"},
+	}
+	LockRenewalsTotal = Metric{
+		Name: "lockgov_lock_renewals_total", Kind: Counter, Component: "lock",
+		Help:   "Lease renewals by result (ok, lost: ownership proven gone, error: not confirmed).",
+		Labels: []string{"backend", "lock_pattern", "result"},
+		Values: map[string][]string{"result": {"ok", "lost", "error"}},
+	}
+	LockLostTotal = Metric{
+		Name: "lockgov_lock_lost_total", Kind: Counter, Component: "lock",
+		Help:   "Leases that ended without Release (expired, deleted, taken over).",
+		Labels: []string{"backend", "lock_pattern"},
+	}
+	LeaseLeakedTotal = Metric{
+		Name: "lockgov_lease_leaked_total", Kind: Counter, Component: "lock",
+		Help:   "Leases garbage-collected while held; each was logged and released.",
+		Labels: []string{"backend", "lock_pattern"},
+	}
+	PolicyViolationsTotal = Metric{
+		Name: "lockgov_policy_violations_total", Kind: Counter, Component: "lock",
+		Help:   "Calls that broke a governance rule, by rule and by the mode that judged them.",
+		Labels: []string{"rule", "mode", "lock_pattern"},
+		Values: map[string][]string{"rule": {"timeout", "ttl", "max_hold", "clock_skew"}, "mode": {"enforce", "audit"}},
+	}
+)
+
+// ID generator metrics (snowflake metrics for any generator).
+var (
+	IDGeneratedTotal = Metric{
+		Name: "lockgov_id_generated_total", Kind: Counter, Component: "id",
+		Help: "IDs generated.",
+	}
+	IDClockBackwardsTotal = Metric{
+		Name: "lockgov_id_clock_backwards_total", Kind: Counter, Component: "id",
+		Help:   "Backwards clock steps seen by the ID generator, by action (wait, refuse).",
+		Labels: []string{"action"},
+		Values: map[string][]string{"action": {"wait", "refuse"}},
+	}
+	IDClockBackwardsSeconds = Metric{
+		Name: "lockgov_id_clock_backwards_seconds", Kind: Histogram, Component: "id",
+		Help:    "How far back the clock was when the ID generator saw it step back.",
+		Buckets: backwardsBuckets,
+	}
+	IDSequenceExhaustedTotal = Metric{
+		Name: "lockgov_id_sequence_exhausted_total", Kind: Counter, Component: "id",
+		Help: "Milliseconds whose sequence numbers ran out, so a caller waited for the next.",
+	}
+	IDWorkerLease = Metric{
+		Name: "lockgov_id_worker_lease", Kind: Gauge, Component: "id",
+		Help:   "1 for the WorkerID lease's current state (none, held, lost), 0 for the others.",
+		Labels: []string{"state"},
+		Values: map[string][]string{"state": {"none", "held", "lost"}},
+	}
+	IDLifetimeRemaining = Metric{
+		Name: "lockgov_id_lifetime_remaining_seconds", Kind: Gauge, Component: "id",
+		Help: "Seconds until the ID layout runs out of time bits.",
+	}
+)
+
+// Table is every lockgov metric, in the order the README lists them.
+var Table = []Metric{
+	LockAcquireTotal, LockAcquireDuration, LockHoldDuration, LockHeld, LockWaiters,
+	LockRenewalsTotal, LockLostTotal, LeaseLeakedTotal, PolicyViolationsTotal,
+	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
+	IDWorkerLease, IDLifetimeRemaining,
+}
+
+// Lookup returns the table row named name.
+func Lookup(name string) (Metric, bool) {
+	i := slices.IndexFunc(Table, func(m Metric) bool { return m.Name == name })
+	if i < 0 {
+		return Metric{}, false
+	}
+	return Table[i], true
+}
