@@ -1,0 +1,391 @@
+package leasecore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Drift is the margin between the last confirmed expiry and the moment a
+// lease's context ends: 2 ms plus 2% of the TTL.
+func Drift(ttl time.Duration) time.Duration { return 2*time.Millisecond + ttl/50 }
+
+// Events observe a lease. Every method must be fast and must not block.
+type Events interface {
+	// Renewed follows each watchdog or manual renewal: nil on success, an
+	// error wrapping ErrNotHeld when ownership was proven gone, the
+	// transport error otherwise.
+	Renewed(err error)
+	// Lost is called once when a held lease ends without Release.
+	Lost(cause error)
+	// Leaked is called once when the handle was garbage-collected while
+	// held; the lease is then released.
+	Leaked()
+}
+
+// Config is what a backend tells the core about one lease.
+type Config struct {
+	// Name prefixes error messages ("redislock", "etcdlock").
+	Name string
+	Key  string
+	// TTL is the lease TTL the store granted; the watchdog renews every TTL/3.
+	TTL time.Duration
+	// Drift overrides Drift(TTL) (quorum mode widens it by the Redlock
+	// drift factor).
+	Drift time.Duration
+	// Start is when the call that created the lease was sent: the lease
+	// expires at Start + TTL until a renewal confirms more.
+	Start time.Time
+	// MaxHold stops the watchdog once the lease has been held this long
+	// (0: no limit); the lease then expires at its TTL.
+	MaxHold time.Duration
+	// Watchdog renews the lease every TTL/3 while it is held.
+	Watchdog bool
+	// Waiting creates the lease before the lock is held (etcd: a session
+	// lease that queues): the watchdog keeps it alive, but max hold, the
+	// Lost event and the leak cleanup start only with Hold.
+	Waiting bool
+	// Events observes the lease (may be nil).
+	Events Events
+
+	// Renew extends the lease once, owner-checked. It returns the TTL the
+	// store confirmed (0: TTL), an error wrapping ErrNotHeld when ownership
+	// is proven gone, or the transport error. nil: no renewal (Refresh
+	// returns errors.ErrUnsupported, Watchdog is ignored).
+	Renew func(ctx context.Context) (time.Duration, error)
+	// Refresh is the manual Refresh, when it must check more than the
+	// watchdog does (etcd: the key, not only the session lease). nil: Renew.
+	Refresh func(ctx context.Context) (time.Duration, error)
+	// Release gives the lock up once, owner-checked: nil when released, an
+	// error wrapping ErrNotHeld when the lock was not this lease's, the
+	// transport error when the outcome is unknown.
+	Release func(ctx context.Context) error
+	// UnsafeRelease says Release is not owner-checked: once the lease has
+	// ended it must not be called (it could delete the next holder's lock).
+	UnsafeRelease bool
+	// OnEnd runs once when the lease ends, however it ends, after its
+	// context is cancelled (stop the backend's goroutines, hand the local
+	// turn on). It must not block for long.
+	OnEnd func()
+}
+
+// Lease is the lifecycle state of one lease. Backends keep it in the state
+// their handle points to, never in the handle itself, so that a dropped
+// handle can be collected (see Track).
+type Lease struct {
+	cfg   Config
+	drift time.Duration
+	ctx   context.Context
+	stop  context.CancelCauseFunc
+
+	renewCtx    context.Context // ends when the lease ends or Release starts
+	cancelRenew context.CancelFunc
+
+	mu         sync.Mutex
+	held       bool
+	heldAt     time.Time
+	expires    time.Time   // last confirmed expiry (monotonic)
+	timer      *time.Timer // fires at expires - drift
+	renewTmr   *time.Timer
+	renewing   chan struct{} // non-nil while a renewal runs; closed when it ends
+	ended      bool
+	released   bool // Release was called
+	maxHeld    bool // the watchdog stopped at max hold
+	stopRenew  bool // Release started: schedule nothing more
+	endedCause error
+}
+
+// New starts the lifecycle of a lease the store granted: the expiry timer
+// and, when cfg.Watchdog is set, the watchdog.
+func New(cfg Config) *Lease {
+	if cfg.Drift == 0 {
+		cfg.Drift = Drift(cfg.TTL)
+	}
+	if cfg.Renew == nil {
+		cfg.Watchdog = false
+	}
+	if cfg.Refresh == nil {
+		cfg.Refresh = cfg.Renew
+	}
+	c := &Lease{cfg: cfg, drift: cfg.Drift, expires: cfg.Start.Add(cfg.TTL), held: !cfg.Waiting}
+	if c.held {
+		c.heldAt = cfg.Start
+	}
+	c.ctx, c.stop = context.WithCancelCause(context.Background())
+	c.renewCtx, c.cancelRenew = context.WithCancel(c.ctx)
+	c.mu.Lock() // the timers may fire before AfterFunc has returned
+	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.expire)
+	c.scheduleRenewLocked(cfg.TTL / 3)
+	c.mu.Unlock()
+	return c
+}
+
+// Track arranges for the lease to be released when handle becomes
+// unreachable while held (a caller that dropped it without Release). handle
+// must not be reachable from the Lease or from anything the backend's
+// callbacks reference.
+func Track[H any](handle *H, c *Lease) {
+	runtime.AddCleanup(handle, (*Lease).leaked, c)
+}
+
+// Context ends when the lease ends, with cause ErrReleased or an error
+// wrapping ErrLockLost.
+func (c *Lease) Context() context.Context { return c.ctx }
+
+// Hold marks a Waiting lease held from now: max hold counts from here, and
+// a loss is reported.
+func (c *Lease) Hold() {
+	c.mu.Lock()
+	c.held, c.heldAt = true, time.Now()
+	c.mu.Unlock()
+}
+
+// HeldAt is when the lease became held (zero while waiting).
+func (c *Lease) HeldAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.heldAt
+}
+
+// Deadline is the local deadline: the last confirmed expiry minus the
+// drift margin. Calls made on the lease's behalf should not outlive it.
+func (c *Lease) Deadline() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.expires.Add(-c.drift)
+}
+
+// Confirm records that the store confirmed the lease for ttl as of sent
+// (a renewal the backend made on its own, e.g. etcd's keepalive).
+func (c *Lease) Confirm(sent time.Time, ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = c.cfg.TTL
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	if e := sent.Add(ttl); e.After(c.expires) {
+		c.expires = e
+		c.timer.Reset(time.Until(c.expires.Add(-c.drift)))
+	}
+}
+
+// expire runs when the local deadline passes without a confirmed renewal.
+func (c *Lease) expire() {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	if d := time.Until(c.expires.Add(-c.drift)); d > 0 {
+		c.timer.Reset(d) // a renewal moved the deadline after the timer fired
+		c.mu.Unlock()
+		return
+	}
+	cause := fmt.Errorf("%w: %q expired without a confirmed renewal", ErrLockLost, c.cfg.Key)
+	if c.maxHeld {
+		cause = fmt.Errorf("%w: %q held longer than max hold %v", ErrLockLost, c.cfg.Key, c.cfg.MaxHold)
+	}
+	c.mu.Unlock()
+	c.Lose(cause)
+}
+
+// Lose ends the lease with cause (which should wrap ErrLockLost) and, if it
+// was held, reports the loss. Later calls do nothing.
+func (c *Lease) Lose(cause error) {
+	if held, ok := c.end(cause); ok && held && c.cfg.Events != nil {
+		c.cfg.Events.Lost(cause)
+	}
+}
+
+// End ends the lease with cause without reporting a loss (an acquire that
+// gave up, a Release). It reports whether this call ended it.
+func (c *Lease) End(cause error) bool {
+	_, ok := c.end(cause)
+	return ok
+}
+
+func (c *Lease) end(cause error) (held, ok bool) {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return false, false
+	}
+	c.ended, c.endedCause = true, cause
+	held = c.held
+	c.timer.Stop()
+	if c.renewTmr != nil {
+		c.renewTmr.Stop()
+	}
+	c.mu.Unlock()
+	c.stop(cause)
+	if c.cfg.OnEnd != nil {
+		c.cfg.OnEnd()
+	}
+	return held, true
+}
+
+// Ended reports whether the lease has ended.
+func (c *Lease) Ended() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// scheduleRenewLocked arms the watchdog to renew after d.
+func (c *Lease) scheduleRenewLocked(d time.Duration) {
+	if !c.cfg.Watchdog || c.ended || c.stopRenew {
+		return
+	}
+	if c.renewTmr == nil {
+		c.renewTmr = time.AfterFunc(d, c.renew)
+		return
+	}
+	c.renewTmr.Reset(d)
+}
+
+// renew is the watchdog: a timer, not a goroutine, so a short critical
+// section never starts one. One owner-checked renewal, then the next at
+// TTL/3, sooner after a transient failure, never past max hold, never after
+// a renewal proved the lock gone.
+func (c *Lease) renew() {
+	every := c.cfg.TTL / 3
+	c.mu.Lock()
+	if c.ended || c.stopRenew || c.renewing != nil {
+		c.mu.Unlock()
+		return
+	}
+	if c.held && c.cfg.MaxHold > 0 && time.Since(c.heldAt)+every > c.cfg.MaxHold {
+		// The next renewal would carry the lease past max hold: stop
+		// renewing and let it expire.
+		c.maxHeld = true
+		c.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	c.renewing = done
+	c.mu.Unlock()
+
+	err := c.refresh(c.renewCtx, c.cfg.Renew)
+
+	c.mu.Lock()
+	c.renewing = nil
+	close(done)
+	switch {
+	case err == nil:
+		c.scheduleRenewLocked(every)
+	case errors.Is(err, ErrNotHeld):
+		c.mu.Unlock()
+		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
+		return
+	default:
+		// Transient: try again soon, until the local deadline ends the lease.
+		c.scheduleRenewLocked(max(every/4, time.Millisecond))
+	}
+	c.mu.Unlock()
+}
+
+// refresh runs one renewal bounded by the local deadline: past it the lease
+// is lost whatever the store answers.
+func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.Duration, error)) error {
+	c.mu.Lock()
+	deadline, ended, held := c.expires.Add(-c.drift), c.ended, c.held
+	c.mu.Unlock()
+	if ended {
+		return fmt.Errorf("%s: refresh %q: %w: %w", c.cfg.Name, c.cfg.Key, ErrNotHeld, context.Cause(c.ctx))
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	sent := time.Now()
+	ttl, err := renew(rctx)
+	if err == nil {
+		c.Confirm(sent, ttl)
+	} else {
+		err = fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, err)
+	}
+	if held && c.cfg.Events != nil && ctx.Err() == nil {
+		c.cfg.Events.Renewed(err)
+	}
+	return err
+}
+
+// Refresh extends the lease by its TTL if it is still the owner; a refusal
+// ends the lease as lost.
+func (c *Lease) Refresh(ctx context.Context) error {
+	if c.cfg.Refresh == nil {
+		return fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, errors.ErrUnsupported)
+	}
+	err := c.refresh(ctx, c.cfg.Refresh)
+	if errors.Is(err, ErrNotHeld) {
+		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
+	}
+	return err
+}
+
+// Release stops the watchdog (waiting for a renewal in flight), then
+// releases the lock through the backend. A second Release, and with
+// UnsafeRelease any Release after the lease ended, returns ErrNotHeld
+// without calling the backend.
+func (c *Lease) Release(ctx context.Context) error {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return fmt.Errorf("%s: release %q: %w: already released", c.cfg.Name, c.cfg.Key, ErrNotHeld)
+	}
+	c.released, c.stopRenew = true, true
+	if c.renewTmr != nil {
+		c.renewTmr.Stop()
+	}
+	inflight := c.renewing
+	ended, cause := c.ended, c.endedCause
+	c.mu.Unlock()
+	if ended && c.cfg.UnsafeRelease {
+		return fmt.Errorf("%s: release %q: %w: the lease had already ended (%w)", c.cfg.Name, c.cfg.Key, ErrNotHeld, cause)
+	}
+	if inflight != nil {
+		c.cancelRenew()
+		select {
+		case <-inflight:
+		case <-ctx.Done():
+			c.End(fmt.Errorf("%w: %q: release interrupted: %w", ErrLockLost, c.cfg.Key, context.Cause(ctx)))
+			return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, context.Cause(ctx))
+		}
+	}
+	err := c.cfg.Release(ctx)
+	switch {
+	case err == nil:
+		c.End(ErrReleased)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		c.Lose(fmt.Errorf("%w: %q was not owned by this lease at release", ErrLockLost, c.cfg.Key))
+		return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, err)
+	default:
+		// The outcome is unknown; with the watchdog stopped the lock ends at
+		// its TTL at the latest.
+		c.End(fmt.Errorf("%w: %q: release failed: %w", ErrLockLost, c.cfg.Key, err))
+		return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, err)
+	}
+}
+
+// leaked runs when the handle was dropped without Release.
+func (c *Lease) leaked() {
+	c.mu.Lock()
+	skip := c.released || c.ended || !c.held
+	c.mu.Unlock()
+	if skip {
+		return
+	}
+	if c.cfg.Events != nil {
+		c.cfg.Events.Leaked()
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), max(c.cfg.TTL, time.Second))
+		defer cancel()
+		_ = c.Release(ctx)
+	}()
+}

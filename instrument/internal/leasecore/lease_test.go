@@ -1,0 +1,272 @@
+package leasecore
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// These tests drive the lifecycle with backend functions the test
+// controls; the backends' own tests run it against real servers.
+
+type events struct {
+	mu      sync.Mutex
+	renewed []error
+	lost    []error
+	leaked  int
+}
+
+func (e *events) Renewed(err error) { e.mu.Lock(); e.renewed = append(e.renewed, err); e.mu.Unlock() }
+func (e *events) Lost(cause error)  { e.mu.Lock(); e.lost = append(e.lost, cause); e.mu.Unlock() }
+func (e *events) Leaked()           { e.mu.Lock(); e.leaked++; e.mu.Unlock() }
+
+func (e *events) counts() (renewed, lost, leaked int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.renewed), len(e.lost), e.leaked
+}
+
+// waitDone waits for ctx to end, failing the test after a generous bound.
+func waitDone(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(30 * time.Second):
+		t.Fatal("lease context did not end")
+		return nil
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func okRelease(calls *atomic.Int32) func(context.Context) error {
+	return func(context.Context) error { calls.Add(1); return nil }
+}
+
+func TestLease_EndsAtTheLocalDeadlineWithoutRenewal(t *testing.T) {
+	ev := &events{}
+	var rel atomic.Int32
+	start := time.Now()
+	c := New(Config{Name: "test", Key: "k", TTL: 60 * time.Millisecond, Start: start, Events: ev, Release: okRelease(&rel)})
+	cause := waitDone(t, c.Context())
+	if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "expired") {
+		t.Fatalf("cause %v, want ErrLockLost (expired)", cause)
+	}
+	if elapsed := time.Since(start); elapsed < 60*time.Millisecond-Drift(60*time.Millisecond) {
+		t.Fatalf("ended after %v, before the TTL minus drift", elapsed)
+	}
+	if _, lost, _ := ev.counts(); lost != 1 {
+		t.Fatalf("%d Lost events, want 1", lost)
+	}
+	// An owner-checked backend still cleans up after a local loss.
+	if err := c.Release(context.Background()); err != nil || rel.Load() != 1 {
+		t.Fatalf("Release after loss: %v, %d backend calls; want nil, 1", err, rel.Load())
+	}
+}
+
+func TestLease_WatchdogRenewsUntilReleaseAndNothingRunsAfterIt(t *testing.T) {
+	ev := &events{}
+	var renews, rel atomic.Int32
+	c := New(Config{Name: "test", Key: "k", TTL: 1500 * time.Millisecond, Start: time.Now(), Watchdog: true, Events: ev,
+		Renew:   func(context.Context) (time.Duration, error) { renews.Add(1); return 0, nil },
+		Release: okRelease(&rel)})
+	waitFor(t, "two renewals", func() bool { return renews.Load() >= 2 })
+	if err := c.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(c.Context()); !errors.Is(cause, ErrReleased) {
+		t.Fatalf("cause %v, want ErrReleased", cause)
+	}
+	n := renews.Load()
+	if renewed, lost, _ := ev.counts(); renewed < 2 || lost != 0 {
+		t.Fatalf("events: %d renewed, %d lost", renewed, lost)
+	}
+	if err := c.Release(context.Background()); !errors.Is(err, ErrNotHeld) || rel.Load() != 1 {
+		t.Fatalf("second Release: %v with %d backend calls; want ErrNotHeld, 1", err, rel.Load())
+	}
+	if renews.Load() != n {
+		t.Fatal("a renewal ran after Release returned")
+	}
+}
+
+func TestLease_RenewalThatProvesOwnershipGoneEndsTheLease(t *testing.T) {
+	ev := &events{}
+	c := New(Config{Name: "test", Key: "k", TTL: 300 * time.Millisecond, Start: time.Now(), Watchdog: true, Events: ev,
+		Renew:   func(context.Context) (time.Duration, error) { return 0, ErrNotHeld },
+		Release: func(context.Context) error { return ErrNotHeld }})
+	cause := waitDone(t, c.Context())
+	if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "no longer owned") {
+		t.Fatalf("cause %v", cause)
+	}
+	renewed, lost, _ := ev.counts()
+	if renewed != 1 || lost != 1 || !errors.Is(ev.renewed[0], ErrNotHeld) {
+		t.Fatalf("events: renewed %v, %d lost", ev.renewed, lost)
+	}
+}
+
+func TestLease_TransientRenewalErrorsEndItAtTheDeadline(t *testing.T) {
+	ev := &events{}
+	var tries atomic.Int32
+	c := New(Config{Name: "test", Key: "k", TTL: 120 * time.Millisecond, Start: time.Now(), Watchdog: true, Events: ev,
+		Renew:   func(context.Context) (time.Duration, error) { tries.Add(1); return 0, errors.New("connection refused") },
+		Release: func(context.Context) error { return nil }})
+	cause := waitDone(t, c.Context())
+	if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "expired") {
+		t.Fatalf("cause %v", cause)
+	}
+	if tries.Load() < 2 {
+		t.Fatalf("%d renewal tries; a transient failure is retried before the deadline", tries.Load())
+	}
+}
+
+func TestLease_WatchdogStopsAtMaxHold(t *testing.T) {
+	c := New(Config{Name: "test", Key: "k", TTL: 90 * time.Millisecond, Start: time.Now(), Watchdog: true, MaxHold: 150 * time.Millisecond,
+		Renew:   func(context.Context) (time.Duration, error) { return 0, nil },
+		Release: func(context.Context) error { return nil }})
+	cause := waitDone(t, c.Context())
+	if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "max hold") {
+		t.Fatalf("cause %v, want the max hold loss", cause)
+	}
+}
+
+func TestLease_UnsafeReleaseIsNeverCalledAfterTheLeaseEnded(t *testing.T) {
+	var rel atomic.Int32
+	c := New(Config{Name: "test", Key: "k", TTL: 30 * time.Millisecond, Start: time.Now(), UnsafeRelease: true, Release: okRelease(&rel)})
+	waitDone(t, c.Context())
+	if err := c.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release after the TTL ended the lease: %v, want ErrNotHeld", err)
+	}
+	if rel.Load() != 0 {
+		t.Fatal("the unsafe release ran after the lease ended: it could delete the next holder's lock")
+	}
+}
+
+func TestLease_ReleaseOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		backend   error
+		wantErr   error
+		wantCause error
+		lostEvent int
+	}{
+		{"released", nil, nil, ErrReleased, 0},
+		{"not ours", ErrNotHeld, ErrNotHeld, ErrLockLost, 1},
+		{"unknown", errors.New("i/o timeout"), nil, ErrLockLost, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := &events{}
+			c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Events: ev,
+				Release: func(context.Context) error { return tc.backend }})
+			err := c.Release(context.Background())
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) || tc.backend != nil && err == nil || tc.backend == nil && err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if cause := context.Cause(c.Context()); !errors.Is(cause, tc.wantCause) {
+				t.Fatalf("cause %v, want %v", cause, tc.wantCause)
+			}
+			if _, lost, _ := ev.counts(); lost != tc.lostEvent {
+				t.Fatalf("%d Lost events, want %d", lost, tc.lostEvent)
+			}
+		})
+	}
+}
+
+func TestLease_ReleaseWaitsForTheRenewalInFlight(t *testing.T) {
+	inRenew := make(chan struct{})
+	var renewDone atomic.Bool
+	c := New(Config{Name: "test", Key: "k", TTL: 60 * time.Millisecond, Start: time.Now(), Watchdog: true,
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			close(inRenew)
+			<-ctx.Done() // a renewal stuck on the network until cancelled
+			renewDone.Store(true)
+			return 0, ctx.Err()
+		},
+		Release: func(context.Context) error {
+			if !renewDone.Load() {
+				return errors.New("release ran while a renewal was in flight")
+			}
+			return nil
+		}})
+	<-inRenew
+	if err := c.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLease_ConfirmMovesTheDeadlineOnlyForward(t *testing.T) {
+	start := time.Now()
+	c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: start, Release: func(context.Context) error { return nil }})
+	defer c.Release(context.Background())
+	d0 := c.Deadline()
+	c.Confirm(start.Add(-time.Second), time.Minute)
+	if !c.Deadline().Equal(d0) {
+		t.Fatal("an older confirmation moved the deadline back")
+	}
+	c.Confirm(start.Add(time.Second), 2*time.Minute)
+	if want := start.Add(time.Second + 2*time.Minute - Drift(time.Minute)); !c.Deadline().Equal(want) {
+		t.Fatalf("deadline %v, want %v", c.Deadline(), want)
+	}
+}
+
+func TestLease_WaitingLeaseReportsNoLossAndMaxHoldCountsFromHold(t *testing.T) {
+	ev := &events{}
+	c := New(Config{Name: "test", Key: "k", TTL: 30 * time.Millisecond, Start: time.Now(), Waiting: true, Events: ev,
+		Release: func(context.Context) error { return nil }})
+	if !c.HeldAt().IsZero() {
+		t.Fatal("a waiting lease reports a hold time")
+	}
+	waitDone(t, c.Context())
+	if _, lost, _ := ev.counts(); lost != 0 {
+		t.Fatal("a lease that was never held reported a loss")
+	}
+}
+
+func TestLease_RefreshUnsupportedWithoutRenew(t *testing.T) {
+	c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Release: func(context.Context) error { return nil }})
+	defer c.Release(context.Background())
+	if err := c.Refresh(context.Background()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Refresh: %v, want ErrUnsupported", err)
+	}
+}
+
+type handle struct{ *Lease }
+
+func TestLease_DroppedHandleIsReleased(t *testing.T) {
+	ev := &events{}
+	released := make(chan struct{})
+	func() {
+		c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Events: ev,
+			Release: func(context.Context) error { close(released); return nil }})
+		h := &handle{c}
+		Track(h, c)
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-released:
+			if _, _, leaked := ev.counts(); leaked != 1 {
+				t.Fatalf("%d Leaked events, want 1", leaked)
+			}
+			return
+		case <-deadline:
+			t.Fatal("a dropped handle was never released")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
