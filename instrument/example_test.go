@@ -28,6 +28,7 @@ func ExampleDo() {
 	if err != nil {
 		panic(err)
 	}
+	defer raw.Close()
 	registry := prometheus.NewRegistry()
 	locker := instrument.Govern(raw, instrument.WithRegisterer(registry))
 
@@ -59,6 +60,7 @@ func ExampleGovern() {
 	if err != nil {
 		panic(err)
 	}
+	defer raw.Close()
 	pol, err := policy.Parse("lockgov.yaml", []byte(`
 version: 1
 patterns:

@@ -88,6 +88,7 @@ func run(addr string, merchants, orders int, quota int64) error {
 	if err != nil {
 		return err
 	}
+	defer raw.Close() // its pub/sub connection is kept between waits
 	reg := prometheus.NewRegistry()
 	locker, err := instrument.NewGoverned(raw, instrument.WithPolicy(pol), instrument.WithRegisterer(reg))
 	if err != nil {

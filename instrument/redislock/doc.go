@@ -35,11 +35,20 @@
 // # Waiting
 //
 // WaitUntilDeadline waiters of one Locker queue in-process per key, and only
-// the head contends in Redis. It subscribes to the key's release channel
-// (one shared pub/sub connection per Locker, open only while someone waits)
-// and retries when a release is published, when the holder's TTL runs out
+// the head contends in Redis. It subscribes to the key's release channel and
+// retries when a release is published, when the holder's TTL runs out
 // (expiry publishes nothing), or at the poll interval as a last resort.
 // Retry and FailFast callers go to Redis directly.
+//
+// A Locker has at most one pub/sub connection, shared by all its waiters.
+// The first wait opens it; it stays open while waits keep coming and closes
+// when nobody has waited for the idle timeout (WithIdleTimeout, default
+// 30s), or at Close. A key's channel also stays subscribed for the idle
+// timeout after its last waiter left (at most 256 such idle subscriptions
+// per Locker), so a contended key costs neither a new connection nor a
+// SUBSCRIBE per Acquire. Close a Locker when done with it; tests that check
+// for leaked goroutines must, since the connection's reader goroutine
+// outlives Acquire.
 //
 // # Fair mode
 //
@@ -84,6 +93,14 @@
 // same atomic script that writes (see examples/quota), and reconciles
 // against the database. Use etcdlock where a lock must be a correctness
 // guarantee.
+//
+// Pub/sub connection lost (server restart, CLIENT KILL, a network error):
+// go-redis reconnects and resubscribes, and releases published meanwhile are
+// lost. Every waiter tries again at once and again when the resubscription
+// is confirmed, so none waits for a release that already happened; until
+// then waiters poll. A half-open connection (the peer gone without a reset)
+// is noticed only by TCP keepalive; meanwhile waiters fall back to the poll
+// interval.
 //
 // The client should set ContextTimeoutEnabled so that calls honour context
 // deadlines; otherwise a blackholed server can hold a call for ReadTimeout.

@@ -32,6 +32,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
+	defer locker.Close() // closes its pub/sub connection, kept open between waits
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 
@@ -60,6 +61,7 @@ func ExampleFair() {
 	if err != nil {
 		panic(err)
 	}
+	defer locker.Close() // closes its pub/sub connection, kept open between waits
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	err = instrument.Do(ctx, locker, "lock:stock:sku-1", func(ctx context.Context) error {
@@ -81,6 +83,7 @@ func ExampleNewQuorum() {
 	if err != nil {
 		panic(err)
 	}
+	defer locker.Close() // closes its pub/sub connection, kept open between waits
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	lease, err := locker.Acquire(ctx, "lock:report:daily")

@@ -2,38 +2,123 @@ package redislock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
 )
 
+// DefaultIdleTimeout is how long a Locker keeps its pub/sub connection, and
+// each channel subscription on it, after the last waiter left. See
+// WithIdleTimeout.
+const DefaultIdleTimeout = 30 * time.Second
+
+// maxIdleChannels bounds the subscriptions a Locker keeps with nobody
+// waiting on them: a Locker that waits on many distinct keys (one per order)
+// should not receive the release of every one of them for the idle timeout.
+// Past it, the subscription unused for the longest time is dropped.
+const maxIdleChannels = 256
+
+// Backoff of the reader between reconnection attempts.
+const (
+	minReconnectDelay = 50 * time.Millisecond
+	maxReconnectDelay = time.Second
+)
+
+// pending is the readySeq of a channel whose barrier is not written yet.
+const pending = math.MaxUint64
+
+// barrierPrefix marks the payload of the notifier's own PINGs.
+const barrierPrefix = "redislock:"
+
+// ErrClosed is returned by Acquire on a Locker after Close.
+var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
+
+// WithIdleTimeout sets how long a Locker keeps its pub/sub connection after
+// the last waiter left (default 30s), and how long it stays subscribed to a
+// key's release channel after the last waiter of that key left. Waiting
+// often on the same keys then costs neither a connection nor a SUBSCRIBE.
+// It must be > 0. Close ends both at once.
+func WithIdleTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.idleTimeout = d })
+}
+
+func validateIdleTimeout(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: redislock: idle timeout %v must be > 0", instrument.ErrInvalidOption, d)
+	}
+	return nil
+}
+
+// Close closes the Locker's pub/sub connection and makes every later
+// Acquire fail with ErrClosed. An Acquire waiting for a release notification
+// returns ErrClosed at once; one that polls (Retry, quorum mode) when its
+// current pause ends. Leases already acquired stay valid: Release and Refresh do not
+// need the Locker to be open. Close waits for the Locker's reader goroutine
+// to exit and may be called more than once.
+//
+// A Locker that is not closed closes its connection by itself after the
+// idle timeout (WithIdleTimeout); Close makes that immediate, which tests
+// that check for leaked goroutines need.
+func (l *Locker) Close() error { return l.notify.close() }
+
 // notifier shares one pub/sub connection among every waiter of a Locker.
-// It runs one goroutine while at least one waiter is subscribed and stops it
-// (closing the connection) when the last waiter leaves, so an idle Locker
-// holds no goroutine and no extra connection.
+//
+// The connection, with the goroutine that reads it, is opened by the first
+// waiter and kept until nobody has waited for the idle timeout, so that
+// contention does not cost a TCP connection per Acquire. A channel stays
+// subscribed for the idle timeout after its last waiter left, so that the
+// next wait on the same key needs no SUBSCRIBE and no confirmation.
+//
+// A subscription counts as confirmed when the reply to a PING written after
+// the SUBSCRIBE arrives (a barrier): replies come in command order on one
+// connection, and go-redis resubscribes every channel on a new connection
+// before anything else is written to it. This stays right across
+// UNSUBSCRIBE/SUBSCRIBE pairs and reconnections, where counting "subscribe"
+// confirmations would not.
 type notifier struct {
-	c redis.UniversalClient
+	c    redis.UniversalClient
+	idle time.Duration
+
+	closed atomic.Bool // set under mu, read without it on Acquire's fast path
 
 	mu   sync.Mutex
-	sess *session // nil while nobody waits
+	sess *session // nil while there is no connection
+	wg   sync.WaitGroup
 }
 
 // session is one pub/sub connection and the goroutine that reads it.
 type session struct {
-	ps    *redis.PubSub
-	chans map[string]*channelWaiters
-	done  chan struct{} // closed when read has returned
-	quit  chan struct{} // closed when the session is stopped
+	ps       *redis.PubSub
+	chans    map[string]*channelState
+	idleN    int    // channels with no waiter
+	waitersN int    // waiters on all channels
+	seq      uint64 // last barrier PING written
+	needPing bool   // a barrier is owed after a broken connection
+	timer    *time.Timer
+	armed    bool
+	quit     chan struct{} // closed when the session is stopped
 }
 
-type channelWaiters struct {
-	ready   chan struct{} // closed when Redis confirmed the subscription
-	waiters map[*waiter]struct{}
+type channelState struct {
+	ready     chan struct{} // closed when the subscription is confirmed
+	readySeq  uint64        // barrier that confirms it; 0 once confirmed
+	rewake    bool          // wake the waiters when confirmed: messages may have been lost
+	waiters   map[*waiter]struct{}
+	idleSince time.Time // when the last waiter left
 }
 
 // waiter is one Acquire call waiting for a release on one channel.
 type waiter struct {
+	s       *session
 	id      string // fair mode: woken only by messages naming it (or empty ones)
 	channel string
 	wake    chan struct{} // buffered 1: a release seen since the last drain
@@ -42,77 +127,236 @@ type waiter struct {
 
 // subscribe registers a waiter on channel. The returned waiter's ready
 // channel closes once Redis has confirmed the subscription: a release
-// published after that point is never missed.
+// published after that point is never missed (it is closed already when the
+// channel was subscribed before).
 func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, error) {
-	w := &waiter{id: id, channel: channel, wake: make(chan struct{}, 1)}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.sess == nil {
-		s := &session{chans: make(map[string]*channelWaiters), done: make(chan struct{}), quit: make(chan struct{})}
-		s.ps = n.c.Subscribe(context.WithoutCancel(ctx))
-		n.sess = s
-		go n.read(s)
+	if n.closed.Load() {
+		return nil, ErrClosed
 	}
 	s := n.sess
-	cw := s.chans[channel]
-	if cw == nil {
-		cw = &channelWaiters{ready: make(chan struct{}), waiters: make(map[*waiter]struct{})}
-		s.chans[channel] = cw
-		if err := s.ps.Subscribe(ctx, channel); err != nil {
-			delete(s.chans, channel)
-			n.stopIfIdleLocked()
+	if s == nil {
+		s = &session{chans: make(map[string]*channelState), quit: make(chan struct{})}
+		s.ps = n.c.Subscribe(context.WithoutCancel(ctx))
+		n.sess = s
+		n.wg.Add(1)
+		go n.read(s)
+	}
+	cs := s.chans[channel]
+	if cs == nil {
+		// Writes on the shared connection are bounded by the client's dial
+		// and write timeouts, not by this caller's deadline: go-redis
+		// replaces a connection whose write ran into a context deadline,
+		// which would cost every waiter of the Locker its notifications
+		// for one impatient caller.
+		wctx := context.WithoutCancel(ctx)
+		if err := s.ps.Subscribe(wctx, channel); err != nil {
+			// go-redis remembers the channel even when the write failed
+			// and would resubscribe it on its next connection. The failed
+			// write made it replace the connection: the other channels need
+			// a new barrier.
+			uerr := s.ps.Unsubscribe(wctx, channel)
+			n.brokenLocked(s)
+			if uerr == nil && len(s.chans) > 0 {
+				_ = n.pingLocked(wctx, s)
+			}
+			if len(s.chans) == 0 {
+				n.stopLocked(s)
+			}
 			return nil, err
 		}
+		cs = &channelState{ready: make(chan struct{}), readySeq: pending, waiters: make(map[*waiter]struct{})}
+		s.chans[channel] = cs
+		if err := n.pingLocked(wctx, s); err != nil {
+			n.brokenLocked(s) // the reader writes the barrier once it has a connection
+		}
+	} else if len(cs.waiters) == 0 {
+		s.idleN--
 	}
-	cw.waiters[w] = struct{}{}
-	w.ready = cw.ready
+	w := &waiter{s: s, id: id, channel: channel, wake: make(chan struct{}, 1), ready: cs.ready}
+	cs.waiters[w] = struct{}{}
+	s.waitersN++
 	return w, nil
 }
 
-// unsubscribe removes w; the last waiter of a channel unsubscribes it and
-// the last waiter of the Locker stops the session.
+// unsubscribe removes w. The channel stays subscribed, and the connection
+// open, for the idle timeout.
 func (n *notifier) unsubscribe(w *waiter) {
 	n.mu.Lock()
-	s := n.sess
-	if s == nil {
-		n.mu.Unlock()
+	defer n.mu.Unlock()
+	s := w.s
+	if n.sess != s {
+		return // closed
+	}
+	cs := s.chans[w.channel]
+	if cs == nil {
 		return
 	}
-	if cw := s.chans[w.channel]; cw != nil {
-		delete(cw.waiters, w)
-		if len(cw.waiters) == 0 {
-			delete(s.chans, w.channel)
-			if len(s.chans) > 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = s.ps.Unsubscribe(ctx, w.channel)
-				cancel()
-			}
+	if _, ok := cs.waiters[w]; !ok {
+		return
+	}
+	delete(cs.waiters, w)
+	s.waitersN--
+	if len(cs.waiters) > 0 {
+		return
+	}
+	cs.idleSince = time.Now()
+	s.idleN++
+	if s.idleN > maxIdleChannels {
+		n.dropOldestIdleLocked(s)
+	}
+	n.armLocked(s, n.idle)
+}
+
+// dropOldestIdleLocked unsubscribes the channel that has gone unused for
+// the longest time.
+func (n *notifier) dropOldestIdleLocked(s *session) {
+	var oldest string
+	var since time.Time
+	for name, cs := range s.chans {
+		if len(cs.waiters) == 0 && (since.IsZero() || cs.idleSince.Before(since)) {
+			oldest, since = name, cs.idleSince
 		}
 	}
-	stopped := n.stopIfIdleLocked()
-	n.mu.Unlock()
-	if stopped != nil {
-		<-stopped
+	if since.IsZero() {
+		return
+	}
+	n.unsubscribeLocked(s, oldest)
+}
+
+// unsubscribeLocked drops idle channels. A later waiter subscribes them
+// again with a new barrier, whose reply comes after the UNSUBSCRIBE's.
+func (n *notifier) unsubscribeLocked(s *session, channels ...string) {
+	for _, ch := range channels {
+		delete(s.chans, ch)
+		s.idleN--
+	}
+	if err := s.ps.Unsubscribe(context.Background(), channels...); err != nil {
+		n.brokenLocked(s)
 	}
 }
 
-// stopIfIdleLocked closes the session when no channel is left and returns
-// the channel that closes when its goroutine has exited.
-func (n *notifier) stopIfIdleLocked() chan struct{} {
-	s := n.sess
-	if s == nil || len(s.chans) > 0 {
-		return nil
+// armLocked schedules a sweep in d unless one is scheduled already; a sweep
+// reschedules itself for the next channel to expire.
+func (n *notifier) armLocked(s *session, d time.Duration) {
+	if s.armed {
+		return
 	}
+	s.armed = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, func() { n.sweep(s) })
+		return
+	}
+	s.timer.Reset(d)
+}
+
+// sweep unsubscribes the channels idle for the idle timeout, and closes the
+// connection when that leaves none.
+func (n *notifier) sweep(s *session) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sess != s {
+		return
+	}
+	s.armed = false
+	now := time.Now()
+	var stale []string
+	var next time.Time
+	for name, cs := range s.chans {
+		if len(cs.waiters) > 0 {
+			continue
+		}
+		if due := cs.idleSince.Add(n.idle); !due.After(now) {
+			stale = append(stale, name)
+		} else if next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	if len(stale) == len(s.chans) {
+		n.stopLocked(s)
+		return
+	}
+	if len(stale) > 0 {
+		n.unsubscribeLocked(s, stale...)
+	}
+	if !next.IsZero() {
+		n.armLocked(s, next.Sub(now))
+	}
+}
+
+// stopLocked closes the session's connection; its reader exits on its own
+// (close waits for it through n.wg).
+func (n *notifier) stopLocked(s *session) {
 	n.sess = nil
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	close(s.quit)
+	for _, cs := range s.chans {
+		closeOnce(cs.ready)
+		for w := range cs.waiters {
+			w.signal()
+		}
+	}
 	_ = s.ps.Close() // unblocks Receive in read
-	return s.done
 }
 
-// read dispatches confirmations and messages until the session is closed.
+func (n *notifier) close() error {
+	n.mu.Lock()
+	n.closed.Store(true)
+	if s := n.sess; s != nil {
+		n.stopLocked(s)
+	}
+	n.mu.Unlock()
+	n.wg.Wait()
+	return nil
+}
+
+func (n *notifier) isClosed() bool { return n.closed.Load() }
+
+// pingLocked writes the next barrier. On success every channel subscribed
+// so far is confirmed when its reply arrives.
+func (n *notifier) pingLocked(ctx context.Context, s *session) error {
+	s.seq++
+	if err := s.ps.Ping(ctx, barrierPrefix+strconv.FormatUint(s.seq, 10)); err != nil {
+		return err
+	}
+	for _, cs := range s.chans {
+		if cs.readySeq == pending {
+			cs.readySeq = s.seq
+		}
+	}
+	s.needPing = false
+	return nil
+}
+
+// brokenLocked handles a connection that failed, or was replaced by go-redis
+// after a failed read or write: releases published meanwhile were lost. Every
+// waiter is woken to try again now, every channel waits for a new barrier
+// (the reader writes it, dialling and resubscribing if need be), and its
+// waiters are woken again when the barrier comes back, so a release
+// published before the resubscription is not missed either. Until then,
+// waiters poll.
+func (n *notifier) brokenLocked(s *session) {
+	for _, cs := range s.chans {
+		if cs.readySeq == 0 {
+			cs.ready = make(chan struct{})
+		}
+		cs.readySeq = pending
+		cs.rewake = true
+		for w := range cs.waiters {
+			w.signal()
+		}
+	}
+	s.needPing = true
+}
+
+// read dispatches messages and barrier replies until the session stops.
 func (n *notifier) read(s *session) {
-	defer close(s.done)
+	defer n.wg.Done()
 	ctx := context.Background()
+	delay := minReconnectDelay
 	for {
 		msg, err := s.ps.Receive(ctx)
 		n.mu.Lock()
@@ -120,40 +364,71 @@ func (n *notifier) read(s *session) {
 			n.mu.Unlock()
 			return
 		}
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				if cw := s.chans[m.Channel]; cw != nil {
-					closeOnce(cw.ready)
-				}
-			}
-		case *redis.Message:
-			if cw := s.chans[m.Channel]; cw != nil {
-				for w := range cw.waiters {
-					if m.Payload == "" || w.id == "" || m.Payload == w.id {
-						w.signal()
-					}
-				}
-			}
+		if err == nil {
+			n.dispatchLocked(s, msg)
+			delay = minReconnectDelay
+			n.mu.Unlock()
+			continue
 		}
-		if err != nil {
-			// The connection broke: messages may have been lost. Wake every
-			// waiter so it retries now instead of at its poll interval; go-redis
-			// resubscribes on the next Receive.
-			for _, cw := range s.chans {
-				for w := range cw.waiters {
+		if s.waitersN == 0 {
+			// Nobody waits: let the next waiter open a fresh connection
+			// instead of redialling a server that may be gone.
+			n.stopLocked(s)
+			n.mu.Unlock()
+			return
+		}
+		n.brokenLocked(s)
+		n.mu.Unlock()
+
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-s.quit:
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, maxReconnectDelay)
+		n.mu.Lock()
+		if n.sess == s && s.needPing {
+			// Dials a new connection if need be; go-redis resubscribes
+			// every channel on it before the barrier.
+			_ = n.pingLocked(ctx, s)
+		}
+		n.mu.Unlock()
+	}
+}
+
+func (n *notifier) dispatchLocked(s *session, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		if cs := s.chans[m.Channel]; cs != nil {
+			for w := range cs.waiters {
+				if m.Payload == "" || w.id == "" || m.Payload == w.id {
 					w.signal()
 				}
 			}
 		}
-		n.mu.Unlock()
+	case *redis.Pong:
+		v, ok := strings.CutPrefix(m.Payload, barrierPrefix)
+		if !ok {
+			return
+		}
+		seq, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-s.quit:
+			return
+		}
+		for _, cs := range s.chans {
+			if cs.readySeq == 0 || cs.readySeq > seq {
+				continue
 			}
-			t.Stop()
+			cs.readySeq = 0
+			closeOnce(cs.ready)
+			if cs.rewake {
+				cs.rewake = false
+				for w := range cs.waiters {
+					w.signal()
+				}
+			}
 		}
 	}
 }

@@ -39,6 +39,7 @@ func newQuorum(t testing.TB, nodes []*testenv.Redis, opts ...redislock.Option) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 

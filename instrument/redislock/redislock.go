@@ -46,6 +46,7 @@ type options struct {
 	nodeTimeout time.Duration
 	fair        bool
 	waiterTTL   time.Duration
+	idleTimeout time.Duration
 }
 
 type optionFunc func(*options)
@@ -102,7 +103,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redislock.New: nil client", instrument.ErrInvalidOption)
 	}
-	o := options{retention: DefaultFenceRetention, driftFactor: DefaultDriftFactor, waiterTTL: DefaultWaiterTimeout}
+	o := options{retention: DefaultFenceRetention, driftFactor: DefaultDriftFactor, waiterTTL: DefaultWaiterTimeout, idleTimeout: DefaultIdleTimeout}
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
@@ -114,6 +115,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if o.retention <= 0 {
 		return nil, fmt.Errorf("%w: redislock: fence retention %v must be > 0", instrument.ErrInvalidOption, o.retention)
 	}
+	if err := validateIdleTimeout(o.idleTimeout); err != nil {
+		return nil, err
+	}
 	value, err := instrument.NewLockValue(o.service, o.instance)
 	if err != nil {
 		return nil, err
@@ -121,7 +125,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return &Locker{
 		c:         c,
 		opts:      o,
-		notify:    notifier{c: c},
+		notify:    notifier{c: c, idle: o.idleTimeout},
 		retention: o.retention,
 		value:     value,
 	}, nil
@@ -145,6 +149,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	}
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
+	}
+	if l.notify.isClosed() {
+		return nil, fmt.Errorf("redislock: acquire %q: %w", key, ErrClosed)
 	}
 	tok := newToken()
 	args := []any{tok, cfg.TTL.Milliseconds(), l.meta(&cfg), (cfg.TTL + l.retention).Milliseconds()}
@@ -325,6 +332,7 @@ func (l *Locker) releaseOnce(ctx context.Context, keys keySet, tok string, ttl t
 }
 
 // pause sleeps for d, or until a release notification, or until ctx ends.
+// It returns ErrClosed when the Locker was closed meanwhile.
 func (l *Locker) pause(ctx context.Context, w *waiter, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -334,12 +342,14 @@ func (l *Locker) pause(ctx context.Context, w *waiter, d time.Duration) error {
 	}
 	select {
 	case <-t.C:
-		return nil
 	case <-wake:
-		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+	if l.notify.isClosed() {
+		return ErrClosed
+	}
+	return nil
 }
 
 func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) error {
