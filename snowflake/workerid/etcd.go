@@ -70,7 +70,7 @@ func (b *etcdBackend) claim(ctx context.Context, l *Lease) (int64, int64, error)
 	if kvs := txn.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		floor, _ = strconv.ParseInt(string(kvs[0].Value), 10, 64)
 	}
-	reserve := max(floor, time.Now().UnixMilli()) + b.cfg.ttl.Milliseconds()
+	reserve := max(floor, b.cfg.wall().UnixMilli()) + b.cfg.ttl.Milliseconds()
 	if err := b.reserve(ctx, l, reserve); err != nil {
 		return 0, 0, err
 	}
@@ -100,7 +100,7 @@ func (b *etcdBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, 
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	reserve := time.Now().UnixMilli() + b.cfg.ttl.Milliseconds()
+	reserve := b.cfg.wall().UnixMilli() + b.cfg.ttl.Milliseconds()
 	txn, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.etcdRevision)).
 		Then(clientv3.OpPut(l.hwKey, strconv.FormatInt(reserve, 10))).

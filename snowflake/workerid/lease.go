@@ -170,7 +170,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	// An ID racing with Release was stamped no later than now: the generator checks the
 	// lease after reading its clock, and the lease ended above.
-	last = max(last, l.floor, time.Now().UnixMilli())
+	last = max(last, l.floor, l.reg.cfg.wall().UnixMilli())
 	if err := l.reg.b.release(ctx, l, last); err != nil {
 		return fmt.Errorf("workerid: release worker id %d (%s): %w", l.claim.WorkerID, l.reg.b.name(), err)
 	}

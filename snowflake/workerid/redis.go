@@ -45,7 +45,7 @@ func (*redisBackend) name() string { return "redis" }
 
 func (b *redisBackend) claim(ctx context.Context, l *Lease) (int64, int64, error) {
 	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		l.value, l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+		l.value, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}
@@ -64,7 +64,7 @@ func (b *redisBackend) claim(ctx context.Context, l *Lease) (int64, int64, error
 
 func (b *redisBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, time.Duration, error) {
 	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
 		return 0, 0, 0, err
 	}

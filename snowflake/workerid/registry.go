@@ -63,7 +63,11 @@ type config struct {
 	hostname     string
 	podIP        string
 	renewTimeout time.Duration
+	clock        snowflake.Clock
 }
+
+// wall reads the wall clock reservations and claim times are taken from.
+func (c *config) wall() time.Time { return c.clock.Wall() }
 
 // Option configures a Registry.
 type Option interface{ apply(*config) }
@@ -108,6 +112,13 @@ func WithIdentity(hostname, podIP string) Option {
 	return optionFunc(func(c *config) { c.hostname, c.podIP = hostname, podIP })
 }
 
+// WithClock replaces the wall clock that claim times and high-water reservations are read
+// from (default the system clock), for tests. A lease's deadline is always measured on the
+// real monotonic clock.
+func WithClock(clk snowflake.Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clk })
+}
+
 // WithHighWaterTTL sets how long Redis keeps a slot's high-water mark after its last
 // renewal (default 24h). etcd keeps it without a lease.
 func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.hwTTL = d }) }
@@ -116,6 +127,9 @@ func newConfig(opts []Option) (config, error) {
 	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout}
 	for _, o := range opts {
 		o.apply(&c)
+	}
+	if c.clock == nil {
+		c.clock = snowflake.SystemClock{}
 	}
 	if c.margin == 0 {
 		c.margin = c.ttl / 10
@@ -261,7 +275,7 @@ func (r *Registry) newLease(service string, slot int64, token string) *Lease {
 		Hostname:  r.cfg.hostname,
 		PID:       os.Getpid(),
 		StartedAt: processStart,
-		ClaimedAt: time.Now().UTC(),
+		ClaimedAt: r.cfg.wall().UTC(),
 	}
 	value, _ := json.Marshal(stored{Owner: token, Claim: claim}) // plain strings and numbers
 	return &Lease{
