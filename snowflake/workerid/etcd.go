@@ -38,7 +38,7 @@ func (b *etcdBackend) ttlSeconds() int64 {
 	return int64((b.cfg.ttl + time.Second - 1) / time.Second)
 }
 
-func (b *etcdBackend) claim(ctx context.Context, l *Lease) (int64, int64, error) {
+func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
 	grant, err := b.c.Grant(ctx, b.ttlSeconds())
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: etcd grant: %w", err)
@@ -78,7 +78,7 @@ func (b *etcdBackend) claim(ctx context.Context, l *Lease) (int64, int64, error)
 }
 
 // reserve persists the high-water reservation if l still owns the slot.
-func (b *etcdBackend) reserve(ctx context.Context, l *Lease, reserve int64) error {
+func (b *etcdBackend) reserve(ctx context.Context, l *leaseState, reserve int64) error {
 	txn, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.etcdRevision)).
 		Then(clientv3.OpPut(l.hwKey, strconv.FormatInt(reserve, 10))).
@@ -92,7 +92,7 @@ func (b *etcdBackend) reserve(ctx context.Context, l *Lease, reserve int64) erro
 	return nil
 }
 
-func (b *etcdBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, time.Duration, error) {
+func (b *etcdBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {
 	ka, err := b.c.KeepAliveOnce(ctx, clientv3.LeaseID(l.etcdLease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return missing, 0, 0, nil
@@ -118,7 +118,7 @@ func (b *etcdBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, 
 	return renewed, reserve, time.Duration(ka.TTL) * time.Second, nil
 }
 
-func (b *etcdBackend) release(ctx context.Context, l *Lease, lastUsed int64) error {
+func (b *etcdBackend) release(ctx context.Context, l *leaseState, lastUsed int64) error {
 	ops := []clientv3.Op{clientv3.OpDelete(l.key)}
 	if lastUsed > 0 {
 		ops = append(ops, clientv3.OpPut(l.hwKey, strconv.FormatInt(lastUsed, 10)))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -29,13 +30,13 @@ var processStart = time.Now().UTC()
 type backend interface {
 	// claim takes the slot if it is free or already held by token. It returns the
 	// persisted high-water mark (floor) and the new reservation it persisted, both Unix ms.
-	claim(ctx context.Context, l *Lease) (floor, reserve int64, err error)
+	claim(ctx context.Context, s *leaseState) (floor, reserve int64, err error)
 	// renew extends a held slot. status is renewed, missing (slot gone, may be
 	// re-claimed) or stolen (another owner holds it).
-	renew(ctx context.Context, l *Lease) (st renewStatus, reserve int64, ttl time.Duration, err error)
-	// release deletes the slot if l still holds it and lowers the high-water mark to
-	// lastUsed (Unix ms) when that is known.
-	release(ctx context.Context, l *Lease, lastUsed int64) error
+	renew(ctx context.Context, s *leaseState) (st renewStatus, reserve int64, ttl time.Duration, err error)
+	// release deletes the slot if s still holds it and lowers the high-water mark to
+	// lastUsed (Unix ms) when that is known (non-zero).
+	release(ctx context.Context, s *leaseState, lastUsed int64) error
 	name() string
 }
 
@@ -64,6 +65,8 @@ type config struct {
 	podIP        string
 	renewTimeout time.Duration
 	clock        snowflake.Clock
+	logger       *slog.Logger
+	onLeaked     func(Claim)
 }
 
 // wall reads the wall clock reservations and claim times are taken from.
@@ -119,6 +122,15 @@ func WithClock(clk snowflake.Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clk })
 }
 
+// WithLogger sets the logger for leases garbage-collected while held (default
+// slog.Default()). Owner tokens are never logged.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithLeakedHook sets a func called once for every Lease garbage-collected while held
+// (never released), before its slot is released: count it in a metric. It runs on the
+// runtime's cleanup goroutine and must be fast.
+func WithLeakedHook(f func(Claim)) Option { return optionFunc(func(c *config) { c.onLeaked = f }) }
+
 // WithHighWaterTTL sets how long Redis keeps a slot's high-water mark after its last
 // renewal (default 24h). etcd keeps it without a lease.
 func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.hwTTL = d }) }
@@ -130,6 +142,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.clock == nil {
 		c.clock = snowflake.SystemClock{}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
 	}
 	if c.margin == 0 {
 		c.margin = c.ttl / 10
@@ -229,11 +244,10 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	}
 	var first error
 	for _, slot := range order {
-		l := r.newLease(service, slot, token)
-		err := r.claimSlot(ctx, l)
+		ls := r.newLease(service, slot, token)
+		err := r.claimSlot(ctx, ls)
 		if err == nil {
-			l.start()
-			return l, nil
+			return ls.start(), nil
 		}
 		if !errors.Is(err, ErrCollision) {
 			return nil, err
@@ -248,14 +262,14 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	return nil, fmt.Errorf("%w: service %q, range [%d, %d] (%s): %w", ErrNoFreeSlot, service, lo, hi, r.b.name(), first)
 }
 
-func (r *Registry) claimSlot(ctx context.Context, l *Lease) error {
+func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 	sent := time.Now()
-	floor, reserve, err := r.b.claim(ctx, l)
+	floor, reserve, err := r.b.claim(ctx, s)
 	if err != nil {
 		return err
 	}
-	l.floor = floor
-	l.confirm(sent, r.cfg.ttl, reserve)
+	s.floor = floor
+	s.confirm(sent, r.cfg.ttl, reserve)
 	return nil
 }
 
@@ -267,7 +281,7 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func (r *Registry) newLease(service string, slot int64, token string) *Lease {
+func (r *Registry) newLease(service string, slot int64, token string) *leaseState {
 	claim := Claim{
 		Service:   service,
 		WorkerID:  slot,
@@ -278,13 +292,14 @@ func (r *Registry) newLease(service string, slot int64, token string) *Lease {
 		ClaimedAt: r.cfg.wall().UTC(),
 	}
 	value, _ := json.Marshal(stored{Owner: token, Claim: claim}) // plain strings and numbers
-	return &Lease{
-		reg:   r,
-		claim: claim,
-		token: token,
-		value: value,
-		key:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
-		hwKey: r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
-		done:  make(chan struct{}),
+	return &leaseState{
+		reg:     r,
+		claim:   claim,
+		claimed: time.Now(),
+		token:   token,
+		value:   value,
+		key:     r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
+		hwKey:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
+		done:    make(chan struct{}),
 	}
 }
