@@ -152,7 +152,8 @@ func (s *leaseState) renewOnce(ctx context.Context) (ok bool, err error) {
 	case st == stolen:
 		return false, fmt.Errorf("%w: worker id %d", ErrTakenOver, s.claim.WorkerID)
 	}
-	// The slot vanished: claim it again, above whatever high-water mark is there now.
+	// The slot vanished: claim it again, above whatever high-water mark is there now (on
+	// Redis, one TTL ahead when the mark vanished with it).
 	old := s.floor
 	floor, reserve, err := s.reg.b.claim(rctx, s)
 	switch {

@@ -207,6 +207,13 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // without an ordinal, the first free slot in the service's range. A preferred slot held by
 // another live owner is a *CollisionError unless the Registry was built WithNextFree. The
 // lease renews itself until Release.
+//
+// Claim returns once a bound generator can issue at once: when the slot's high-water mark
+// is ahead of the local clock by up to two TTLs (a crashed holder's reservation, or on
+// Redis a mark that is unknown because the store lost it), it waits for the clock to pass
+// it, renewing meanwhile, and fails without waiting if ctx's deadline comes first. A mark
+// further ahead means this host's clock is behind an earlier holder's: Claim returns and
+// the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
@@ -247,7 +254,15 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 		ls := r.newLease(service, slot, token)
 		err := r.claimSlot(ctx, ls)
 		if err == nil {
-			return ls.start(), nil
+			l := ls.start()
+			if err := r.awaitFloor(ctx, ls); err != nil {
+				// A fresh context: ctx is why we give up. The release keeps the mark.
+				rctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewTimeout)
+				rerr := l.Release(rctx)
+				cancel()
+				return nil, errors.Join(err, rerr)
+			}
+			return l, nil
 		}
 		if !errors.Is(err, ErrCollision) {
 			return nil, err
@@ -271,6 +286,38 @@ func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 	s.floor = floor
 	s.confirm(sent, r.cfg.ttl, reserve)
 	return nil
+}
+
+// awaitFloor returns once the wall clock has passed the lease's high-water floor, when
+// that is at most two TTLs away (see Claim). The floor can rise meanwhile: a renewal that
+// finds the slot gone claims it again.
+func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
+	for {
+		st := s.State()
+		if st.Err != nil {
+			return fmt.Errorf("workerid: worker id %d: %w", s.claim.WorkerID, st.Err)
+		}
+		d := time.UnixMilli(st.FloorUnixMilli + 1).Sub(r.cfg.wall())
+		if d <= 0 || d > 2*r.cfg.ttl {
+			return nil
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+			return fmt.Errorf("workerid: worker id %d (%s): IDs can start only in %s, after the context's deadline (the slot's high-water mark is a previous holder's reservation, or unknown after the store lost it): %w",
+				s.claim.WorkerID, r.b.name(), d.Round(time.Millisecond), context.DeadlineExceeded)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("workerid: worker id %d: waiting for the slot's high-water mark: %w", s.claim.WorkerID, context.Cause(ctx))
+		case <-s.done:
+			t.Stop()
+			if st := s.State(); st.Err == nil {
+				return fmt.Errorf("workerid: worker id %d: lease ended while waiting for the high-water mark", s.claim.WorkerID)
+			}
+		case <-t.C:
+		}
+	}
 }
 
 func newToken() (string, error) {
