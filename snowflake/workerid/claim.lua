@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  slot key
 -- KEYS[2]  high-water key (same hash tag)
--- ARGV[1]  the claim: a JSON object with "owner"
+-- ARGV[1]  the claim: a JSON object with "owner", without its closing brace
 -- ARGV[2]  owner token
 -- ARGV[3]  lease TTL in milliseconds
 -- ARGV[4]  the caller's wall clock, Unix ms
@@ -12,6 +12,12 @@
 -- Returns {1, floor, reserve} when claimed, also when this token already holds the slot,
 -- or {0, holder value} when another owner holds it. floor (Unix ms) is the mark the
 -- generator issues above; reserve is the mark now persisted, which it never issues past.
+--
+-- The slot value is the claim plus "floor", the floor this claim found. A second run of
+-- the same claim (go-redis retries EVALSHA after a read timeout; the first reply was
+-- lost) finds the slot already ours and answers that recorded floor. Reading the
+-- high-water key instead would give back the first run's own reservation, a TTL ahead,
+-- and the generator would refuse to issue for a whole TTL.
 local ttl = tonumber(ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -19,6 +25,17 @@ if cur then
   if not ok or type(v) ~= 'table' or v.owner ~= ARGV[2] then
     return {0, cur}
   end
+  local floor = tonumber(v.floor)
+  if floor then
+    -- Ours already: renew as renew.lua does, and answer what the first run answered.
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    local hw = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    local reserve = math.max(hw, tonumber(ARGV[4]) + ttl)
+    redis.call('SET', KEYS[2], string.format('%d', reserve), 'PX', ARGV[5])
+    return {1, floor, reserve}
+  end
+  -- Ours without a recorded floor cannot happen (every Claim makes a new token and this
+  -- script writes every value it owns); should it, claim the slot afresh below.
 end
 
 -- A missing high-water mark means unknown, not zero. Redis loses it together with the
@@ -35,6 +52,6 @@ if not floor then
   floor = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
 end
 local reserve = math.max(floor, tonumber(ARGV[4])) + ttl
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('SET', KEYS[1], ARGV[1] .. string.format(',"floor":%d}', floor), 'PX', ttl)
 redis.call('SET', KEYS[2], string.format('%d', reserve), 'PX', ARGV[5])
 return {1, floor, reserve}
