@@ -89,8 +89,14 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	}
 	a := claim(t, regA, "auth")
 	stop := make(chan struct{})
+	stopIssuing := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(stopIssuing)
 	ia := issue(t, bound(t, a), stop)
-	<-ia.got
+	select {
+	case <-ia.got:
+	case <-ia.done:
+		t.Fatalf("A issued nothing: %v", ia.err)
+	}
 
 	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
 	e0 := a.ExpiresAt()
@@ -109,6 +115,14 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 		l, err := regB.Claim(ctxT(t, 5*testTTL), "auth")
 		bc <- claimed{l, err}
 	}()
+	taken := false
+	t.Cleanup(func() {
+		if !taken { // the test failed before taking B's claim (bounded by its ctx): release it
+			if res := <-bc; res.l != nil {
+				_ = res.l.Release(context.Background())
+			}
+		}
+	})
 	key := "lockgov:workerid:{6}"
 	waitFor(t, 2*testTTL, "B's claim in the restarted Redis", func() bool {
 		v, err := cc.Get(context.Background(), key).Result()
@@ -116,6 +130,7 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	})
 	pa.Blackhole(false) // A's next renewal finds B's claim
 	res := <-bc
+	taken = true
 	if res.err != nil {
 		t.Fatalf("B's claim: %v", res.err)
 	}
@@ -138,10 +153,12 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	}
 	select {
 	case <-ib.got:
+	case <-ib.done:
+		t.Fatalf("B issued nothing: %v", ib.err)
 	case <-time.After(3 * testTTL):
 		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
 	}
-	close(stop)
+	stopIssuing()
 	<-ib.done
 	if ia.err == nil || !errors.Is(ia.err, snowflake.ErrWorkerLeaseLost) {
 		t.Fatalf("A's generator stopped with %v, want ErrWorkerLeaseLost", ia.err)
