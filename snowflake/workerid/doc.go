@@ -1,6 +1,6 @@
-// Package workerid leases snowflake WorkerIDs from Redis or etcd, so that no two live
-// processes ever issue IDs with the same WorkerID, and no process reuses time that an
-// earlier holder of its WorkerID already used.
+// Package workerid leases snowflake WorkerIDs from Redis or etcd, so that two live
+// processes never issue the same ID under one WorkerID, and no process reuses time that an
+// earlier holder of its WorkerID already used (under the conditions in Guarantees).
 //
 //	reg, _ := workerid.NewRedis(rdb, workerid.WithServiceRange("auth", 0, 99))
 //	lease, err := reg.Claim(ctx, "auth") // pod auth-7 prefers WorkerID 7
@@ -27,26 +27,86 @@
 // A Lease implements snowflake.WorkerLease. Its ValidUntil is the send time of the last
 // confirmed renewal plus TTL minus a margin (default TTL/10), on the local monotonic clock:
 // the store cannot have expired the key before then, so a bound generator refuses
-// (ErrWorkerLeaseLost) before anyone else can claim the slot. While the store is unreachable
-// the lease keeps retrying; if the slot has vanished when the store comes back (a Redis
-// restart without persistence) the same owner claims it again and the generator resumes; if
-// another owner took it, the lease ends with ErrTakenOver.
+// (ErrWorkerLeaseLost) before anyone else can claim the slot, whether or not renewals get
+// through. A renewal that finds the slot held by another owner ends the lease with
+// ErrTakenOver, and the generator refuses from then on. While the store is unreachable the
+// lease keeps retrying; if the slot has vanished when the store comes back, the same owner
+// claims it again, as a new claim with the floor that claim finds (see Failure modes).
 //
 // # High-water mark
 //
 // Each slot has a high-water key: the latest Unix millisecond any holder may have used. A
-// claim reads it (the generator never issues at or below it) and raises it to a reservation
-// of now+TTL; every renewal raises it again, and the bound generator refuses to issue past
-// the reservation, so the mark always covers every ID issued, even if the holder crashes or
-// its wall clock jumps forward. Release lowers it to the time actually used, so a graceful
-// restart starts at once; after a crash the next holder waits (or gets
-// snowflake.ErrClockBackwards) until its clock passes the reservation, which by the time the
-// slot has expired it normally has.
+// claim reads it as the floor (the generator never issues at or below it) and raises it to
+// a reservation of max(floor, now)+TTL; every renewal raises it to now+TTL, never lowers
+// it (on Redis inside the script, on etcd a write conditioned on the mark's mod revision),
+// and the bound generator refuses to issue past the reservation, so the mark covers every
+// ID issued even if the holder crashes or its wall clock jumps forward. Release lowers it
+// to the time actually used (never below the floor it found), so a graceful restart starts
+// at once. A lease garbage-collected while held keeps its reservation as the mark.
+//
+// On Redis a missing mark means unknown, not zero: Redis loses it together with the slot
+// (a restart without persistence, FLUSHALL, eviction), while the previous holder may still
+// issue IDs on a lease that is valid on its side for up to one TTL. A claim that finds no
+// mark therefore takes the server's now+TTL as its floor: every earlier lease has ended by
+// then. Redis cannot tell such a slot from one never used, so the first claim of a slot, or
+// of one idle for longer than WithHighWaterTTL (default 24h), waits one TTL too. etcd keeps
+// the mark without a lease and does not lose acknowledged writes: there a missing mark
+// means never used, and the floor is 0.
+//
+// Claim returns once a bound generator can issue: while the floor is at most two TTLs ahead
+// of the local clock (a crashed holder's reservation, an unknown mark) it waits, renewing
+// meanwhile, and it fails at once if ctx's deadline comes before the floor. A floor further
+// ahead means this host's clock is behind an earlier holder's: Claim returns, and the
+// generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
+//
+// The claim is idempotent for its own token: the slot value records the floor the claim
+// found, and a second run of the same claim (go-redis retries EVALSHA after a read timeout,
+// the first reply lost) answers that floor instead of reading back its own reservation.
+//
+// # Guarantees
+//
+// No two generators bound to leases on one WorkerID issue the same ID, and none issues at
+// or below a millisecond an earlier holder may have used, provided that:
+//   - every holder's wall clock is within the margin (WithMargin) of the store's clock, and
+//     every host's monotonic clock runs at the store's rate to within the margin (the
+//     clock-skew tiers refuse new IDs beyond 500 ms of offset);
+//   - the store keeps what it acknowledged, or loses a slot's keys entirely (see Failure
+//     modes for a mark that survives stale);
+//   - every generator for the WorkerID is bound to a lease from a Registry on the same
+//     store and key prefix.
+//
+// # Failure modes
+//
+//   - Store unreachable: renewals fail, the generator refuses from ValidUntil on. When the
+//     store answers again the lease renews (or re-claims a vanished slot) and the generator
+//     resumes.
+//   - Holder crash: its slot expires after the TTL. The next holder's floor is the crashed
+//     holder's reservation, at most one TTL after its last renewal: Claim waits until the
+//     local clock passes it (usually it already has, as the slot took a TTL to expire).
+//   - Redis restart without persistence (also FLUSHALL, eviction of these keys): slot and
+//     mark are gone. A new holder's floor is the server's now+TTL, so it issues only after
+//     every lease granted before the loss has ended; the old holder stops at its next
+//     renewal, which finds the slot taken (ErrTakenOver), and in any case before its lease
+//     could have expired. A holder whose renewal finds its slot gone re-claims it with the
+//     same rule, so after such a loss every generator pauses for one TTL.
+//   - Lost replies: a claim retried after a lost reply answers the floor of its first run;
+//     a lost renewal reply is a failed renewal (retried; the generator stops at ValidUntil
+//     if none gets through); a Release whose request or reply is lost returns the error,
+//     and the slot is then deleted or expires after the TTL.
+//   - A mark that survives but is stale, on Redis a restart from an older RDB snapshot or
+//     an append-only file with appendfsync everysec, or a failover to a replica that
+//     lagged, on etcd a restore from an older snapshot: not detected. A new holder's floor
+//     can then be below IDs a holder still running on its old lease issues until its next
+//     renewal (at most TTL/3 later, or until that lease could have expired). Run Redis with
+//     appendfsync always and without failover to lagging replicas, or use etcd, where
+//     WorkerIDs must not repeat across such events.
+//   - Host clock behind an earlier holder's by more than two TTLs: Claim returns and the
+//     generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
+//   - Lease dropped without Release: when garbage-collected it is counted
+//     (WithLeakedHook), logged (WithLogger) and released; until the collector runs, it
+//     renews and holds its slot like a live lease.
 //
 // Redis keeps the high-water key for WithHighWaterTTL (default 24h) after its last write,
-// under a TTL like every key lockgov creates: a host whose clock is a day behind is refused
-// by the clock-skew policy long before. It lives only as long as Redis keeps data: run Redis
-// with persistence or replication if restarts must not forget it (a Redis restart that loses
-// it does not affect running generators, whose own state is higher). etcd keeps the
-// high-water key without a lease, deliberately: there is one per WorkerID, a bounded set.
+// under a TTL like every key lockgov creates. etcd keeps the high-water key without a
+// lease, deliberately: there is one per WorkerID, a bounded set.
 package workerid

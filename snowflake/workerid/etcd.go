@@ -14,8 +14,9 @@ import (
 // NewEtcd returns a Registry on etcd. A slot key is attached to an etcd lease and created
 // by a transaction that succeeds only if the key does not exist (create revision 0); every
 // later write is a transaction conditioned on that create revision, so only the owner
-// writes. The high-water key is kept without a lease, deliberately: there is at most one
-// per WorkerID, and it must outlive every holder.
+// writes, and a raise of the high-water mark also on the mark's mod revision, so the mark
+// never decreases. The high-water key is kept without a lease, deliberately: there is at
+// most one per WorkerID, and it must outlive every holder.
 func NewEtcd(c *clientv3.Client, opts ...Option) (*Registry, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil etcd client", ErrInvalid)
@@ -38,7 +39,7 @@ func (b *etcdBackend) ttlSeconds() int64 {
 	return int64((b.cfg.ttl + time.Second - 1) / time.Second)
 }
 
-func (b *etcdBackend) claim(ctx context.Context, l *Lease) (int64, int64, error) {
+func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
 	grant, err := b.c.Grant(ctx, b.ttlSeconds())
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: etcd grant: %w", err)
@@ -66,33 +67,74 @@ func (b *etcdBackend) claim(ctx context.Context, l *Lease) (int64, int64, error)
 		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: holder}
 	}
 	l.etcdLease, l.etcdRevision = int64(grant.ID), txn.Header.Revision
-	var floor int64
+	// etcd keeps the mark without a lease and does not lose acknowledged writes, so a
+	// missing mark means the slot was never used: floor 0.
+	l.hwMark, l.hwRevision = 0, 0
 	if kvs := txn.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		floor, _ = strconv.ParseInt(string(kvs[0].Value), 10, 64)
+		if l.hwMark, err = parseMark(kvs[0].Value); err != nil {
+			return 0, 0, fmt.Errorf("workerid: etcd high-water mark of worker id %d: %w", l.claim.WorkerID, err)
+		}
+		l.hwRevision = kvs[0].ModRevision
 	}
-	reserve := max(floor, time.Now().UnixMilli()) + b.cfg.ttl.Milliseconds()
-	if err := b.reserve(ctx, l, reserve); err != nil {
-		return 0, 0, err
+	floor := l.hwMark
+	st, reserve, err := b.raise(ctx, l, max(floor, b.cfg.wall().UnixMilli())+b.cfg.ttl.Milliseconds())
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("workerid: etcd high-water mark: %w", err)
+	case st != renewed:
+		return 0, 0, fmt.Errorf("%w: worker id %d: slot changed owner while claiming", ErrCollision, l.claim.WorkerID)
 	}
 	return floor, reserve, nil
 }
 
-// reserve persists the high-water reservation if l still owns the slot.
-func (b *etcdBackend) reserve(ctx context.Context, l *Lease, reserve int64) error {
-	txn, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.etcdRevision)).
-		Then(clientv3.OpPut(l.hwKey, strconv.FormatInt(reserve, 10))).
-		Commit()
+func parseMark(v []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(v), 10, 64)
 	if err != nil {
-		return fmt.Errorf("workerid: etcd high-water mark: %w", err)
+		return 0, fmt.Errorf("%w: high-water mark %q is not a Unix millisecond", ErrInvalid, v)
 	}
-	if !txn.Succeeded {
-		return fmt.Errorf("%w: worker id %d: slot changed owner while claiming", ErrCollision, l.claim.WorkerID)
-	}
-	return nil
+	return n, nil
 }
 
-func (b *etcdBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, time.Duration, error) {
+// raise persists max(stored mark, want) as the slot's high-water mark while l holds the
+// slot, and returns it. The write is conditioned on the mark's mod revision, so the stored
+// mark never decreases: a holder whose clock is behind an earlier holder's must not lower
+// the mark that holder reserved, or the next holder after it would issue inside that
+// holder's range. One round trip when the mark is as l last saw it.
+func (b *etcdBackend) raise(ctx context.Context, l *leaseState, want int64) (renewStatus, int64, error) {
+	for {
+		reserve := max(l.hwMark, want)
+		txn, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.etcdRevision),
+				clientv3.Compare(clientv3.ModRevision(l.hwKey), "=", l.hwRevision)).
+			Then(clientv3.OpPut(l.hwKey, strconv.FormatInt(reserve, 10))).
+			Else(clientv3.OpGet(l.key), clientv3.OpGet(l.hwKey)).
+			Commit()
+		if err != nil {
+			return 0, 0, err
+		}
+		if txn.Succeeded {
+			l.hwMark, l.hwRevision = reserve, txn.Header.Revision
+			return renewed, reserve, nil
+		}
+		slot := txn.Responses[0].GetResponseRange().GetKvs()
+		switch {
+		case len(slot) == 0:
+			return missing, 0, nil
+		case slot[0].CreateRevision != l.etcdRevision:
+			return stolen, 0, nil
+		}
+		// The mark changed since l saw it: take the stored one into account and retry.
+		l.hwMark, l.hwRevision = 0, 0
+		if kvs := txn.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if l.hwMark, err = parseMark(kvs[0].Value); err != nil {
+				return 0, 0, err
+			}
+			l.hwRevision = kvs[0].ModRevision
+		}
+	}
+}
+
+func (b *etcdBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {
 	ka, err := b.c.KeepAliveOnce(ctx, clientv3.LeaseID(l.etcdLease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return missing, 0, 0, nil
@@ -100,25 +142,14 @@ func (b *etcdBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, 
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	reserve := time.Now().UnixMilli() + b.cfg.ttl.Milliseconds()
-	txn, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.etcdRevision)).
-		Then(clientv3.OpPut(l.hwKey, strconv.FormatInt(reserve, 10))).
-		Else(clientv3.OpGet(l.key)).
-		Commit()
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	if !txn.Succeeded {
-		if len(txn.Responses[0].GetResponseRange().GetKvs()) == 0 {
-			return missing, 0, 0, nil
-		}
-		return stolen, 0, 0, nil
+	st, reserve, err := b.raise(ctx, l, b.cfg.wall().UnixMilli()+b.cfg.ttl.Milliseconds())
+	if err != nil || st != renewed {
+		return st, 0, 0, err
 	}
 	return renewed, reserve, time.Duration(ka.TTL) * time.Second, nil
 }
 
-func (b *etcdBackend) release(ctx context.Context, l *Lease, lastUsed int64) error {
+func (b *etcdBackend) release(ctx context.Context, l *leaseState, lastUsed int64) error {
 	ops := []clientv3.Op{clientv3.OpDelete(l.key)}
 	if lastUsed > 0 {
 		ops = append(ops, clientv3.OpPut(l.hwKey, strconv.FormatInt(lastUsed, 10)))

@@ -43,9 +43,10 @@ type redisBackend struct {
 
 func (*redisBackend) name() string { return "redis" }
 
-func (b *redisBackend) claim(ctx context.Context, l *Lease) (int64, int64, error) {
+func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
+	open := l.value[:len(l.value)-1] // the script appends the floor and the closing brace
 	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		l.value, l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}
@@ -62,9 +63,9 @@ func (b *redisBackend) claim(ctx context.Context, l *Lease) (int64, int64, error
 	return floor, reserve, nil
 }
 
-func (b *redisBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64, time.Duration, error) {
+func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {
 	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		l.token, b.cfg.ttl.Milliseconds(), time.Now().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -79,7 +80,7 @@ func (b *redisBackend) renew(ctx context.Context, l *Lease) (renewStatus, int64,
 	}
 }
 
-func (b *redisBackend) release(ctx context.Context, l *Lease, lastUsed int64) error {
+func (b *redisBackend) release(ctx context.Context, l *leaseState, lastUsed int64) error {
 	err := releaseScript.Run(ctx, b.c, []string{l.key, l.hwKey}, l.token, lastUsed, b.cfg.hwTTL.Milliseconds()).Err()
 	if errors.Is(err, redis.Nil) {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -29,13 +30,13 @@ var processStart = time.Now().UTC()
 type backend interface {
 	// claim takes the slot if it is free or already held by token. It returns the
 	// persisted high-water mark (floor) and the new reservation it persisted, both Unix ms.
-	claim(ctx context.Context, l *Lease) (floor, reserve int64, err error)
+	claim(ctx context.Context, s *leaseState) (floor, reserve int64, err error)
 	// renew extends a held slot. status is renewed, missing (slot gone, may be
 	// re-claimed) or stolen (another owner holds it).
-	renew(ctx context.Context, l *Lease) (st renewStatus, reserve int64, ttl time.Duration, err error)
-	// release deletes the slot if l still holds it and lowers the high-water mark to
-	// lastUsed (Unix ms) when that is known.
-	release(ctx context.Context, l *Lease, lastUsed int64) error
+	renew(ctx context.Context, s *leaseState) (st renewStatus, reserve int64, ttl time.Duration, err error)
+	// release deletes the slot if s still holds it and lowers the high-water mark to
+	// lastUsed (Unix ms) when that is known (non-zero).
+	release(ctx context.Context, s *leaseState, lastUsed int64) error
 	name() string
 }
 
@@ -63,7 +64,13 @@ type config struct {
 	hostname     string
 	podIP        string
 	renewTimeout time.Duration
+	clock        snowflake.Clock
+	logger       *slog.Logger
+	onLeaked     func(Claim)
 }
+
+// wall reads the wall clock reservations and claim times are taken from.
+func (c *config) wall() time.Time { return c.clock.Wall() }
 
 // Option configures a Registry.
 type Option interface{ apply(*config) }
@@ -108,6 +115,22 @@ func WithIdentity(hostname, podIP string) Option {
 	return optionFunc(func(c *config) { c.hostname, c.podIP = hostname, podIP })
 }
 
+// WithClock replaces the wall clock that claim times and high-water reservations are read
+// from (default the system clock), for tests. A lease's deadline is always measured on the
+// real monotonic clock.
+func WithClock(clk snowflake.Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clk })
+}
+
+// WithLogger sets the logger for leases garbage-collected while held (default
+// slog.Default()). Owner tokens are never logged.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithLeakedHook sets a func called once for every Lease garbage-collected while held
+// (never released), before its slot is released: count it in a metric. It runs on the
+// runtime's cleanup goroutine and must be fast.
+func WithLeakedHook(f func(Claim)) Option { return optionFunc(func(c *config) { c.onLeaked = f }) }
+
 // WithHighWaterTTL sets how long Redis keeps a slot's high-water mark after its last
 // renewal (default 24h). etcd keeps it without a lease.
 func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.hwTTL = d }) }
@@ -116,6 +139,12 @@ func newConfig(opts []Option) (config, error) {
 	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout}
 	for _, o := range opts {
 		o.apply(&c)
+	}
+	if c.clock == nil {
+		c.clock = snowflake.SystemClock{}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
 	}
 	if c.margin == 0 {
 		c.margin = c.ttl / 10
@@ -178,6 +207,13 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // without an ordinal, the first free slot in the service's range. A preferred slot held by
 // another live owner is a *CollisionError unless the Registry was built WithNextFree. The
 // lease renews itself until Release.
+//
+// Claim returns once a bound generator can issue at once: when the slot's high-water mark
+// is ahead of the local clock by up to two TTLs (a crashed holder's reservation, or on
+// Redis a mark that is unknown because the store lost it), it waits for the clock to pass
+// it, renewing meanwhile, and fails without waiting if ctx's deadline comes first. A mark
+// further ahead means this host's clock is behind an earlier holder's: Claim returns and
+// the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
@@ -215,10 +251,17 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	}
 	var first error
 	for _, slot := range order {
-		l := r.newLease(service, slot, token)
-		err := r.claimSlot(ctx, l)
+		ls := r.newLease(service, slot, token)
+		err := r.claimSlot(ctx, ls)
 		if err == nil {
-			l.start()
+			l := ls.start()
+			if err := r.awaitFloor(ctx, ls); err != nil {
+				// A fresh context: ctx is why we give up. The release keeps the mark.
+				rctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewTimeout)
+				rerr := l.Release(rctx)
+				cancel()
+				return nil, errors.Join(err, rerr)
+			}
 			return l, nil
 		}
 		if !errors.Is(err, ErrCollision) {
@@ -234,15 +277,47 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	return nil, fmt.Errorf("%w: service %q, range [%d, %d] (%s): %w", ErrNoFreeSlot, service, lo, hi, r.b.name(), first)
 }
 
-func (r *Registry) claimSlot(ctx context.Context, l *Lease) error {
+func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 	sent := time.Now()
-	floor, reserve, err := r.b.claim(ctx, l)
+	floor, reserve, err := r.b.claim(ctx, s)
 	if err != nil {
 		return err
 	}
-	l.floor = floor
-	l.confirm(sent, r.cfg.ttl, reserve)
+	s.floor = floor
+	s.confirm(sent, r.cfg.ttl, reserve)
 	return nil
+}
+
+// awaitFloor returns once the wall clock has passed the lease's high-water floor, when
+// that is at most two TTLs away (see Claim). The floor can rise meanwhile: a renewal that
+// finds the slot gone claims it again.
+func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
+	for {
+		st := s.State()
+		if st.Err != nil {
+			return fmt.Errorf("workerid: worker id %d: %w", s.claim.WorkerID, st.Err)
+		}
+		d := time.UnixMilli(st.FloorUnixMilli + 1).Sub(r.cfg.wall())
+		if d <= 0 || d > 2*r.cfg.ttl {
+			return nil
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+			return fmt.Errorf("workerid: worker id %d (%s): IDs can start only in %s, after the context's deadline (the slot's high-water mark is a previous holder's reservation, or unknown after the store lost it): %w",
+				s.claim.WorkerID, r.b.name(), d.Round(time.Millisecond), context.DeadlineExceeded)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("workerid: worker id %d: waiting for the slot's high-water mark: %w", s.claim.WorkerID, context.Cause(ctx))
+		case <-s.done:
+			t.Stop()
+			if st := s.State(); st.Err == nil {
+				return fmt.Errorf("workerid: worker id %d: lease ended while waiting for the high-water mark", s.claim.WorkerID)
+			}
+		case <-t.C:
+		}
+	}
 }
 
 func newToken() (string, error) {
@@ -253,7 +328,7 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-func (r *Registry) newLease(service string, slot int64, token string) *Lease {
+func (r *Registry) newLease(service string, slot int64, token string) *leaseState {
 	claim := Claim{
 		Service:   service,
 		WorkerID:  slot,
@@ -261,16 +336,17 @@ func (r *Registry) newLease(service string, slot int64, token string) *Lease {
 		Hostname:  r.cfg.hostname,
 		PID:       os.Getpid(),
 		StartedAt: processStart,
-		ClaimedAt: time.Now().UTC(),
+		ClaimedAt: r.cfg.wall().UTC(),
 	}
 	value, _ := json.Marshal(stored{Owner: token, Claim: claim}) // plain strings and numbers
-	return &Lease{
-		reg:   r,
-		claim: claim,
-		token: token,
-		value: value,
-		key:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
-		hwKey: r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
-		done:  make(chan struct{}),
+	return &leaseState{
+		reg:     r,
+		claim:   claim,
+		claimed: time.Now(),
+		token:   token,
+		value:   value,
+		key:     r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
+		hwKey:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
+		done:    make(chan struct{}),
 	}
 }

@@ -1,0 +1,76 @@
+package workerid_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+// replayOnce runs the next script call twice while armed, the first reply thrown away:
+// what the server sees when go-redis retries an EVALSHA whose reply timed out.
+type replayOnce struct{ armed, replayed atomic.Bool }
+
+func (*replayOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*replayOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *replayOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+			lost := redis.NewCmd(ctx, cmd.Args()...)
+			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				h.armed.Store(false)
+				h.replayed.Store(true)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestClaim_RetriedClaimKeepsThePreviousHoldersFloor: when the claim script runs twice
+// for one Claim (a retry after a lost reply), the second run finds the slot already held by
+// the same token. It must return the floor the first run found, the previous holder's
+// mark, not read back the first run's own reservation: the generator issues at once.
+func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redisClient(r.Addr())
+	t.Cleanup(func() { _ = c.Close() })
+	h := &replayOnce{}
+	c.AddHook(h)
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	// A previous holder released the slot: the mark is the last millisecond it used.
+	prev := claim(t, reg, "auth")
+	if _, err := bound(t, prev).NextN(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := prev.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark, err := c.Get(ctx, "lockgov:workerid:{2}:hw").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h.armed.Store(true)
+	l := claim(t, reg, "auth")
+	if !h.replayed.Load() {
+		t.Fatal("the claim script was not run twice")
+	}
+	if _, err := bound(t, l).NextID(ctx); err != nil {
+		t.Fatalf("first ID after a retried claim: %v", err)
+	}
+	if f := l.State().FloorUnixMilli; f != mark {
+		t.Fatalf("floor %d after a retried claim, want the previous holder's mark %d", f, mark)
+	}
+}

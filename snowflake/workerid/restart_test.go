@@ -1,0 +1,175 @@
+package workerid_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/snowflake"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+// issuer issues IDs from g in batches until stop is closed or the lease is lost, and keeps
+// every ID it got.
+type issuer struct {
+	mu   sync.Mutex
+	ids  []int64
+	err  error         // why it stopped, if not told to
+	got  chan struct{} // closed after the first batch
+	done chan struct{}
+}
+
+func issue(t *testing.T, g *snowflake.Generator, stop <-chan struct{}) *issuer {
+	is := &issuer{got: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(is.done)
+		tick := time.NewTicker(time.Millisecond) // pacing on a shared 2-core box, not synchronisation
+		defer tick.Stop()
+		first := true
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			ids, err := g.NextN(context.Background(), 50)
+			switch {
+			case errors.Is(err, snowflake.ErrWorkerLeaseLost):
+				is.mu.Lock()
+				is.err = err
+				is.mu.Unlock()
+				return
+			case errors.Is(err, snowflake.ErrClockBackwards):
+				continue // waiting out a high-water mark
+			case err != nil:
+				t.Error(err)
+				return
+			}
+			is.mu.Lock()
+			is.ids = append(is.ids, ids...)
+			is.mu.Unlock()
+			if first {
+				first = false
+				close(is.got)
+			}
+		}
+	}()
+	return is
+}
+
+func (is *issuer) count() int {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	return len(is.ids)
+}
+
+// TestRedisRestart_TwoHoldersNeverIssueTheSameID: a Redis restart without persistence
+// forgets the slot and its high-water mark while holder A's lease is still valid on A's
+// side. B, on another client, claims the empty slot at once; A keeps issuing until its
+// renewal finds B's claim. A and B issue concurrently across the restart, and no ID may be
+// issued by both: a missing high-water mark means "unknown", so B starts only after every
+// lease granted before the restart has ended.
+func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
+	r := testenv.NewRedis(t)
+	pa := testenv.NewProxy(t, r.Addr()) // A's path to Redis, cut around the restart
+	ca, cb, cc := redisClient(pa.Addr()), redisClient(r.Addr()), redisClient(r.Addr())
+	t.Cleanup(func() { _, _, _ = ca.Close(), cb.Close(), cc.Close() })
+	regA, err := workerid.NewRedis(ca, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-6", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	regB, err := workerid.NewRedis(cb, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-6", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := claim(t, regA, "auth")
+	stop := make(chan struct{})
+	stopIssuing := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(stopIssuing)
+	ia := issue(t, bound(t, a), stop)
+	select {
+	case <-ia.got:
+	case <-ia.done:
+		t.Fatalf("A issued nothing: %v", ia.err)
+	}
+
+	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
+	e0 := a.ExpiresAt()
+	waitFor(t, 2*testTTL, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
+	pa.Blackhole(true) // A's renewals cannot reach the restarted server before B claims
+	beforeRestart := ia.count()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	type claimed struct {
+		l   *workerid.Lease
+		err error
+	}
+	bc := make(chan claimed, 1)
+	go func() {
+		l, err := regB.Claim(ctxT(t, 5*testTTL), "auth")
+		bc <- claimed{l, err}
+	}()
+	taken := false
+	t.Cleanup(func() {
+		if !taken { // the test failed before taking B's claim (bounded by its ctx): release it
+			if res := <-bc; res.l != nil {
+				_ = res.l.Release(context.Background())
+			}
+		}
+	})
+	key := "lockgov:workerid:{6}"
+	waitFor(t, 2*testTTL, "B's claim in the restarted Redis", func() bool {
+		v, err := cc.Get(context.Background(), key).Result()
+		return err == nil && strings.Contains(v, `"pod_ip":"b"`)
+	})
+	pa.Blackhole(false) // A's next renewal finds B's claim
+	res := <-bc
+	taken = true
+	if res.err != nil {
+		t.Fatalf("B's claim: %v", res.err)
+	}
+	b := res.l
+	t.Cleanup(func() { _ = b.Release(context.Background()) })
+	ib := issue(t, bound(t, b), stop)
+
+	select {
+	case <-a.Done():
+	case <-time.After(3 * testTTL):
+		t.Fatal("A's lease did not end after B claimed its slot")
+	}
+	if !errors.Is(a.Err(), workerid.ErrTakenOver) {
+		t.Fatalf("A's lease ended with %v, want ErrTakenOver", a.Err())
+	}
+	select {
+	case <-ia.done:
+	case <-time.After(testTTL):
+		t.Fatal("A's generator still issues after its lease ended")
+	}
+	select {
+	case <-ib.got:
+	case <-ib.done:
+		t.Fatalf("B issued nothing: %v", ib.err)
+	case <-time.After(3 * testTTL):
+		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
+	}
+	stopIssuing()
+	<-ib.done
+	if ia.err == nil || !errors.Is(ia.err, snowflake.ErrWorkerLeaseLost) {
+		t.Fatalf("A's generator stopped with %v, want ErrWorkerLeaseLost", ia.err)
+	}
+
+	all := append(slices.Clone(ia.ids), ib.ids...)
+	slices.Sort(all)
+	dups := len(all) - len(slices.Compact(slices.Clone(all)))
+	t.Logf("A issued %d IDs (%d after the restart began), B %d; B's floor %d, A stopped: %v",
+		len(ia.ids), len(ia.ids)-beforeRestart, len(ib.ids), b.State().FloorUnixMilli, ia.err)
+	if dups != 0 {
+		t.Fatalf("%d IDs issued by both A and B", dups)
+	}
+}
