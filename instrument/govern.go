@@ -232,11 +232,24 @@ func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string,
 				return cfg, fmt.Errorf("instrument: acquire (pattern %s): %w: offset %v is above %v",
 					label, ErrClockSkew, off, g.cfg.policy.Skew.Reject)
 			case policy.TierDegrade:
-				cfg.TTL = time.Duration(float64(cfg.TTL) * g.cfg.policy.Skew.DegradeTTLFactor)
+				cfg.TTL = degradeTTL(g.cfg.policy.Skew, rule, cfg.TTL)
 			}
 		}
 	}
 	return cfg, nil
+}
+
+// minBackendTTL is the shortest TTL AcquireConfig.Validate accepts.
+const minBackendTTL = 3 * time.Millisecond
+
+// degradeTTL is the TTL of a new lease in the skew degrade tier: ttl scaled
+// by the tier's factor, but not below the rule's MinTTL (a lease shorter than
+// the policy allows is the risk the policy exists to prevent) nor below what
+// a backend accepts, and never above ttl itself (a TTL already below MinTTL,
+// let through by audit mode, is left as it is).
+func degradeTTL(s policy.SkewTiers, rule *policy.Rule, ttl time.Duration) time.Duration {
+	floor := min(ttl, max(rule.MinTTL, minBackendTTL))
+	return max(s.DegradeTTL(ttl), floor)
 }
 
 // violate counts a broken rule and, in enforce mode, returns the refusal.
