@@ -219,3 +219,39 @@ func TestFromFunc_ReleaseAfterTheTTLDoesNotDeleteTheNextHoldersLock(t *testing.T
 		}
 	})
 }
+
+var errReplyLost = errors.New("reply lost (injected after the unlock ran)")
+
+// A release whose reply is lost leaves the lease ended, but fn ran under
+// the lock: Do reports the release's error, not ErrLockLost (on which a
+// caller would redo the work).
+func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	lostReply := func(ctx context.Context, key string) (func(context.Context) error, error) {
+		unlock, err := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			if err := unlock(ctx); err != nil {
+				return err
+			}
+			return errReplyLost
+		}, nil
+	}
+	l := instrument.Govern(instrument.FromFunc(lostReply, instrument.FuncTTL(10*time.Second)))
+	ctx := withTimeout(t, 10*time.Second)
+	ran := false
+	err := instrument.Do(ctx, l, "lock:reply", func(context.Context) error { ran = true; return nil })
+	if !ran {
+		t.Fatalf("fn did not run: %v", err)
+	}
+	if errors.Is(err, instrument.ErrLockLost) || !errors.Is(err, errReplyLost) {
+		t.Fatalf("Do after a release with a lost reply: %v, want the release's error and not ErrLockLost", err)
+	}
+	if c.Exists(ctx, "lock:reply").Val() != 0 {
+		t.Fatal("lock not released")
+	}
+}
