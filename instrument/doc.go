@@ -46,11 +46,29 @@
 //
 // # Re-entrancy
 //
-// A lease's Context (and the context Do passes to fn) carries the lease. An
-// Acquire of the same key through the same Governed with such a context
-// re-enters: the hold count goes up, the lease is shared, and the lock is
-// released when the last handle is released. ContextWithLease attaches a
-// lease to any other context.
+// A lease's Context, the context Do passes to fn, and any context made with
+// ContextWithLease carry the lease. An Acquire of the same key through the
+// same Governed with such a context (or one derived from it) re-enters: it
+// returns a handle on the same lock and fence at once, the hold count goes
+// up, and the lock is released when the last handle is released. Go has no
+// goroutine identity, so the context decides who re-enters: every goroutine
+// that has such a context does, whichever goroutine it is.
+//
+// Decision: such goroutines exclude each other. A re-entrant hold's own
+// Context carries that hold; below any hold (the root lease, or a re-entrant
+// one) at most one re-entrant hold is open at a time, and another Acquire
+// through the same hold waits until it is released (FailFast: ErrNotAcquired
+// at once; otherwise until ctx ends, ErrNotAcquired; if the lease ends
+// meanwhile, it acquires from the backend). So workers that fn starts with
+// its context and that lock the key again take turns, as they would across
+// processes, while nested code that passes on the context of the hold it is
+// in (the re-entered lease's Context, or a nested Do's fn context) goes
+// straight in. Code that re-enters twice with the same outer context without
+// releasing the first hold waits for itself until ctx ends. A hold released
+// before one nested in it keeps its place until that one is released too.
+// The root holder itself (fn) is not excluded from its re-entrant holds: it
+// holds the lock for all of them, as a goroutine that holds a mutex and
+// starts workers does.
 //
 // # Failure modes
 //
