@@ -383,9 +383,14 @@ const watchCreateGrace = cleanupTimeout
 // ended and etcd does not answer within watchCreateGrace (a lost connection)
 // is a pending watch cancelled, accepting that leak over a stuck Release.
 func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+	return watchKey(l.c, stop, key, opts...)
+}
+
+// watchKey is Locker.watch on any client.
+func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(stop)))
 	pending := context.AfterFunc(stop, func() { time.AfterFunc(watchCreateGrace, cancel) })
-	wch := l.c.Watch(wctx, key, opts...)
+	wch := c.Watch(wctx, key, opts...)
 	pending()
 	return wch, cancel
 }
