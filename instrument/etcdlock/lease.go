@@ -85,6 +85,22 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 
 func (st *leaseState) queuedAt() time.Time { return st.queued }
 
+// checkLive refuses to hand out a lease that has already ended, or whose
+// local deadline has passed although the timer has not run yet (a paused or
+// overloaded process): etcd may already have expired it.
+func (st *leaseState) checkLive() error {
+	st.mu.Lock()
+	past := !time.Now().Before(st.expires.Add(-st.drift))
+	st.mu.Unlock()
+	if past {
+		st.lose(fmt.Errorf("%w: %q: session lease passed its local deadline before the lock was taken", instrument.ErrLockLost, st.key))
+	}
+	if cause := context.Cause(st.ctx); cause != nil {
+		return fmt.Errorf("etcdlock: acquire %q: %w", st.key, cause)
+	}
+	return nil
+}
+
 // acquired marks the lock held with fence and hands out the caller's handle.
 func (st *leaseState) acquired(fence int64) *lease {
 	st.mu.Lock()
