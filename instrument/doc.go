@@ -25,7 +25,10 @@
 // Fallback release: Do releases on return and on panic (and re-panics); a
 // lease dropped without Release is noticed when it is garbage-collected,
 // counted in lockgov_lease_leaked_total, logged and released; the TTL is the
-// last net when the process dies.
+// last net when the process dies. None of these releases can delete the
+// next holder's lock after a loss: the backends' releases are owner-checked,
+// and FromFunc, whose wrapped unlock may not be, no longer calls it once its
+// lease has ended (Release returns ErrNotHeld).
 //
 // Trace propagation: "acquire lock" and "release lock" spans are children of
 // the caller's span; renewals and loss are events on the caller's span; the
@@ -70,6 +73,11 @@
 // holds the lock for all of them, as a goroutine that holds a mutex and
 // starts workers does.
 //
+// Clock skew (WithSkewSource): in the policy's reject tier Acquire returns
+// ErrClockSkew; in the degrade tier a new lease's TTL is
+// policy.SkewTiers.DegradeTTL of it, but never below the pattern's min_ttl
+// (nor the 3 ms a backend accepts), and never above the TTL asked for.
+//
 // # Failure modes
 //
 // A lease's Context ends with ErrLockLost at the latest when local monotonic
@@ -78,4 +86,18 @@
 // after a loss checks that context, and passes Fence to the resource so a
 // stale holder (one paused by GC past its TTL, say) is refused there: a lock
 // alone cannot stop a paused process from writing.
+//
+// Do judges a loss by the lease's state when fn returns: ErrLockLost if the
+// lease had ended with it by then, or if the release found the lock no
+// longer held (Do cannot tell when it went). A release that fails otherwise
+// (a transport error, a lost reply) is returned as it is: fn finished under
+// the lock, and the store's TTL frees the lock if the release did not get
+// through. Callers that redo work on ErrLockLost do not redo it then.
+//
+// FromFunc cannot add what the wrapped code lacks: no renewal (the lease
+// ends at FuncTTL), no fence, and no owner check on unlock. It never calls
+// the unlock after FuncTTL has passed, and bounds the unlock's context by
+// that deadline, but an unlock sent just before the deadline can still
+// reach the store after the TTL and, without an owner check, delete the
+// next holder's lock.
 package instrument
