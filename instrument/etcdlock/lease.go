@@ -157,6 +157,9 @@ func (st *leaseState) watchOwn(rev int64) {
 						break watching
 					} else if gone {
 						cancel()
+						if st.isReleased() {
+							return // Release deleted it (or will report ErrNotHeld)
+						}
 						st.lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
 						return
 					}
@@ -168,10 +171,7 @@ func (st *leaseState) watchOwn(rev int64) {
 					// the same name. Only a deletion after ownRev is ours.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > ownRev {
 						cancel()
-						st.mu.Lock()
-						released := st.released
-						st.mu.Unlock()
-						if released {
+						if st.isReleased() {
 							return // Release deleted it (or will report ErrNotHeld)
 						}
 						st.lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
@@ -196,6 +196,14 @@ func (st *leaseState) watchOwn(rev int64) {
 		}
 		rev = 0 // any created revision triggers the read
 	}
+}
+
+// isReleased reports whether Release has started: a deletion of our entry
+// from then on is Release's own (or Release reports ErrNotHeld itself).
+func (st *leaseState) isReleased() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.released
 }
 
 // ownGone reads our entry: gone is true when it no longer exists with the
