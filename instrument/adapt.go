@@ -55,6 +55,15 @@ func FuncTTL(d time.Duration) FuncOption {
 //   - Release calls the returned release function once; a second Release
 //     returns ErrNotHeld without calling it. Do's fallback release and the
 //     release of a lease garbage-collected while held (Hooks.Leaked) work.
+//   - Once FuncTTL has ended the lease (its Context ended with ErrLockLost)
+//     the store may have given the lock to someone else, so Release returns
+//     ErrNotHeld and never calls the release function: an unlock without an
+//     owner check (a plain DEL) would delete the next holder's lock. The
+//     release function's context is also bounded by that local deadline.
+//     The lock is then left to the store's TTL. A release that was sent
+//     before the deadline but reaches the store after the TTL can still
+//     hit the next holder if the wrapped unlock does not check ownership:
+//     FromFunc cannot add an owner check the wrapped code does not have.
 //   - Wait strategies: FailFast and WaitUntilDeadline call acquire once (it
 //     waits the way it always did, bounded by ctx); Retry calls it up to
 //     MaxAttempts times while it returns ErrNotAcquired, with the backoff.
@@ -142,21 +151,25 @@ type funcState struct {
 	hooks   Hooks
 	ttl     time.Duration
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	timer  *time.Timer
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	deadline time.Time // acquisition + TTL - drift; zero without FuncTTL
 
 	mu       sync.Mutex
-	released bool
-	ended    bool
+	released bool // Release was called
+	ended    bool // released, or lost at the deadline
 }
 
 func newFuncLease(key string, release func(context.Context) error, start time.Time, ttl time.Duration, hooks Hooks) *funcLease {
 	st := &funcState{key: key, release: release, hooks: hooks, ttl: ttl}
 	st.ctx, st.cancel = context.WithCancelCause(context.Background())
 	if ttl > 0 {
+		// start is taken before the acquire call, so the store's TTL cannot
+		// have started earlier.
+		st.deadline = start.Add(ttl - 2*time.Millisecond - ttl/50)
 		st.mu.Lock()
-		st.timer = time.AfterFunc(time.Until(start.Add(ttl-2*time.Millisecond-ttl/50)), st.expire)
+		st.timer = time.AfterFunc(time.Until(st.deadline), st.expire)
 		st.mu.Unlock()
 	}
 	h := &funcLease{st}
@@ -180,6 +193,11 @@ func (st *funcState) expire() {
 	}
 	st.ended = true
 	st.mu.Unlock()
+	st.lose()
+}
+
+// lose ends the lease at its deadline; st.ended is already set by the caller.
+func (st *funcState) lose() {
 	cause := fmt.Errorf("%w: %q: its TTL %v has passed (the wrapped lock does not renew)", ErrLockLost, st.key, st.ttl)
 	st.cancel(cause)
 	if st.hooks.Lost != nil {
@@ -187,6 +205,9 @@ func (st *funcState) expire() {
 	}
 }
 
+// Release calls the wrapped release function, unless the lease has already
+// ended: after a Release, or after the TTL, when the lock may be someone
+// else's and an unlock without an owner check would delete theirs.
 func (st *funcState) Release(ctx context.Context) error {
 	st.mu.Lock()
 	if st.released {
@@ -194,23 +215,40 @@ func (st *funcState) Release(ctx context.Context) error {
 		return fmt.Errorf("instrument: release %q: %w: already released", st.key, ErrNotHeld)
 	}
 	st.released = true
+	if st.ended {
+		st.mu.Unlock()
+		return fmt.Errorf("instrument: release %q: %w: %w", st.key, ErrNotHeld, context.Cause(st.ctx))
+	}
 	st.ended = true
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		// The timer has not run yet (a loaded scheduler), but the TTL is over.
+		st.mu.Unlock()
+		st.lose()
+		return fmt.Errorf("instrument: release %q: %w: %w", st.key, ErrNotHeld, context.Cause(st.ctx))
+	}
 	st.mu.Unlock()
+	if !st.deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, st.deadline)
+		defer cancel()
+	}
 	err := st.release(ctx)
 	if err != nil {
 		st.cancel(fmt.Errorf("%w: %q: release failed: %w", ErrLockLost, st.key, err))
 		return fmt.Errorf("instrument: release %q: %w", st.key, err)
 	}
-	st.cancel(ErrReleased) // no-op when the TTL already ended the context
+	st.cancel(ErrReleased)
 	return nil
 }
 
+// leaked releases a handle dropped while held; a lease that already ended
+// has nothing left to release.
 func (st *funcState) leaked() {
 	st.mu.Lock()
-	skip := st.released
+	skip := st.ended
 	st.mu.Unlock()
 	if skip {
 		return

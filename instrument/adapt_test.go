@@ -131,3 +131,127 @@ func TestFromFunc_BadInput(t *testing.T) {
 		t.Fatalf("empty key: %v", err)
 	}
 }
+
+// plainDelLockFunc is the weakest lock FromFunc is there to wrap: SET NX PX
+// to take it, a plain DEL, without an owner check, to give it back.
+func plainDelLockFunc(c *redis.Client, ttl time.Duration) instrument.AcquireFunc {
+	return func(ctx context.Context, key string) (func(context.Context) error, error) {
+		ok, err := c.SetNX(ctx, key, "holder", ttl).Result()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, instrument.ErrNotAcquired
+		}
+		return func(ctx context.Context) error { return c.Del(ctx, key).Err() }, nil
+	}
+}
+
+// waitLost waits until l's context ends and checks it ended with ErrLockLost.
+func waitLost(t *testing.T, l instrument.Lease) {
+	t.Helper()
+	select {
+	case <-l.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease context still live 10s after its TTL")
+	}
+	if !errors.Is(context.Cause(l.Context()), instrument.ErrLockLost) {
+		t.Fatalf("cause: %v, want ErrLockLost", context.Cause(l.Context()))
+	}
+}
+
+// Once FuncTTL has ended A's lease the store may give the key to B; A's
+// Release (and Do's fallback release) must not run the wrapped unlock, which
+// would delete B's lock.
+func TestFromFunc_ReleaseAfterTheTTLDoesNotDeleteTheNextHoldersLock(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	const ttl = 200 * time.Millisecond
+	l := instrument.FromFunc(plainDelLockFunc(c, ttl), instrument.FuncTTL(ttl))
+	ctx := withTimeout(t, 30*time.Second)
+	untilFree := instrument.Retry(instrument.ConstantBackoff(5*time.Millisecond), 4000)
+
+	t.Run("Release", func(t *testing.T) {
+		a, err := l.Acquire(ctx, "lock:ttl:release")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitLost(t, a)
+		b, err := l.Acquire(ctx, "lock:ttl:release", untilFree) // once Redis expired A's key
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Release(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+			t.Errorf("A's Release after its TTL: %v, want ErrNotHeld", err)
+		}
+		if c.Exists(ctx, "lock:ttl:release").Val() != 1 {
+			t.Fatal("A's Release after its TTL deleted B's lock")
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("Do", func(t *testing.T) {
+		var b instrument.Lease
+		err := instrument.Do(ctx, l, "lock:ttl:do", func(fctx context.Context) error {
+			select {
+			case <-fctx.Done():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var err error
+			b, err = l.Acquire(ctx, "lock:ttl:do", untilFree)
+			return err
+		})
+		if !errors.Is(err, instrument.ErrLockLost) {
+			t.Errorf("Do past the TTL: %v, want ErrLockLost", err)
+		}
+		if b == nil {
+			t.Fatal("B did not acquire")
+		}
+		if c.Exists(ctx, "lock:ttl:do").Val() != 1 {
+			t.Fatal("Do's fallback release after the TTL deleted B's lock")
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+var errReplyLost = errors.New("reply lost (injected after the unlock ran)")
+
+// A release whose reply is lost leaves the lease ended, but fn ran under
+// the lock: Do reports the release's error, not ErrLockLost (on which a
+// caller would redo the work).
+func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	lostReply := func(ctx context.Context, key string) (func(context.Context) error, error) {
+		unlock, err := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			if err := unlock(ctx); err != nil {
+				return err
+			}
+			return errReplyLost
+		}, nil
+	}
+	l := instrument.Govern(instrument.FromFunc(lostReply, instrument.FuncTTL(10*time.Second)))
+	ctx := withTimeout(t, 10*time.Second)
+	ran := false
+	err := instrument.Do(ctx, l, "lock:reply", func(context.Context) error { ran = true; return nil })
+	if !ran {
+		t.Fatalf("fn did not run: %v", err)
+	}
+	if errors.Is(err, instrument.ErrLockLost) || !errors.Is(err, errReplyLost) {
+		t.Fatalf("Do after a release with a lost reply: %v, want the release's error and not ErrLockLost", err)
+	}
+	if c.Exists(ctx, "lock:reply").Val() != 0 {
+		t.Fatal("lock not released")
+	}
+}

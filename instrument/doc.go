@@ -25,7 +25,10 @@
 // Fallback release: Do releases on return and on panic (and re-panics); a
 // lease dropped without Release is noticed when it is garbage-collected,
 // counted in lockgov_lease_leaked_total, logged and released; the TTL is the
-// last net when the process dies.
+// last net when the process dies. None of these releases can delete the
+// next holder's lock after a loss: the backends' releases are owner-checked,
+// and FromFunc, whose wrapped unlock may not be, no longer calls it once its
+// lease has ended (Release returns ErrNotHeld).
 //
 // Trace propagation: "acquire lock" and "release lock" spans are children of
 // the caller's span; renewals and loss are events on the caller's span; the
@@ -46,11 +49,34 @@
 //
 // # Re-entrancy
 //
-// A lease's Context (and the context Do passes to fn) carries the lease. An
-// Acquire of the same key through the same Governed with such a context
-// re-enters: the hold count goes up, the lease is shared, and the lock is
-// released when the last handle is released. ContextWithLease attaches a
-// lease to any other context.
+// A lease's Context, the context Do passes to fn, and any context made with
+// ContextWithLease carry the lease. An Acquire of the same key through the
+// same Governed with such a context (or one derived from it) re-enters: it
+// returns a handle on the same lock and fence at once, the hold count goes
+// up, and the lock is released when the last handle is released. Go has no
+// goroutine identity, so the context decides who re-enters: every goroutine
+// that has such a context does, whichever goroutine it is.
+//
+// Decision: such goroutines exclude each other. A re-entrant hold's own
+// Context carries that hold; below any hold (the root lease, or a re-entrant
+// one) at most one re-entrant hold is open at a time, and another Acquire
+// through the same hold waits until it is released (FailFast: ErrNotAcquired
+// at once; otherwise until ctx ends, ErrNotAcquired; if the lease ends
+// meanwhile, it acquires from the backend). So workers that fn starts with
+// its context and that lock the key again take turns, as they would across
+// processes, while nested code that passes on the context of the hold it is
+// in (the re-entered lease's Context, or a nested Do's fn context) goes
+// straight in. Code that re-enters twice with the same outer context without
+// releasing the first hold waits for itself until ctx ends. A hold released
+// before one nested in it keeps its place until that one is released too.
+// The root holder itself (fn) is not excluded from its re-entrant holds: it
+// holds the lock for all of them, as a goroutine that holds a mutex and
+// starts workers does.
+//
+// Clock skew (WithSkewSource): in the policy's reject tier Acquire returns
+// ErrClockSkew; in the degrade tier a new lease's TTL is
+// policy.SkewTiers.DegradeTTL of it, but never below the pattern's min_ttl
+// (nor the 3 ms a backend accepts), and never above the TTL asked for.
 //
 // # Failure modes
 //
@@ -60,4 +86,18 @@
 // after a loss checks that context, and passes Fence to the resource so a
 // stale holder (one paused by GC past its TTL, say) is refused there: a lock
 // alone cannot stop a paused process from writing.
+//
+// Do judges a loss by the lease's state when fn returns: ErrLockLost if the
+// lease had ended with it by then, or if the release found the lock no
+// longer held (Do cannot tell when it went). A release that fails otherwise
+// (a transport error, a lost reply) is returned as it is: fn finished under
+// the lock, and the store's TTL frees the lock if the release did not get
+// through. Callers that redo work on ErrLockLost do not redo it then.
+//
+// FromFunc cannot add what the wrapped code lacks: no renewal (the lease
+// ends at FuncTTL), no fence, and no owner check on unlock. It never calls
+// the unlock after FuncTTL has passed, and bounds the unlock's context by
+// that deadline, but an unlock sent just before the deadline can still
+// reach the store after the TTL and, without an owner check, delete the
+// next holder's lock.
 package instrument

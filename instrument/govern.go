@@ -78,7 +78,9 @@ func (g *Governed) Backend() string { return g.backend }
 // Acquire applies the policy for key's pattern, then acquires through the
 // governed Locker inside an "acquire lock" span. A key already held by a
 // lease of this Governed carried in ctx is re-entered: the hold count goes
-// up and the matching Release counts it down.
+// up and the matching Release counts it down; while another re-entrant hold
+// opened through the same hold is open, the call waits for it (see the
+// package doc on re-entrancy).
 func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOption) (Lease, error) {
 	start := time.Now()
 	if err := ValidateKey(key); err != nil {
@@ -87,8 +89,13 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	label, rule := g.matcher.Match(key)
 	pm := g.metrics.forPattern(g.backend, label)
 
-	if h := heldLease(ctx, g, key); h != nil {
-		if r := h.reenter(); r != nil {
+	if n := heldBy(ctx, g, key); n != nil {
+		r, err := n.lease.reenter(ctx, n.at, reentryFailsFast(rule, opts))
+		if err != nil {
+			pm.notAcquired.Inc()
+			return nil, err
+		}
+		if r != nil {
 			pm.reentered.Inc()
 			return r, nil
 		}
@@ -170,9 +177,26 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	span.End()
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
-	gl.self = heldNode{owner: g, key: key, lease: gl, next: heldChain(ctx)}
+	gl.top.free = make(chan struct{})
+	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
 	gl.ctx = context.WithValue(inner.Context(), heldKey{}, &gl.self)
 	return gl, nil
+}
+
+// reentryFailsFast reports whether a re-entrant Acquire gives up at once
+// when another re-entrant hold is open, as the wait strategy says; any other
+// strategy waits until ctx ends.
+func reentryFailsFast(rule *policy.Rule, opts []AcquireOption) bool {
+	var cfg AcquireConfig
+	if rule.Wait.Strategy == policy.WaitFailFast {
+		cfg.Wait = WaitFailFast
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	return cfg.Wait == WaitFailFast
 }
 
 // resolve builds the acquire configuration from the rule and the caller's
@@ -232,11 +256,24 @@ func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string,
 				return cfg, fmt.Errorf("instrument: acquire (pattern %s): %w: offset %v is above %v",
 					label, ErrClockSkew, off, g.cfg.policy.Skew.Reject)
 			case policy.TierDegrade:
-				cfg.TTL = time.Duration(float64(cfg.TTL) * g.cfg.policy.Skew.DegradeTTLFactor)
+				cfg.TTL = degradeTTL(g.cfg.policy.Skew, rule, cfg.TTL)
 			}
 		}
 	}
 	return cfg, nil
+}
+
+// minBackendTTL is the shortest TTL AcquireConfig.Validate accepts.
+const minBackendTTL = 3 * time.Millisecond
+
+// degradeTTL is the TTL of a new lease in the skew degrade tier: ttl scaled
+// by the tier's factor, but not below the rule's MinTTL (a lease shorter than
+// the policy allows is the risk the policy exists to prevent) nor below what
+// a backend accepts, and never above ttl itself (a TTL already below MinTTL,
+// let through by audit mode, is left as it is).
+func degradeTTL(s policy.SkewTiers, rule *policy.Rule, ttl time.Duration) time.Duration {
+	floor := min(ttl, max(rule.MinTTL, minBackendTTL))
+	return max(s.DegradeTTL(ttl), floor)
 }
 
 // violate counts a broken rule and, in enforce mode, returns the refusal.

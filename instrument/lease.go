@@ -18,6 +18,7 @@ type governedLease struct {
 	label string
 	ctx   context.Context
 	self  heldNode // the node ctx carries; part of the lease to save an allocation
+	top   hold     // the level the root handle holds; re-entrant holds open below it
 
 	mu       sync.Mutex
 	holds    int  // this handle plus live re-entrant handles
@@ -43,15 +44,29 @@ func (l *governedLease) Release(ctx context.Context) error {
 	return l.drop(ctx)
 }
 
-// reenter adds a hold, or returns nil when the lease is over.
-func (l *governedLease) reenter() Lease {
+// reenter opens a re-entrant hold directly below at, waiting (unless
+// failFast) while another re-entrant hold is open there. It returns nil and
+// no error when the lease is over, so that the caller acquires anew.
+func (l *governedLease) reenter(ctx context.Context, at *hold, failFast bool) (Lease, error) {
+	h, err := at.enter(ctx, l.inner.Context(), failFast)
+	if err != nil {
+		return nil, fmt.Errorf("instrument: acquire (pattern %s): re-entry: %w", l.label, err)
+	}
+	if h == nil {
+		return nil, nil
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.holds == 0 || l.inner.Context().Err() != nil {
-		return nil
+		l.mu.Unlock()
+		h.parent.leave()
+		return nil, nil
 	}
 	l.holds++
-	return &reentrantLease{root: l}
+	l.mu.Unlock()
+	r := &reentrantLease{root: l, h: h}
+	r.self = heldNode{owner: l.g, key: l.Key(), lease: l, at: h, next: heldChain(ctx)}
+	r.ctx = context.WithValue(l.inner.Context(), heldKey{}, &r.self)
+	return r, nil
 }
 
 // drop removes one hold and releases the backend lease with the last one.
@@ -83,21 +98,105 @@ func (l *governedLease) drop(ctx context.Context) error {
 }
 
 // reentrantLease is the handle of a nested Acquire on a key the context
-// already holds. It shares the root's lock, fence and context.
+// already holds. It shares the root's lock, fence and lifetime; its Context
+// carries its own hold, so an Acquire with that context re-enters below it.
 type reentrantLease struct {
 	root *governedLease
+	h    *hold
+	ctx  context.Context
+	self heldNode
 	once sync.Once
 }
 
 func (r *reentrantLease) Key() string                       { return r.root.Key() }
 func (r *reentrantLease) Fence() uint64                     { return r.root.Fence() }
-func (r *reentrantLease) Context() context.Context          { return r.root.Context() }
+func (r *reentrantLease) Context() context.Context          { return r.ctx }
 func (r *reentrantLease) Refresh(ctx context.Context) error { return r.root.Refresh(ctx) }
 
 func (r *reentrantLease) Release(ctx context.Context) error {
 	err := fmt.Errorf("instrument: release (pattern %s): %w: already released", r.root.label, ErrNotHeld)
-	r.once.Do(func() { err = r.root.drop(ctx) })
+	r.once.Do(func() {
+		err = r.root.drop(ctx)
+		r.h.release()
+	})
 	return err
+}
+
+// hold is one level of a held lease: the root handle's, or a re-entrant
+// handle's. At most one re-entrant hold is open directly below a hold; an
+// Acquire that re-enters there while one is open waits for it, so that
+// goroutines sharing a context that carries the lease exclude each other
+// as they would without it. A hold released while a hold below it is still
+// open keeps its own place until that one is released too.
+type hold struct {
+	parent *hold // nil for the root
+
+	mu    sync.Mutex
+	child bool          // a re-entrant hold directly below is open
+	done  bool          // released (re-entrant holds only)
+	free  chan struct{} // closed when child becomes false
+}
+
+func newHold(parent *hold) *hold {
+	return &hold{parent: parent, free: make(chan struct{})}
+}
+
+// enter opens a hold below h (below the nearest unreleased hold above it,
+// when h was released), waiting while another is open there. It returns nil
+// and no error when lease ended meanwhile.
+func (h *hold) enter(ctx context.Context, lease context.Context, failFast bool) (*hold, error) {
+	for {
+		h.mu.Lock()
+		if h.done {
+			// The context's holder has released its hold: it holds nothing
+			// any more and contends where that hold was opened.
+			h.mu.Unlock()
+			h = h.parent
+			continue
+		}
+		if !h.child {
+			h.child = true
+			h.mu.Unlock()
+			return newHold(h), nil
+		}
+		free := h.free
+		h.mu.Unlock()
+		if failFast {
+			return nil, fmt.Errorf("%w: another goroutine holds it through the same context", ErrNotAcquired)
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: waiting for another goroutine that holds it through the same context: %w", ErrNotAcquired, context.Cause(ctx))
+		case <-lease.Done():
+			return nil, nil
+		}
+	}
+}
+
+// release marks a re-entrant hold released and gives its place back, once
+// no hold below it is open.
+func (h *hold) release() {
+	h.mu.Lock()
+	h.done = true
+	busy := h.child
+	h.mu.Unlock()
+	if !busy {
+		h.parent.leave()
+	}
+}
+
+// leave records that the hold open directly below h has ended.
+func (h *hold) leave() {
+	h.mu.Lock()
+	h.child = false
+	close(h.free)
+	h.free = make(chan struct{})
+	up := h.done && h.parent != nil
+	h.mu.Unlock()
+	if up {
+		h.parent.leave()
+	}
 }
 
 // heldKey is the context key of the chain of leases a context holds.
@@ -107,6 +206,7 @@ type heldNode struct {
 	owner *Governed
 	key   string
 	lease *governedLease
+	at    *hold // the hold this context's holder has; re-entry opens below it
 	next  *heldNode
 }
 
@@ -115,11 +215,11 @@ func heldChain(ctx context.Context) *heldNode {
 	return n
 }
 
-// heldLease finds a live lease of owner on key in ctx.
-func heldLease(ctx context.Context, owner *Governed, key string) *governedLease {
+// heldBy finds the innermost hold of owner on key that ctx carries.
+func heldBy(ctx context.Context, owner *Governed, key string) *heldNode {
 	for n := heldChain(ctx); n != nil; n = n.next {
 		if n.owner == owner && n.key == key {
-			return n.lease
+			return n
 		}
 	}
 	return nil
@@ -127,17 +227,18 @@ func heldLease(ctx context.Context, owner *Governed, key string) *governedLease 
 
 // ContextWithLease returns a copy of ctx that carries lease, so that an
 // Acquire of the same key through the same governed Locker with the returned
-// context re-enters instead of waiting for itself. Leases that Govern did
-// not produce are carried for nothing.
+// context re-enters instead of waiting for itself (see the package doc on
+// re-entrancy). Leases that Govern did not produce are carried for nothing.
 func ContextWithLease(ctx context.Context, lease Lease) context.Context {
-	var gl *governedLease
+	var n *heldNode
 	switch l := lease.(type) {
 	case *governedLease:
-		gl = l
+		n = &heldNode{owner: l.g, key: l.Key(), lease: l, at: &l.top}
 	case *reentrantLease:
-		gl = l.root
+		n = &heldNode{owner: l.root.g, key: l.Key(), lease: l.root, at: l.h}
 	default:
 		return ctx
 	}
-	return context.WithValue(ctx, heldKey{}, &heldNode{owner: gl.g, key: gl.Key(), lease: gl, next: heldChain(ctx)})
+	n.next = heldChain(ctx)
+	return context.WithValue(ctx, heldKey{}, n)
 }

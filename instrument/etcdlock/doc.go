@@ -48,8 +48,14 @@
 // loss nor a handoff.
 //
 // When the head entry is a waiter's direct predecessor, its deletion event
-// alone hands the lock over (no entry older than ours can appear later); in
-// other cases the waiter re-checks the queue in one transaction.
+// hands the lock over (no entry older than ours can appear later) once a
+// read-only transaction confirms that our own entry still exists with its
+// create revision: our entry may have been deleted before the predecessor's
+// (our lease revoked, or expired while the process was paused) without our
+// own watch having told us yet, and taking over then would make two holders.
+// The handoff therefore costs one linearizable read after the event, no raft
+// write. In other cases the waiter re-checks the queue in one transaction.
+// Acquire never returns a lease whose local deadline (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
 // pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms; a
@@ -76,9 +82,19 @@
 // revision is still ours (ErrNotHeld otherwise) and revokes the lease.
 //
 // A waiter whose own lease ends (expired while etcd was unreachable, or its
-// entry deleted) stops waiting with an error wrapping ErrLockLost; a waiter
-// whose context ends withdraws its entry and returns ErrNotAcquired wrapping
-// the context's cause.
+// entry deleted, seen by its watch or at the handoff's confirmation) stops
+// waiting with an error wrapping ErrLockLost; a waiter whose context ends
+// withdraws its entry and returns ErrNotAcquired wrapping the context's
+// cause.
+//
+// Release is one owner-checked delete. clientv3 never re-sends a write
+// transaction that may have reached etcd (it retries a Txn only when the
+// request could not be sent), so a release cannot find its own earlier
+// delete and report ErrNotHeld for it: ErrNotHeld means the key was not ours
+// when the release ran. A release whose reply is lost returns the transport
+// error, ends the lease with ErrLockLost and revokes the lease (best effort;
+// the TTL is the last net); instrument.Do reports that error, not
+// ErrLockLost, because fn finished while the lock was held.
 //
 // # Failure modes
 //
@@ -89,5 +105,13 @@
 // WithRequireLeader, so a member cut off from the leader does not leave them
 // silently stalled.
 //
-// FromMutex adapts code that already uses concurrency.Mutex.
+// FromMutex adapts code that already uses concurrency.Mutex. Its leases
+// have the same loss signals (key watch, keepalive, local deadline from the
+// last confirmed keepalive of the session lease), re-establish a key watch
+// that etcd ends (compaction, no leader) after reading the key, and never
+// leave a Mutex key behind when Acquire fails after it may have written one
+// (a lock that succeeded just before the context ended): the session's
+// keepalive would keep that key, and the lock, until the session ends. Only
+// if etcd cannot be reached for that cleanup (2 s) does the key stay; the
+// error says so. See MutexLocker.
 package etcdlock

@@ -123,6 +123,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		st := newLeaseState(l, key, id, ttl, sent, &cfg)
 		a := &acquirer{l: l, st: st, cfg: &cfg}
 		fence, err := a.run(ctx)
+		if err == nil {
+			err = st.checkLive()
+		}
 		if a.waiting && cfg.Hooks.Waiting != nil {
 			cfg.Hooks.Waiting(false)
 		}
@@ -309,10 +312,17 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 					// replayed by a lagging member, is not this one's.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
 						if predIsHead && st.ctx.Err() == nil {
-							st.stamp <- a.value(st.queuedAt(), time.Now())
-							return myRev, nil
+							held, err := a.confirm(ctx, myRev)
+							if err == nil && held {
+								st.stamp <- a.value(st.queuedAt(), time.Now())
+								return myRev, nil
+							}
+							if err == nil {
+								st.lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
+								return 0, a.waitErr(ctx)
+							}
 						}
-						recheck = true
+						recheck = true // (or the confirmation failed: the full check reports why)
 					}
 				}
 			}
@@ -365,6 +375,20 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 	}
 }
 
+// confirm reads whether our entry still exists with its create revision
+// myRev. The predecessor's deletion alone does not say so: our entry may have
+// been deleted before it (our lease revoked, or expired while this process
+// was paused) with our own watch's event not yet delivered. A linearizable
+// read after the deletion that finds our entry means that no older entry is
+// left and that ours is live. It is a read-only transaction (no raft write).
+func (a *acquirer) confirm(ctx context.Context, myRev int64) (bool, error) {
+	resp, err := a.l.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(a.st.own), "=", myRev)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
 // watchCreateGrace bounds how long a watch whose stop context has ended may
 // still wait for etcd to confirm its creation before it is cancelled anyway.
 const watchCreateGrace = cleanupTimeout
@@ -383,9 +407,14 @@ const watchCreateGrace = cleanupTimeout
 // ended and etcd does not answer within watchCreateGrace (a lost connection)
 // is a pending watch cancelled, accepting that leak over a stuck Release.
 func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+	return watchKey(l.c, stop, key, opts...)
+}
+
+// watchKey is Locker.watch on any client.
+func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(stop)))
 	pending := context.AfterFunc(stop, func() { time.AfterFunc(watchCreateGrace, cancel) })
-	wch := l.c.Watch(wctx, key, opts...)
+	wch := c.Watch(wctx, key, opts...)
 	pending()
 	return wch, cancel
 }

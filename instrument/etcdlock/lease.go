@@ -85,6 +85,22 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 
 func (st *leaseState) queuedAt() time.Time { return st.queued }
 
+// checkLive refuses to hand out a lease that has already ended, or whose
+// local deadline has passed although the timer has not run yet (a paused or
+// overloaded process): etcd may already have expired it.
+func (st *leaseState) checkLive() error {
+	st.mu.Lock()
+	past := !time.Now().Before(st.expires.Add(-st.drift))
+	st.mu.Unlock()
+	if past {
+		st.lose(fmt.Errorf("%w: %q: session lease passed its local deadline before the lock was taken", instrument.ErrLockLost, st.key))
+	}
+	if cause := context.Cause(st.ctx); cause != nil {
+		return fmt.Errorf("etcdlock: acquire %q: %w", st.key, cause)
+	}
+	return nil
+}
+
 // acquired marks the lock held with fence and hands out the caller's handle.
 func (st *leaseState) acquired(fence int64) *lease {
 	st.mu.Lock()
@@ -141,6 +157,9 @@ func (st *leaseState) watchOwn(rev int64) {
 						break watching
 					} else if gone {
 						cancel()
+						if st.isReleased() {
+							return // Release deleted it (or will report ErrNotHeld)
+						}
 						st.lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
 						return
 					}
@@ -152,10 +171,7 @@ func (st *leaseState) watchOwn(rev int64) {
 					// the same name. Only a deletion after ownRev is ours.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > ownRev {
 						cancel()
-						st.mu.Lock()
-						released := st.released
-						st.mu.Unlock()
-						if released {
+						if st.isReleased() {
 							return // Release deleted it (or will report ErrNotHeld)
 						}
 						st.lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
@@ -180,6 +196,14 @@ func (st *leaseState) watchOwn(rev int64) {
 		}
 		rev = 0 // any created revision triggers the read
 	}
+}
+
+// isReleased reports whether Release has started: a deletion of our entry
+// from then on is Release's own (or Release reports ErrNotHeld itself).
+func (st *leaseState) isReleased() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.released
 }
 
 // ownGone reads our entry: gone is true when it no longer exists with the

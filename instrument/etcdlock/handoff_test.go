@@ -1,0 +1,111 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// gatedWatcher holds back the events of every watch whose key pass refuses
+// until open is closed: a watch that is slow to deliver, as a paused
+// process or a busy client sees it.
+type gatedWatcher struct {
+	clientv3.Watcher
+	pass func(key string) bool
+	open chan struct{}
+}
+
+func (w *gatedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in := w.Watcher.Watch(ctx, key, opts...)
+	if w.pass(key) {
+		return in
+	}
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			if len(wr.Events) > 0 {
+				select {
+				case <-w.open:
+				case <-ctx.Done():
+					continue
+				}
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// A waiter whose own entry is deleted while it waits (its lease revoked, or
+// expired while the process was paused) must not take the lock when its
+// predecessor's deletion arrives before it has seen its own: another waiter
+// behind it would take the lock too.
+func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	lh := newLocker(t, admin)
+	const key = "deleted-waiter"
+	h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := admin.Get(timeout(t, 5*time.Second), lh.QueuePrefix(key), clientv3.WithFirstCreate()...)
+	if err != nil || len(head.Kvs) != 1 {
+		t.Fatalf("read the holder's entry: %v %v", err, head)
+	}
+	// The waiter's client delivers only the events of its watch on the
+	// holder's entry; those on its own entry wait.
+	gate := &gatedWatcher{pass: func(k string) bool { return k == string(head.Kvs[0].Key) }, open: make(chan struct{})}
+	defer close(gate.open)
+	wc := e.Client(t)
+	gate.Watcher = wc.Watcher
+	wc.Watcher = gate
+	lw := newLocker(t, wc)
+
+	type result struct {
+		lease instrument.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		// A long TTL and poll interval: the watchdog and the poll would
+		// find the deletion on their own, and this test is about the watch.
+		l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
+		got <- result{l, err}
+	}()
+	for queueLen(t, admin, lw, key) != 2 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	waiter, err := admin.Get(timeout(t, 5*time.Second), lw.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
+	if err != nil || len(waiter.Kvs) != 1 {
+		t.Fatalf("read the waiter's entry: %v %v", err, waiter)
+	}
+	if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err == nil {
+			_ = r.lease.Release(timeout(t, 5*time.Second))
+			t.Fatal("a waiter whose entry was deleted while it waited got the lock")
+		}
+		if !errors.Is(r.err, instrument.ErrLockLost) {
+			t.Fatalf("waiter: %v, want ErrLockLost", r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter still waiting 20s after the holder released")
+	}
+}

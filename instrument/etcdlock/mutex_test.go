@@ -1,0 +1,246 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func newSession(t *testing.T, c *clientv3.Client, ttl int) *concurrency.Session {
+	t.Helper()
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func fromMutex(t *testing.T, s *concurrency.Session, pfx string) *etcdlock.MutexLocker {
+	t.Helper()
+	m, err := etcdlock.FromMutex(s, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A Lock that succeeds just before the caller's context ends, followed by a
+// step that fails on that context, must not leave the Mutex key behind: the
+// session's keepalive would keep it, and the key locked, for ever.
+func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	s := newSession(t, c, 30)
+	m := fromMutex(t, s, "/after-lock/")
+	other := fromMutex(t, newSession(t, c, 30), "/after-lock/")
+	for _, tc := range []struct {
+		name string
+		opt  instrument.AcquireOption
+	}{
+		{"Lock", instrument.WaitUntilDeadline()},
+		{"TryLock", instrument.FailFast()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(timeout(t, 10*time.Second))
+			etcdlock.SetAfterLock(m, cancel) // the deadline hits right after Lock
+			_, err := m.Acquire(ctx, tc.name, tc.opt)
+			etcdlock.SetAfterLock(m, nil)
+			if err == nil {
+				t.Fatal("Acquire succeeded on a cancelled context")
+			}
+			resp, err := c.Get(timeout(t, 5*time.Second), "/after-lock/"+tc.name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Count != 0 {
+				t.Errorf("%d Mutex keys left after the failed Acquire", resp.Count)
+			}
+			h, err := other.Acquire(timeout(t, 5*time.Second), tc.name, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("another session cannot lock after the failed Acquire: %v", err)
+			}
+			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			h, err = m.Acquire(timeout(t, 5*time.Second), tc.name, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("the same adapter cannot lock after the failed Acquire: %v", err)
+			}
+			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Release after the lease was lost deletes nothing: the compare on the
+// create revision fails, and the next holder's key is another one anyway
+// (a Mutex names its key after the session's lease).
+func TestFromMutex_ReleaseAfterALossLeavesTheNextHoldersLock(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	sa := newSession(t, c, 30)
+	ma, mb := fromMutex(t, sa, "/lost/"), fromMutex(t, newSession(t, c, 30), "/lost/")
+	a, err := ma.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(timeout(t, 5*time.Second), sa.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mb.Acquire(timeout(t, 10*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's context live 10s after its session lease was revoked")
+	}
+	if err := a.Release(timeout(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Errorf("A's Release after the loss: %v, want ErrNotHeld", err)
+	}
+	if err := b.Refresh(timeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("B's lock after A's Release: %v", err)
+	}
+	if err := b.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// proxied returns a client that reaches e through a fault proxy.
+func proxied(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv.Proxy) {
+	t.Helper()
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	return testenv.NewEtcdClient(t, "http://"+p.Addr()), p
+}
+
+// waitReachable waits until c has reconnected after a fault.
+func waitReachable(t *testing.T, c *clientv3.Client) {
+	t.Helper()
+	ctx := timeout(t, 20*time.Second)
+	for {
+		if _, err := c.Get(ctx, "reachable"); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("client did not reconnect within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A watch that etcd cancels (here: resumed after a reconnect from a
+// compacted revision) must not leave the lease blind: the deletion of the
+// key afterwards still ends it.
+func TestFromMutex_DeletionAfterItsWatchWasCompactedAwayEndsTheLease(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	c, p := proxied(t, e)
+	m := fromMutex(t, newSession(t, c, 30), "/compacted/")
+	h, err := m.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(timeout(t, 5*time.Second))
+	// Move the store on and compact past the revision the watch started at;
+	// then break the connection, so that the watch resumes from there.
+	var rev int64
+	for i := range 2 {
+		resp, err := admin.Put(timeout(t, 5*time.Second), "/compacted/other", strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := admin.Compact(timeout(t, 5*time.Second), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	p.Reset()
+	waitReachable(t, c)
+	// The lease is still held: reading the key finds it ours.
+	if err := h.Refresh(timeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("Refresh after the reconnect: %v", err)
+	}
+	if _, err := admin.Delete(timeout(t, 5*time.Second), "/compacted/k/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Context().Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("lease context live 20s after its key was deleted: the watch ended and nobody watches any more")
+	}
+	if !errors.Is(context.Cause(h.Context()), instrument.ErrLockLost) {
+		t.Fatalf("cause: %v, want ErrLockLost", context.Cause(h.Context()))
+	}
+}
+
+// While etcd is unreachable the holder's context ends at its local deadline,
+// before etcd expires the session lease and hands the Mutex to another
+// session.
+func TestFromMutex_HolderCutOffFromEtcdIsCancelledBeforeAnotherSessionLocks(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	c, p := proxied(t, e)
+	ma := fromMutex(t, newSession(t, c, 3), "/cutoff/")
+	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/cutoff/")
+	a, err := ma.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	b, err := mb.Acquire(timeout(t, 30*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Context().Err() == nil {
+		t.Error("B holds the Mutex while A's context is still live")
+	} else if !errors.Is(context.Cause(a.Context()), instrument.ErrLockLost) {
+		t.Errorf("A's cause: %v, want ErrLockLost", context.Cause(a.Context()))
+	}
+	if err := b.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(false)
+	p.Reset()
+	waitReachable(t, c)
+	if err := a.Release(timeout(t, 10*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Errorf("A's Release after the loss: %v, want ErrNotHeld", err)
+	}
+}
+
+// A lease dropped without Release is released when it is collected, so the
+// key (and the adapter's in-process turn) is free again.
+func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	m := fromMutex(t, newSession(t, c, 30), "/dropped/")
+	func() {
+		if _, err := m.Acquire(timeout(t, 5*time.Second), "k"); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	ctx := timeout(t, 20*time.Second)
+	for {
+		runtime.GC()
+		h, err := m.Acquire(ctx, "k", instrument.FailFast())
+		if err == nil {
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !errors.Is(err, instrument.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("dropped lease never released: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
