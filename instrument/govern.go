@@ -207,11 +207,8 @@ func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string,
 		PollInterval: rule.Wait.PollInterval,
 		MaxHold:      rule.MaxHold,
 	}
-	switch rule.Wait.Strategy {
-	case policy.WaitFailFast:
-		cfg.Wait = WaitFailFast
-	case policy.WaitRetry:
-		cfg.Wait = WaitRetry
+	cfg.Wait = rule.Wait.Strategy
+	if cfg.Wait == WaitRetry {
 		cfg.MaxAttempts = rule.Wait.Attempts
 		if rule.Wait.Backoff == policy.BackoffConstant {
 			cfg.Backoff = ConstantBackoff(rule.Wait.Min)

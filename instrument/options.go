@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/lockgov/lockgov/policy"
 )
 
 // DefaultTTL is the lease TTL when neither the caller nor the policy sets one.
@@ -16,30 +18,20 @@ const DefaultTTL = 30 * time.Second
 // TTL runs out, whichever comes first.
 const DefaultPollInterval = time.Second
 
-// WaitStrategy says what Acquire does when the lock is held by someone else.
-type WaitStrategy uint8
+// WaitStrategy says what Acquire does when the lock is held by someone
+// else. It is policy's type, so a policy file and an AcquireOption name the
+// same strategies.
+type WaitStrategy = policy.WaitStrategy
 
+// The wait strategies.
 const (
 	// WaitDeadline waits, woken by release notifications, until ctx is done.
-	WaitDeadline WaitStrategy = iota
+	WaitDeadline = policy.WaitDeadline
 	// WaitFailFast makes exactly one attempt.
-	WaitFailFast
+	WaitFailFast = policy.WaitFailFast
 	// WaitRetry makes up to MaxAttempts attempts separated by Backoff delays.
-	WaitRetry
+	WaitRetry = policy.WaitRetry
 )
-
-// String returns the label used in spans and policy files.
-func (w WaitStrategy) String() string {
-	switch w {
-	case WaitDeadline:
-		return "deadline"
-	case WaitFailFast:
-		return "fail_fast"
-	case WaitRetry:
-		return "retry"
-	}
-	return fmt.Sprintf("WaitStrategy(%d)", uint8(w))
-}
 
 // Backoff computes the delay before the next attempt; attempt is the number
 // of attempts already made (1 after the first failure).
