@@ -19,10 +19,19 @@ import (
 	"github.com/lockgov/lockgov/policy"
 )
 
-// ErrInput is wrapped by every Vet error that is about its input rather
-// than about the code: a pattern that matches nothing, a package that does
-// not compile, a bad policy file, an unknown analyzer.
-var ErrInput = errors.New("lockgov vet")
+// ErrInput matches (errors.Is) every Vet error that is about its input
+// rather than a failure of the analysis: a pattern that matches nothing, a
+// package that does not compile, a bad policy file, an unknown analyzer.
+var ErrInput = errors.New("bad input to lockgov vet")
+
+// inputError is an error about Vet's input; its message is err's alone.
+type inputError struct{ err error }
+
+func (e inputError) Error() string        { return e.err.Error() }
+func (e inputError) Unwrap() error        { return e.err }
+func (e inputError) Is(target error) bool { return target == ErrInput }
+
+func inputErrorf(format string, a ...any) error { return inputError{fmt.Errorf(format, a...)} }
 
 // Options configures Vet.
 type Options struct {
@@ -67,18 +76,18 @@ func (f Finding) String() string {
 var vetMu sync.Mutex
 
 // Vet loads the packages and runs the analyzers over them. Findings are
-// sorted by file and position. An error wraps ErrInput when the patterns
+// sorted by file and position. An error matches ErrInput when the patterns
 // match nothing or the code does not compile (naming the pattern or the
 // package and the compiler's error), or ctx's error.
 func Vet(ctx context.Context, opts Options) ([]Finding, error) {
 	for _, name := range opts.Enable {
 		if _, ok := Lookup(name); !ok {
-			return nil, fmt.Errorf("%w: unknown analyzer %q (opt-in analyzers: %s)", ErrInput, name, strings.Join(OptIn, ", "))
+			return nil, inputErrorf("unknown analyzer %q (opt-in analyzers: %s)", name, strings.Join(OptIn, ", "))
 		}
 	}
 	if opts.Policy != "" {
 		if _, err := policy.Load(opts.Policy); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInput, err)
+			return nil, inputError{err}
 		}
 	}
 	dir := opts.Dir
@@ -116,7 +125,7 @@ func Vet(ctx context.Context, opts Options) ([]Finding, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, inputError{err}
 	}
 	if err := loadErrors(pkgs); err != nil {
 		return nil, err
@@ -181,34 +190,41 @@ func checkPatterns(ctx context.Context, dir string, env []string, patterns []str
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: pattern %q: %w", ErrInput, p, err)
+			return inputErrorf("pattern %q: %w", p, err)
 		}
 		if len(pkgs) == 0 {
-			return fmt.Errorf("%w: pattern %q matched no packages", ErrInput, p)
+			return inputErrorf("pattern %q matched no packages", p)
 		}
 		for _, pkg := range pkgs {
 			if len(pkg.Errors) > 0 && len(pkg.GoFiles) == 0 {
-				return fmt.Errorf("%w: pattern %q: %s", ErrInput, p, pkg.Errors[0].Msg)
+				msg := strings.TrimPrefix(pkg.Errors[0].Msg, "pattern "+p+": ")
+				return inputErrorf("pattern %q: %s", p, msg)
 			}
 		}
 	}
 	return nil
 }
 
-// loadErrors reports the packages that do not compile, with their errors.
+// loadErrors reports the packages that do not compile, with their errors:
+// the parser's and type checker's when there are some (the go command's
+// report of the same problem would repeat them), else the go command's.
 func loadErrors(pkgs []*packages.Package) error {
 	var msgs []string
 	packages.Visit(pkgs, nil, func(p *packages.Package) {
 		if len(p.Errors) == 0 {
 			return
 		}
+		perrs := slices.DeleteFunc(slices.Clone(p.Errors), func(e packages.Error) bool { return e.Kind == packages.ListError })
+		if len(perrs) == 0 {
+			perrs = p.Errors
+		}
 		var errs []string
-		for i, e := range p.Errors {
+		for i, e := range perrs {
 			if i == 10 {
-				errs = append(errs, fmt.Sprintf("\t... and %d more", len(p.Errors)-10))
+				errs = append(errs, fmt.Sprintf("\t... and %d more", len(perrs)-10))
 				break
 			}
-			errs = append(errs, "\t"+e.Error())
+			errs = append(errs, "\t"+strings.ReplaceAll(e.Error(), "\n", "\n\t"))
 		}
 		msgs = append(msgs, fmt.Sprintf("package %s does not compile:\n%s", p.PkgPath, strings.Join(errs, "\n")))
 	})
@@ -216,7 +232,7 @@ func loadErrors(pkgs []*packages.Package) error {
 		return nil
 	}
 	slices.Sort(msgs)
-	return fmt.Errorf("%w: %s", ErrInput, strings.Join(msgs, "\n"))
+	return inputErrorf("%s", strings.Join(msgs, "\n"))
 }
 
 func relTo(dir, file string) string {
