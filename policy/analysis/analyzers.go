@@ -32,10 +32,10 @@ func All() []*analysis.Analyzer {
 	}
 }
 
-// OptIn names the analyzers that report only when enabled (-enable NAME):
-// their heuristics are right for code that generates IDs and noisy
-// elsewhere.
-var OptIn = []string{"snowflakeclock"}
+// OptIn returns the names of the analyzers that report only when enabled
+// (-enable NAME): their heuristics are right for code that generates IDs
+// and noisy elsewhere.
+func OptIn() []string { return []string{"snowflakeclock"} }
 
 // Lookup returns the analyzer called name.
 func Lookup(name string) (*analysis.Analyzer, bool) {

@@ -426,9 +426,10 @@ func mayReturn(info *types.Info) func(*ast.CallExpr) bool {
 	}
 }
 
-// escapes reports whether obj leaves the function's control: returned,
-// stored, passed to a function, or used in a function literal other than a
-// deferred one. Method calls on it and comparisons with nil stay inside.
+// escapes reports whether obj leaves the function's control: returned
+// (itself, or what one of its methods says about it), stored, passed to a
+// function, or used in a function literal other than a deferred one.
+// Method calls on it and comparisons with nil stay inside.
 func escapes(info *types.Info, fnCur inspector.Cursor, obj types.Object) bool {
 	for c := range fnCur.Preorder((*ast.Ident)(nil)) {
 		id := c.Node().(*ast.Ident)
@@ -440,10 +441,15 @@ func escapes(info *types.Info, fnCur inspector.Cursor, obj types.Object) bool {
 		}
 		switch p := c.Parent().Node().(type) {
 		case *ast.SelectorExpr:
-			if call, ok := c.Parent().Parent().Node().(*ast.CallExpr); ok && call.Fun == p {
-				continue
+			call, ok := c.Parent().Parent().Node().(*ast.CallExpr)
+			if !ok || call.Fun != p {
+				return true
 			}
-			return true
+			// Returning what a method says about it (m.Key(), the key an
+			// etcd lock service hands its client) hands it on too.
+			if !releaseNames[p.Sel.Name] && inReturn(c) {
+				return true
+			}
 		case *ast.BinaryExpr:
 			if isNil(info, p.X) || isNil(info, p.Y) {
 				continue
@@ -457,6 +463,15 @@ func escapes(info *types.Info, fnCur inspector.Cursor, obj types.Object) bool {
 		default:
 			return true
 		}
+	}
+	return false
+}
+
+// inReturn reports whether c is in a return statement of its function.
+func inReturn(c inspector.Cursor) bool {
+	for p := range c.Enclosing((*ast.ReturnStmt)(nil), (*ast.FuncLit)(nil), (*ast.FuncDecl)(nil)) {
+		_, ok := p.Node().(*ast.ReturnStmt)
+		return ok
 	}
 	return false
 }

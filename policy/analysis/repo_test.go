@@ -27,7 +27,7 @@ func TestOwnTree_NoFindings(t *testing.T) {
 	}
 	for _, dir := range dirs {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		findings, err := Vet(ctx, Options{Dir: dir, Patterns: []string{"./..."}, Enable: OptIn})
+		findings, err := Vet(ctx, Options{Dir: dir, Patterns: []string{"./..."}, Enable: OptIn()})
 		cancel()
 		if err != nil {
 			t.Fatalf("vet %s/...: %v", dir, err)

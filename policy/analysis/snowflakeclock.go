@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/ast/inspector"
@@ -21,9 +22,11 @@ back, and with them duplicate IDs (the spec: 小幅回拨（5ms 内）自旋等�
 ID from it with << and never compares the timestamp with an ordering
 operator in an if or switch (now < last), nor calls Before, After or
 Compare on it. A helper that only returns time.Now() counts as a clock
-read. lockgov's snowflake package reads a monotonic clock and needs none
-of this. Opt-in because shifts of timestamps appear in code that makes no
-IDs. Breaks the unique ids rule.`,
+read. Only functions named like ID generators (NextID, Generate, IDGen, a
+method of Snowflake or Worker) are checked. lockgov's snowflake package
+reads a monotonic clock and needs none of this. Opt-in because the name
+and shape heuristics are right for code that makes IDs and noisy
+elsewhere. Breaks the unique ids rule.`,
 	Requires: requires,
 	Run:      runSnowflakeClock,
 }
@@ -47,7 +50,7 @@ func runSnowflakeClock(pass *analysis.Pass) (any, error) {
 		case *ast.FuncLit:
 			body = n.Body
 		}
-		if body == nil {
+		if body == nil || !namesIDGenerator(info, c) {
 			continue
 		}
 		read, vars := clockReads(info, body, readers)
@@ -198,4 +201,31 @@ func checksOrder(info *types.Info, body *ast.BlockStmt, read *ast.CallExpr, vars
 		return !found
 	})
 	return found
+}
+
+var idGenWords = []string{"id", "ids", "uid", "uuid", "snowflake", "flake", "sonyflake", "generator", "gen", "generate", "next", "seq", "sequence", "worker"}
+
+// namesIDGenerator reports whether the function at c, or the type whose
+// method it is, is named like an ID generator (NextID, Snowflake.Generate,
+// IDGen): a timestamp shifted elsewhere (a packed connection state) is not
+// an ID.
+func namesIDGenerator(info *types.Info, c inspector.Cursor) bool {
+	var names []string
+	for e := range c.Enclosing((*ast.FuncDecl)(nil)) {
+		fd := e.Node().(*ast.FuncDecl)
+		names = append(names, fd.Name.Name)
+		if fd.Recv != nil && len(fd.Recv.List) == 1 {
+			if t := info.TypeOf(fd.Recv.List[0].Type); t != nil {
+				names = append(names, namedName(t))
+			}
+		}
+	}
+	for _, n := range names {
+		for _, w := range words(n) {
+			if slices.Contains(idGenWords, w) {
+				return true
+			}
+		}
+	}
+	return false
 }

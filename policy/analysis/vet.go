@@ -82,7 +82,7 @@ var vetMu sync.Mutex
 func Vet(ctx context.Context, opts Options) ([]Finding, error) {
 	for _, name := range opts.Enable {
 		if _, ok := Lookup(name); !ok {
-			return nil, inputErrorf("unknown analyzer %q (opt-in analyzers: %s)", name, strings.Join(OptIn, ", "))
+			return nil, inputErrorf("unknown analyzer %q (opt-in analyzers: %s)", name, strings.Join(OptIn(), ", "))
 		}
 	}
 	if opts.Policy != "" {

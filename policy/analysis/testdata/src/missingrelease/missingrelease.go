@@ -188,3 +188,12 @@ func scoped(ctx context.Context, l instrument.Locker, key string) error {
 }
 
 func work(context.Context) error { return nil }
+
+// A lock service hands the lock to its client by key (etcd's v3lock).
+func lockRPC(ctx context.Context, s *concurrency.Session, name string) (string, error) {
+	m := concurrency.NewMutex(s, name)
+	if err := m.Lock(ctx); err != nil {
+		return "", err
+	}
+	return m.Key(), nil
+}

@@ -28,3 +28,4 @@ func NewMutex(s *Session, pfx string) *Mutex { return &Mutex{} }
 func (m *Mutex) Lock(ctx context.Context) error    { return nil }
 func (m *Mutex) TryLock(ctx context.Context) error { return nil }
 func (m *Mutex) Unlock(ctx context.Context) error  { return nil }
+func (m *Mutex) Key() string                       { return "" }
