@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"go/ast"
-	"slices"
 
 	"golang.org/x/tools/go/analysis"
 	"golang.org/x/tools/go/analysis/passes/inspect"
@@ -36,15 +35,6 @@ func All() []*analysis.Analyzer {
 // (-enable NAME): their heuristics are right for code that generates IDs
 // and noisy elsewhere.
 func OptIn() []string { return []string{"snowflakeclock"} }
-
-// Lookup returns the analyzer called name.
-func Lookup(name string) (*analysis.Analyzer, bool) {
-	i := slices.IndexFunc(All(), func(a *analysis.Analyzer) bool { return a.Name == name })
-	if i < 0 {
-		return nil, false
-	}
-	return All()[i], true
-}
 
 // requires is every analyzer's Requires.
 var requires = []*analysis.Analyzer{inspect.Analyzer, configAnalyzer}

@@ -81,7 +81,7 @@ var vetMu sync.Mutex
 // package and the compiler's error), or ctx's error.
 func Vet(ctx context.Context, opts Options) ([]Finding, error) {
 	for _, name := range opts.Enable {
-		if _, ok := Lookup(name); !ok {
+		if !slices.Contains(OptIn(), name) {
 			return nil, inputErrorf("unknown analyzer %q (opt-in analyzers: %s)", name, strings.Join(OptIn(), ", "))
 		}
 	}
