@@ -34,6 +34,9 @@ func (e UsageError) Unwrap() error { return e.Err }
 func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
 
 func main() {
+	if isVetTool(os.Args[1:]) {
+		runVetTool() // go vet -vettool=lockgov: does not return
+	}
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
