@@ -47,9 +47,14 @@ if not cur then
 			redis.call('LPOP', KEYS[3])
 			redis.call('ZREM', KEYS[4], head)
 		end
-		local fence = redis.call('INCR', KEYS[2])
-		if fence == 1 then
-			fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+		-- The fence as in acquire.lua: max(counter + 1, server time in
+		-- microseconds), the counter moved up to it, so that a stale counter
+		-- (failover to a lagging replica, restart from an old snapshot) never
+		-- repeats a fence.
+		local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+		local prev = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4], 'GET'))
+		if prev and prev >= fence then
+			fence = prev + 1
 			redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
 		end
 		local f = string.format('%.0f', fence)

@@ -24,13 +24,28 @@
 // "{K}:fence" and "{K}:released" otherwise. Keys with braces that do not
 // form a hash tag are refused.
 //
-// Fences strictly increase per key without a key that lives forever: the
-// counter is created with a TTL of TTL + retention (WithFenceRetention,
-// default 10 minutes) and never extended, and a missing counter is seeded
-// from the Redis server's clock in microseconds. A counter moves by one per
-// acquisition while that clock moves by a million a second, so the seed is
-// larger than every earlier fence unless the server clock stepped back by
-// more than the counter's lifetime.
+// Fences strictly increase per key without a key that lives forever: every
+// acquire attempt sets the counter to max(counter + 1, the Redis server's
+// clock in microseconds) and returns that, the counter under a TTL of TTL +
+// retention (WithFenceRetention, default 10 minutes) re-armed on each
+// attempt. The counter moves by one per acquisition while the clock moves by
+// a million a second, so fences follow the server clock; the counter keeps
+// them increasing within one microsecond and across a clock step back of
+// less than its lifetime. This needs Redis 6.2 or later (SET ... GET).
+//
+// # Fences after a failover or a lossy restart
+//
+// A replica promoted before it had every write, a restart from an older RDB
+// snapshot, or a crash under appendfsync everysec brings back a counter that
+// is present but older than fences already issued. The next fence is still
+// above every fence the server issued before it lost them, because it is at
+// least the server clock now, and each of those was at most the issuing
+// server's clock then. That needs two things: server clocks that do not step
+// back (NTP slewing, not stepping), and on failover the new primary's clock
+// not behind the old primary's by more than the failover took (hosts
+// synchronised to well under a second; a Sentinel failover takes seconds).
+// A clock stepped back further, or a replica whose clock lags the old
+// primary's by more than the failover time, can repeat a fence.
 //
 // # Waiting
 //
@@ -79,7 +94,9 @@
 // leases by the local timer. Sentinel failover: a lock written to the old
 // primary and not yet replicated is absent on the new one, and another
 // client can take it; the old holder learns of it at its next renewal
-// (ErrLockLost) — until then only the fence protects the resource. This is
+// (ErrLockLost) — until then only the fence protects the resource (the new
+// holder's fence is above the old one's, under the clock conditions of
+// "Fences after a failover or a lossy restart"). This is
 // why money-moving code checks the fence, or re-checks the invariant in the
 // same atomic script that writes (see examples/quota), and reconciles
 // against the database. Use etcdlock where a lock must be a correctness

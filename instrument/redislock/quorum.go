@@ -51,11 +51,13 @@ func WithNodeTimeout(d time.Duration) Option {
 // the resource, from a store that gives one.
 //
 // Fence() in quorum mode is the largest fence issued by any node that
-// answered the winning attempt. Every attempt increments the counter on every
+// answered the winning attempt. Every attempt moves the counter up on every
 // node it reaches, so a later holder's fence is larger as long as the node
-// that issued an earlier holder's fence still answers; after that node is
-// lost, the order is not guaranteed. Treat it as a diagnostic, not a fencing
-// token, in this mode.
+// that issued an earlier holder's fence still answers. After that node is
+// lost, the order rests on the clocks of the nodes (each node's fence is at
+// least its own clock in microseconds): it holds only if they agree to
+// within the time between the two acquisitions. Treat it as a diagnostic,
+// not a fencing token, in this mode.
 //
 // Give the node clients a small DialerRetries (go-redis re-dials a refused
 // connection 5 times, 100 ms apart, by default): a dead node should cost a

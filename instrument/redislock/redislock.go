@@ -53,10 +53,13 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithFenceRetention sets how long a key's fence counter lives beyond one
-// TTL (default 10 minutes): the counter is created with TTL + retention and
-// never extended. After it expires the next fence is seeded from the Redis
-// server's clock in microseconds, which is still larger than every earlier
-// fence unless the server clock stepped back by more than that lifetime.
+// TTL (default 10 minutes): each acquire attempt re-arms it to TTL +
+// retention. Fences follow the Redis server's clock in microseconds (each
+// is max(counter + 1, clock)); the counter keeps them increasing when the
+// clock steps back by less than its lifetime. After it expires the next
+// fence is the clock alone, still larger than every earlier fence unless
+// the server clock stepped back by more than the time since the last
+// attempt. See the package doc for what fences promise after a failover.
 func WithFenceRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
