@@ -8,9 +8,10 @@
 -- ARGV[4]  fence counter TTL in milliseconds (TTL + retention)
 --
 -- Returns {1, fence} when acquired (also when this token already holds it,
--- so a retried call whose reply was lost is idempotent), or {0, pttl, fence}
--- with the holder's remaining TTL in milliseconds and the fence this attempt
--- consumed (quorum mode takes the largest over all nodes).
+-- so a retried call whose reply was lost is idempotent; the TTL is then
+-- re-armed), or {0, pttl, fence} with the holder's remaining TTL in
+-- milliseconds and the fence this attempt consumed (quorum mode takes the
+-- largest over all nodes).
 --
 -- The lock value is "<token> <fence> <json>": the token first so that the
 -- owner check is a prefix compare, the fence second so that the agent and
@@ -52,8 +53,14 @@ if redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f
 	return {1, fence}
 end
 
+-- This token already holds it: an earlier try of the same Acquire ran here
+-- but its reply was lost (a go-redis retry, or an earlier quorum attempt
+-- whose node timed out). Re-arm the TTL: quorum mode counts the lease valid
+-- for a TTL from this attempt's start, so the key must live a TTL from now,
+-- not from the earlier try.
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	local rest = string.sub(cur, #ARGV[1] + 1)
 	return {1, tonumber(string.match(rest, '^(%d+)'))}
 end

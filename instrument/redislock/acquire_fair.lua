@@ -33,8 +33,11 @@ while true do
 	redis.call('ZREM', KEYS[4], head)
 end
 
+-- This token already holds it (a retried call whose reply was lost): re-arm
+-- the TTL, as acquire.lua does, so the key lives a TTL from this attempt.
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	local rest = string.sub(cur, #ARGV[1] + 1)
 	return {1, tonumber(string.match(rest, '^(%d+)'))}
 end

@@ -72,8 +72,11 @@
 // (WithDriftFactor), released and renewed on every node, lost when a
 // majority can no longer confirm it. When fewer than a majority of nodes
 // answer at all, Acquire returns ErrNotAcquired at once rather than at the
-// deadline. It is an efficiency lock, not a correctness lock: see NewQuorum
-// for what Fence means in this mode.
+// deadline. A node that still has this Acquire's token from an earlier
+// attempt (its reply lost to the node timeout) counts as a grant only after
+// it re-armed the TTL, so the validity counted from the later attempt holds
+// on every node of the majority. It is an efficiency lock, not a
+// correctness lock: see NewQuorum for what Fence means in this mode.
 //
 // # Lease lifecycle
 //

@@ -164,6 +164,10 @@ func (q *quorum) acquire(ctx context.Context, kk []string, args []any, ttl time.
 			}
 		}
 	}
+	// Validity counts from this attempt's start. A node that answered with
+	// a grant from an earlier attempt of this Acquire (same token, its reply
+	// lost then) re-armed the key's TTL in acquire.lua, so this holds for
+	// it too.
 	validity := ttl - time.Since(start) - q.drift(ttl)
 	if granted >= q.majority && validity > 0 {
 		return true, fence, nil
