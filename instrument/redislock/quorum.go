@@ -214,9 +214,12 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, errors.Join(errs...))
 }
 
-// release runs the owner-checked release on every node. ok when any node
-// still had the lock; not ok with a nil error when so many nodes deny
-// ownership that no majority could have held it for this token.
+// release runs the owner-checked release on every node. Not ok with a nil
+// error when so many nodes deny ownership that no majority holds it for
+// this token — even if a minority still had it (a grant that ran late on
+// one node outlives the others): the lease had already ended, and what was
+// deleted there was only this token's leftover. Otherwise ok when any node
+// still had the lock.
 func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
 	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
 		n, err := releaseScript.Run(ctx, c, []string{keys.lock}, tok, keys.channel).Int64()
@@ -234,11 +237,11 @@ func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.
 			denied++
 		}
 	}
-	if released > 0 {
-		return true, nil
-	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil
+	}
+	if released > 0 {
+		return true, nil
 	}
 	return false, errors.Join(errs...)
 }

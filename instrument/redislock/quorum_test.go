@@ -212,3 +212,50 @@ func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorum_ReleaseAfterMajorityLostIsNotHeld: A's grant on one node ran
+// later than on the others (under load its script ran ~10ms after the
+// rest), so that node still has A's key when A's lease has ended and B holds
+// the other two. A's Release must say ErrNotHeld — a majority denies A — and
+// may delete only A's own leftover, never B's lock. (The state of that
+// conformance failure, built directly: A's key on node 2 is made to
+// outlive the others.)
+func TestQuorum_ReleaseAfterMajorityLostIsNotHeld(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	admins := quorumClients(t, nodes)
+	// A node timeout no loaded machine reaches: every node's grant counts.
+	la := newQuorum(t, nodes, redislock.WithNodeTimeout(10*time.Second))
+	lb := newQuorum(t, nodes, redislock.WithNodeTimeout(10*time.Second))
+	ctx := timeout(t, time.Minute)
+	const key = "lock:late-grant"
+	a, err := la.Acquire(ctx, key, instrument.WithTTL(300*time.Millisecond), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	aValue := admins[2].Get(ctx, key).Val()
+	if aValue == "" {
+		t.Fatal("node 2 has no grant for A")
+	}
+	if err := admins[2].PExpire(ctx, key, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := lb.Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	defer b.Release(ctx)
+	select {
+	case <-a.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("A's lease did not end")
+	}
+	if err := a.Release(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("A.Release with a majority held by B: %v, want ErrNotHeld", err)
+	}
+	if v := admins[2].Get(ctx, key).Val(); v == aValue {
+		t.Error("A's leftover on node 2 was not deleted")
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatalf("B after A's release: %v", err)
+	}
+}
