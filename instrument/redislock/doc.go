@@ -10,7 +10,8 @@
 // Acquire is one EVALSHA of acquire.lua: set-if-absent with PX and the owner
 // token, and the next fence from a per-key counter in the same hash slot,
 // atomically. Release is one EVALSHA of release.lua: compare the owner token,
-// DEL, PUBLISH a release notification. Refresh is one EVALSHA of refresh.lua:
+// DEL, leave a short-lived tombstone for the token, PUBLISH a release
+// notification. Refresh is one EVALSHA of refresh.lua:
 // compare the owner token, PEXPIRE. Never GET-then-DEL (which deletes the
 // next holder's lock when the first one ran past its TTL) and never a bare
 // EXPIRE (which extends whoever holds the key now). The fast path is the
@@ -22,7 +23,9 @@
 // readable by the agent), a fence counter and a notification channel that
 // hash to K's slot: K+":fence" and K+":released" when K has a hash tag,
 // "{K}:fence" and "{K}:released" otherwise. Keys with braces that do not
-// form a hash tag are refused.
+// form a hash tag are refused. A release leaves a tombstone K+":rel:<hash of
+// the token>" (or "{K}:rel:…") under PX for as long as the release call can
+// be retried (its context's deadline plus a second; a minute without one).
 //
 // Fences strictly increase per key without a key that lives forever: every
 // acquire attempt sets the counter to max(counter + 1, the Redis server's
@@ -99,11 +102,20 @@
 // client can take it; the old holder learns of it at its next renewal
 // (ErrLockLost) — until then only the fence protects the resource (the new
 // holder's fence is above the old one's, under the clock conditions of
-// "Fences after a failover or a lossy restart"). This is
-// why money-moving code checks the fence, or re-checks the invariant in the
-// same atomic script that writes (see examples/quota), and reconciles
-// against the database. Use etcdlock where a lock must be a correctness
-// guarantee.
+// "Fences after a failover or a lossy restart"). This is why money-moving
+// code checks the fence, or re-checks the invariant in the same atomic
+// script that writes (see examples/quota), and reconciles against the
+// database. Use etcdlock where a lock must be a correctness guarantee.
+//
+// A release whose reply is lost (read timeout) is resent by go-redis on a
+// new connection; the resend finds the key gone or already the next
+// holder's, and the tombstone its first try left: Release reports success,
+// not ErrNotHeld, and instrument.Do does not report a finished critical
+// section as ErrLockLost. A lock that vanished by expiry or someone else's
+// delete leaves no tombstone, so Release reports ErrNotHeld for it. In
+// quorum mode Release is ErrNotHeld when a majority of nodes deny the token,
+// even if a node whose grant ran late still had it (that leftover, and only
+// that, is deleted).
 //
 // The client should set ContextTimeoutEnabled so that calls honour context
 // deadlines; otherwise a blackholed server can hold a call for ReadTimeout.

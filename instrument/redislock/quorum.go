@@ -222,7 +222,7 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 // still had the lock.
 func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
 	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		n, err := releaseScript.Run(ctx, c, []string{keys.lock}, tok, keys.channel).Int64()
+		n, err := releaseScript.Run(ctx, c, []string{keys.lock, keys.tombstone(tok)}, tok, keys.channel, tombstoneTTL(ctx)).Int64()
 		return reply{n: n, err: err}
 	})
 	var released, denied int
@@ -231,7 +231,7 @@ func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		case r.n == 1:
+		case r.n >= 1: // 2: an earlier try of this call released it
 			released++
 		default:
 			denied++

@@ -314,17 +314,32 @@ func (l *Locker) refreshOnce(ctx context.Context, keys keySet, tok string, ttl t
 }
 
 // releaseOnce runs the owner-checked release once; ok false with a nil
-// error means the lock was not this token's.
+// error means the lock was not this token's. ok is also true when a retry
+// of this call (go-redis resends a command whose reply was lost) finds the
+// tombstone its first try left: that try released it.
 func (l *Locker) releaseOnce(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
 	if l.q != nil {
 		return l.q.release(ctx, keys, tok, ttl)
 	}
 	if l.opts.fair {
-		n, err := releaseFairScript.Run(ctx, l.c, []string{keys.lock, keys.queue}, tok, keys.channel).Int64()
-		return n == 1, err
+		n, err := releaseFairScript.Run(ctx, l.c, []string{keys.lock, keys.queue, keys.tombstone(tok)},
+			tok, keys.channel, tombstoneTTL(ctx)).Int64()
+		return n >= 1, err
 	}
-	n, err := releaseScript.Run(ctx, l.c, []string{keys.lock}, tok, keys.channel).Int64()
-	return n == 1, err
+	n, err := releaseScript.Run(ctx, l.c, []string{keys.lock, keys.tombstone(tok)}, tok, keys.channel, tombstoneTTL(ctx)).Int64()
+	return n >= 1, err
+}
+
+// tombstoneTTL is how long a release's tombstone lives, in milliseconds:
+// as long as the call can be retried, which is until its context ends, plus
+// a second for a retry still in flight then; a minute when the context has
+// no deadline (go-redis retries end long before).
+func tombstoneTTL(ctx context.Context) int64 {
+	d := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(time.Until(dl), 0) + time.Second
+	}
+	return d.Milliseconds()
 }
 
 // pause sleeps for d, or until a release notification, or until ctx ends.
