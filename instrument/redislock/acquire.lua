@@ -42,12 +42,13 @@
 -- (~1.8e15) are exact below 2^53, and %.0f prints them without an exponent.
 local t = redis.call('TIME')
 local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local prev = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4], 'GET'))
+local f = string.format('%.0f', fence)
+local prev = tonumber(redis.call('SET', KEYS[2], f, 'PX', ARGV[4], 'GET'))
 if prev and prev >= fence then
 	fence = prev + 1
-	redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
+	f = string.format('%.0f', fence)
+	redis.call('SET', KEYS[2], f, 'PX', ARGV[4])
 end
-local f = string.format('%.0f', fence)
 
 if redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. '}', 'NX', 'PX', ARGV[2]) then
 	return {1, fence}

@@ -55,12 +55,13 @@ if not cur then
 		-- (failover to a lagging replica, restart from an old snapshot) never
 		-- repeats a fence.
 		local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-		local prev = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4], 'GET'))
+		local f = string.format('%.0f', fence)
+		local prev = tonumber(redis.call('SET', KEYS[2], f, 'PX', ARGV[4], 'GET'))
 		if prev and prev >= fence then
 			fence = prev + 1
-			redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
+			f = string.format('%.0f', fence)
+			redis.call('SET', KEYS[2], f, 'PX', ARGV[4])
 		end
-		local f = string.format('%.0f', fence)
 		redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. '}', 'PX', ARGV[2])
 		if redis.call('EXISTS', KEYS[3]) == 1 then
 			redis.call('PEXPIRE', KEYS[3], queueTTL)
