@@ -10,7 +10,8 @@
 // Acquire is one EVALSHA of acquire.lua: set-if-absent with PX and the owner
 // token, and the next fence from a per-key counter in the same hash slot,
 // atomically. Release is one EVALSHA of release.lua: compare the owner token,
-// DEL, PUBLISH a release notification. Refresh is one EVALSHA of refresh.lua:
+// DEL, leave a short-lived tombstone for the token, PUBLISH a release
+// notification. Refresh is one EVALSHA of refresh.lua:
 // compare the owner token, PEXPIRE. Never GET-then-DEL (which deletes the
 // next holder's lock when the first one ran past its TTL) and never a bare
 // EXPIRE (which extends whoever holds the key now). The fast path is the
@@ -22,15 +23,32 @@
 // readable by the agent), a fence counter and a notification channel that
 // hash to K's slot: K+":fence" and K+":released" when K has a hash tag,
 // "{K}:fence" and "{K}:released" otherwise. Keys with braces that do not
-// form a hash tag are refused.
+// form a hash tag are refused. A release leaves a tombstone K+":rel:<hash of
+// the token>" (or "{K}:rel:…") under PX for as long as the release call can
+// be retried (its context's deadline plus a second; a minute without one).
 //
-// Fences strictly increase per key without a key that lives forever: the
-// counter is created with a TTL of TTL + retention (WithFenceRetention,
-// default 10 minutes) and never extended, and a missing counter is seeded
-// from the Redis server's clock in microseconds. A counter moves by one per
-// acquisition while that clock moves by a million a second, so the seed is
-// larger than every earlier fence unless the server clock stepped back by
-// more than the counter's lifetime.
+// Fences strictly increase per key without a key that lives forever: every
+// acquire attempt sets the counter to max(counter + 1, the Redis server's
+// clock in microseconds) and returns that, the counter under a TTL of TTL +
+// retention (WithFenceRetention, default 10 minutes) re-armed on each
+// attempt. The counter moves by one per acquisition while the clock moves by
+// a million a second, so fences follow the server clock; the counter keeps
+// them increasing within one microsecond and across a clock step back of
+// less than its lifetime. This needs Redis 6.2 or later (SET ... GET).
+//
+// # Fences after a failover or a lossy restart
+//
+// A replica promoted before it had every write, a restart from an older RDB
+// snapshot, or a crash under appendfsync everysec brings back a counter that
+// is present but older than fences already issued. The next fence is still
+// above every fence the server issued before it lost them, because it is at
+// least the server clock now, and each of those was at most the issuing
+// server's clock then. That needs two things: server clocks that do not step
+// back (NTP slewing, not stepping), and on failover the new primary's clock
+// not behind the old primary's by more than the failover took (hosts
+// synchronised to well under a second; a Sentinel failover takes seconds).
+// A clock stepped back further, or a replica whose clock lags the old
+// primary's by more than the failover time, can repeat a fence.
 //
 // # Waiting
 //
@@ -66,8 +84,11 @@
 // (WithDriftFactor), released and renewed on every node, lost when a
 // majority can no longer confirm it. When fewer than a majority of nodes
 // answer at all, Acquire returns ErrNotAcquired at once rather than at the
-// deadline. It is an efficiency lock, not a correctness lock: see NewQuorum
-// for what Fence means in this mode.
+// deadline. A node that still has this Acquire's token from an earlier
+// attempt (its reply lost to the node timeout) counts as a grant only after
+// it re-armed the TTL, so the validity counted from the later attempt holds
+// on every node of the majority. It is an efficiency lock, not a
+// correctness lock: see NewQuorum for what Fence means in this mode.
 //
 // # Lease lifecycle
 //
@@ -88,11 +109,22 @@
 // leases by the local timer. Sentinel failover: a lock written to the old
 // primary and not yet replicated is absent on the new one, and another
 // client can take it; the old holder learns of it at its next renewal
-// (ErrLockLost) — until then only the fence protects the resource. This is
-// why money-moving code checks the fence, or re-checks the invariant in the
-// same atomic script that writes (see examples/quota), and reconciles
-// against the database. Use etcdlock where a lock must be a correctness
-// guarantee.
+// (ErrLockLost) — until then only the fence protects the resource (the new
+// holder's fence is above the old one's, under the clock conditions of
+// "Fences after a failover or a lossy restart"). This is why money-moving
+// code checks the fence, or re-checks the invariant in the same atomic
+// script that writes (see examples/quota), and reconciles against the
+// database. Use etcdlock where a lock must be a correctness guarantee.
+//
+// A release whose reply is lost (read timeout) is resent by go-redis on a
+// new connection; the resend finds the key gone or already the next
+// holder's, and the tombstone its first try left: Release reports success,
+// not ErrNotHeld, and instrument.Do does not report a finished critical
+// section as ErrLockLost. A lock that vanished by expiry or someone else's
+// delete leaves no tombstone, so Release reports ErrNotHeld for it. In
+// quorum mode Release is ErrNotHeld when a majority of nodes deny the token,
+// even if a node whose grant ran late still had it (that leftover, and only
+// that, is deleted).
 //
 // Pub/sub connection lost (server restart, CLIENT KILL, a network error):
 // go-redis reconnects and resubscribes, and releases published meanwhile are

@@ -1,6 +1,8 @@
 package redislock
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 // keySet is every name one lock uses in Redis. All of them hash to the slot
 // of the lock key, so one script can touch them on Redis Cluster.
 type keySet struct {
+	base    string // prefix of the companion keys: key with a hash tag, else "{key}"
 	lock    string // the lock itself: "<token> <fence> <json>" under PX
 	fence   string // the fence counter, under PX TTL+retention
 	channel string // release notifications
@@ -26,14 +29,14 @@ type keySet struct {
 // companion and is refused.
 func keysFor(key string) (keySet, error) {
 	if hashTag(key) != "" {
-		return keySet{lock: key, fence: key + ":fence", channel: key + ":released",
+		return keySet{base: key, lock: key, fence: key + ":fence", channel: key + ":released",
 			queue: key + ":queue", waiters: key + ":waiters"}, nil
 	}
 	if strings.ContainsAny(key, "{}") {
 		return keySet{}, fmt.Errorf("%w: key %q has braces that do not form a Redis hash tag", instrument.ErrInvalidKey, key)
 	}
 	tag := "{" + key + "}"
-	return keySet{lock: key, fence: tag + ":fence", channel: tag + ":released",
+	return keySet{base: tag, lock: key, fence: tag + ":fence", channel: tag + ":released",
 		queue: tag + ":queue", waiters: tag + ":waiters"}, nil
 }
 
@@ -49,4 +52,14 @@ func hashTag(key string) string {
 		return ""
 	}
 	return key[open+1 : open+1+end]
+}
+
+// tombstone is the key a release by tok leaves behind (briefly, under PX),
+// so that a retry of that same release whose first reply was lost can tell
+// "this token released it" from "not this token's". Its name carries a hash
+// of the token, never the token: tokens are capabilities and key names show
+// up in SCAN, MONITOR and the agent.
+func (k keySet) tombstone(tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return k.base + ":rel:" + hex.EncodeToString(sum[:12])
 }

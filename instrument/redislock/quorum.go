@@ -51,11 +51,13 @@ func WithNodeTimeout(d time.Duration) Option {
 // the resource, from a store that gives one.
 //
 // Fence() in quorum mode is the largest fence issued by any node that
-// answered the winning attempt. Every attempt increments the counter on every
+// answered the winning attempt. Every attempt moves the counter up on every
 // node it reaches, so a later holder's fence is larger as long as the node
-// that issued an earlier holder's fence still answers; after that node is
-// lost, the order is not guaranteed. Treat it as a diagnostic, not a fencing
-// token, in this mode.
+// that issued an earlier holder's fence still answers. After that node is
+// lost, the order rests on the clocks of the nodes (each node's fence is at
+// least its own clock in microseconds): it holds only if they agree to
+// within the time between the two acquisitions. Treat it as a diagnostic,
+// not a fencing token, in this mode.
 //
 // Give the node clients a small DialerRetries (go-redis re-dials a refused
 // connection 5 times, 100 ms apart, by default): a dead node should cost a
@@ -162,6 +164,10 @@ func (q *quorum) acquire(ctx context.Context, kk []string, args []any, ttl time.
 			}
 		}
 	}
+	// Validity counts from this attempt's start. A node that answered with
+	// a grant from an earlier attempt of this Acquire (same token, its reply
+	// lost then) re-armed the key's TTL in acquire.lua, so this holds for
+	// it too.
 	validity := ttl - time.Since(start) - q.drift(ttl)
 	if granted >= q.majority && validity > 0 {
 		return true, fence, nil
@@ -208,12 +214,15 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, errors.Join(errs...))
 }
 
-// release runs the owner-checked release on every node. ok when any node
-// still had the lock; not ok with a nil error when so many nodes deny
-// ownership that no majority could have held it for this token.
+// release runs the owner-checked release on every node. Not ok with a nil
+// error when so many nodes deny ownership that no majority holds it for
+// this token — even if a minority still had it (a grant that ran late on
+// one node outlives the others): the lease had already ended, and what was
+// deleted there was only this token's leftover. Otherwise ok when any node
+// still had the lock.
 func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
 	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		n, err := releaseScript.Run(ctx, c, []string{keys.lock}, tok, keys.channel).Int64()
+		n, err := releaseScript.Run(ctx, c, []string{keys.lock, keys.tombstone(tok)}, tok, keys.channel, tombstoneTTL(ctx)).Int64()
 		return reply{n: n, err: err}
 	})
 	var released, denied int
@@ -222,17 +231,17 @@ func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		case r.n == 1:
+		case r.n >= 1: // 2: an earlier try of this call released it
 			released++
 		default:
 			denied++
 		}
 	}
-	if released > 0 {
-		return true, nil
-	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil
+	}
+	if released > 0 {
+		return true, nil
 	}
 	return false, errors.Join(errs...)
 }

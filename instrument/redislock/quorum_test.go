@@ -123,3 +123,142 @@ func TestNewQuorum_BadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid: an attempt
+// reaches node X but X's reply is lost, so the attempt fails; the next
+// attempt of the same Acquire (same token) finds the token already on X.
+// Acquire counts the lease valid for a TTL from that later attempt, so X must
+// hold the key that long, not only a TTL from the earlier attempt: with X one
+// of a bare majority, another client could otherwise win X and Z while A
+// still believes its lease is valid.
+func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	x := testenv.NewProxy(t, nodes[0].Addr())
+	cs := quorumClients(t, nodes)
+	cs[0] = newClient(t, x.Addr())
+	// The node timeout ends X's call before the client's ReadTimeout (1s)
+	// would make go-redis resend it, and is generous for a loaded machine.
+	l, err := redislock.NewQuorum(cs, redislock.WithNodeTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins := quorumClients(t, nodes) // straight to the servers, not through x
+	ctx := timeout(t, time.Minute)
+	// Load the script and open a connection to every node, so that the
+	// reply dropped below is the acquire's.
+	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const key, ttl = "lock:retried", 2 * time.Second
+	// Another holder has Y and Z: the first attempt fails with X's grant
+	// unseen, and no give-back is sent to X.
+	for _, c := range admins[1:] {
+		if err := c.Set(ctx, key, "someone-else 1 {}", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped := x.DropNextReply()
+	cfg, err := instrument.ApplyAcquireOptions(instrument.WithTTL(ttl), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	var retryAfter time.Time // the next attempt starts after this
+	cfg.Hooks.Attempt = func(bool) {
+		attempts++
+		if attempts != 1 {
+			return
+		}
+		select {
+		case <-dropped:
+		case <-ctx.Done():
+			t.Error("the first attempt's reply from X was not dropped")
+			return
+		}
+		// X holds A's token from the first attempt; let half its TTL pass,
+		// then free Y for the next attempt.
+		waitFor(t, ctx, "X's grant to age", func() bool {
+			pttl := admins[0].PTTL(ctx, key).Val()
+			return pttl > 0 && pttl < ttl/2
+		})
+		if err := admins[1].Del(ctx, key).Err(); err != nil {
+			t.Error(err)
+		}
+		retryAfter = time.Now()
+	}
+	a, err := l.Acquire(ctx, key, instrument.WithConfig(cfg))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer a.Release(ctx)
+	if attempts < 2 {
+		t.Fatalf("acquired in %d attempt(s): the scenario did not happen", attempts)
+	}
+	// A believes its lease valid until at least retryAfter + TTL - drift
+	// (drift is 1% of the TTL + 2ms by default; TTL/10 is generous). Each
+	// node that granted it must hold the key until then.
+	believed := retryAfter.Add(ttl - ttl/10)
+	for i, c := range admins[:2] {
+		pttl, err := c.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read after the reply: the key expires no later than this.
+		expires := time.Now().Add(pttl + time.Millisecond)
+		if expires.Before(believed) {
+			t.Errorf("node %d: A's key expires %v before the lease A was given ends (PTTL %v)", i, believed.Sub(expires).Round(time.Millisecond), pttl)
+		}
+	}
+}
+
+// TestQuorum_ReleaseAfterMajorityLostIsNotHeld: A's grant on one node ran
+// later than on the others (under load its script ran ~10ms after the
+// rest), so that node still has A's key when A's lease has ended and B holds
+// the other two. A's Release must say ErrNotHeld — a majority denies A — and
+// may delete only A's own leftover, never B's lock. (The state of that
+// conformance failure, built directly: A's key on node 2 is made to
+// outlive the others.)
+func TestQuorum_ReleaseAfterMajorityLostIsNotHeld(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	admins := quorumClients(t, nodes)
+	// A node timeout no loaded machine reaches: every node's grant counts.
+	la := newQuorum(t, nodes, redislock.WithNodeTimeout(10*time.Second))
+	lb := newQuorum(t, nodes, redislock.WithNodeTimeout(10*time.Second))
+	ctx := timeout(t, time.Minute)
+	const key = "lock:late-grant"
+	a, err := la.Acquire(ctx, key, instrument.WithTTL(300*time.Millisecond), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	aValue := admins[2].Get(ctx, key).Val()
+	if aValue == "" {
+		t.Fatal("node 2 has no grant for A")
+	}
+	if err := admins[2].PExpire(ctx, key, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := lb.Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	defer b.Release(ctx)
+	select {
+	case <-a.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("A's lease did not end")
+	}
+	if err := a.Release(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("A.Release with a majority held by B: %v, want ErrNotHeld", err)
+	}
+	if v := admins[2].Get(ctx, key).Val(); v == aValue {
+		t.Error("A's leftover on node 2 was not deleted")
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatalf("B after A's release: %v", err)
+	}
+}

@@ -54,10 +54,13 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithFenceRetention sets how long a key's fence counter lives beyond one
-// TTL (default 10 minutes): the counter is created with TTL + retention and
-// never extended. After it expires the next fence is seeded from the Redis
-// server's clock in microseconds, which is still larger than every earlier
-// fence unless the server clock stepped back by more than that lifetime.
+// TTL (default 10 minutes): each acquire attempt re-arms it to TTL +
+// retention. Fences follow the Redis server's clock in microseconds (each
+// is max(counter + 1, clock)); the counter keeps them increasing when the
+// clock steps back by less than its lifetime. After it expires the next
+// fence is the clock alone, still larger than every earlier fence unless
+// the server clock stepped back by more than the time since the last
+// attempt. See the package doc for what fences promise after a failover.
 func WithFenceRetention(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.retention = d })
 }
@@ -318,17 +321,32 @@ func (l *Locker) refreshOnce(ctx context.Context, keys keySet, tok string, ttl t
 }
 
 // releaseOnce runs the owner-checked release once; ok false with a nil
-// error means the lock was not this token's.
+// error means the lock was not this token's. ok is also true when a retry
+// of this call (go-redis resends a command whose reply was lost) finds the
+// tombstone its first try left: that try released it.
 func (l *Locker) releaseOnce(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
 	if l.q != nil {
 		return l.q.release(ctx, keys, tok, ttl)
 	}
 	if l.opts.fair {
-		n, err := releaseFairScript.Run(ctx, l.c, []string{keys.lock, keys.queue}, tok, keys.channel).Int64()
-		return n == 1, err
+		n, err := releaseFairScript.Run(ctx, l.c, []string{keys.lock, keys.queue, keys.tombstone(tok)},
+			tok, keys.channel, tombstoneTTL(ctx)).Int64()
+		return n >= 1, err
 	}
-	n, err := releaseScript.Run(ctx, l.c, []string{keys.lock}, tok, keys.channel).Int64()
-	return n == 1, err
+	n, err := releaseScript.Run(ctx, l.c, []string{keys.lock, keys.tombstone(tok)}, tok, keys.channel, tombstoneTTL(ctx)).Int64()
+	return n >= 1, err
+}
+
+// tombstoneTTL is how long a release's tombstone lives, in milliseconds:
+// as long as the call can be retried, which is until its context ends, plus
+// a second for a retry still in flight then; a minute when the context has
+// no deadline (go-redis retries end long before).
+func tombstoneTTL(ctx context.Context) int64 {
+	d := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(time.Until(dl), 0) + time.Second
+	}
+	return d.Milliseconds()
 }
 
 // pause sleeps for d, or until a release notification, or until ctx ends.

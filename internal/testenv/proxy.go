@@ -23,6 +23,7 @@ type Proxy struct {
 
 	latency   atomic.Int64 // time.Duration
 	blackhole atomic.Bool
+	dropNext  atomic.Pointer[chan struct{}] // armed by DropNextReply
 
 	ctx       context.Context // cancelled by Close; bounds dials and latency waits
 	cancel    context.CancelFunc
@@ -88,6 +89,19 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // new connections are accepted but nothing is forwarded. Turning it off
 // resumes forwarding of data read from then on; dropped data stays dropped.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// DropNextReply arms the proxy to drop the next bytes any server sends to a
+// client, and everything after them on that connection: the request reached
+// the server and ran, but its client never sees the answer (a reply lost
+// after the command ran, which clients retry on another connection). The
+// client's read times out; other connections, and connections made
+// afterwards, are forwarded as usual. It arms once; the returned channel is
+// closed when a reply has been dropped.
+func (p *Proxy) DropNextReply() <-chan struct{} {
+	ch := make(chan struct{})
+	p.dropNext.Store(&ch)
+	return ch
+}
 
 // Reset closes every current connection, on both sides, with a TCP RST.
 // Clients see "connection reset"; new connections are proxied as usual.
@@ -171,9 +185,9 @@ func (p *Proxy) handle(client net.Conn) {
 	go func() {
 		defer p.wg.Done()
 		defer close(upDone)
-		p.pipe(server, client)
+		p.pipe(server, client, false)
 	}()
-	p.pipe(client, server)
+	p.pipe(client, server, true)
 	<-upDone
 	c.close()
 }
@@ -197,14 +211,22 @@ func (p *Proxy) untrack(c *proxyConn) {
 }
 
 // pipe copies src to dst until src ends or either side fails, applying the
-// proxy's latency and blackhole. A clean EOF is passed on as a half-close so
-// request/response protocols that shut down writing still get their answer.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// proxy's latency, blackhole and, on the server-to-client direction (reply),
+// DropNextReply. A clean EOF is passed on as a half-close so request/response
+// protocols that shut down writing still get their answer.
+func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 	buf := make([]byte, 32*1024)
+	deaf := false // a reply was dropped: the rest of this stream is too
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			drop := p.blackhole.Load()
+			if reply && !deaf {
+				if ch := p.dropNext.Swap(nil); ch != nil {
+					deaf = true
+					close(*ch)
+				}
+			}
+			drop := deaf || p.blackhole.Load()
 			if d := time.Duration(p.latency.Load()); d > 0 && !drop {
 				if !p.wait(d) {
 					return

@@ -132,3 +132,52 @@ func TestProxyCloseInterruptsLatency(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// TestProxyDropNextReply: the command reaches the server and runs, its reply
+// never reaches the client, and a new connection is answered as usual.
+func TestProxyDropNextReply(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if err := pingOn(conn, br, time.Second); err != nil {
+		t.Fatalf("PING before DropNextReply: %v", err)
+	}
+	dropped := p.DropNextReply()
+	if _, err := conn.Write([]byte("SET dropped 1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dropped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply was dropped")
+	}
+	if err := pingOn(conn, br, 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("PING on the connection whose reply was dropped: got %v, want timeout", err)
+	}
+
+	// The SET ran: a new connection sees its value.
+	conn2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn2.Close()
+	if err := conn2.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn2.Write([]byte("GET dropped\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	br2 := bufio.NewReader(conn2)
+	for _, want := range []string{"$1", "1"} {
+		line, err := br2.ReadString('\n')
+		if err != nil || strings.TrimSpace(line) != want {
+			t.Fatalf("GET after the dropped SET: line %q, err %v, want %q", line, err, want)
+		}
+	}
+}

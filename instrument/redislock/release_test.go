@@ -1,0 +1,137 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// gatedClient dials addr like newClient, except that every connection after
+// the first waits until gate is closed: a command retried on a new
+// connection runs only when the test lets it.
+func gatedClient(t *testing.T, addr string, gate <-chan struct{}) *redis.Client {
+	t.Helper()
+	var dials atomic.Int32
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           30 * time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            1,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestDo_RetriedReleaseIsNotALoss: the release script runs and deletes the
+// lock, its reply is lost, and go-redis retries it on a new connection. The
+// retry finds the key gone (or, under contention, already the next
+// holder's), which is not a loss: fn finished under the lock and Do must say
+// so, not ErrLockLost (callers would redo the work).
+func TestDo_RetriedReleaseIsNotALoss(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fair  bool
+		taken bool // the next holder takes the lock before the retry runs
+	}{
+		{"free", false, false},
+		{"taken", false, true},
+		{"fair/free", true, false},
+		{"fair/taken", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, admin := setup(t)
+			p := testenv.NewProxy(t, r.Addr())
+			gate := make(chan struct{})
+			var opts []redislock.Option
+			if tc.fair {
+				opts = append(opts, redislock.Fair())
+			}
+			la := newLocker(t, gatedClient(t, p.Addr(), gate), opts...)
+			lb := newLocker(t, admin, opts...)
+			ctx := timeout(t, time.Minute)
+			const key = "lock:retried-release"
+			// Load the scripts: the dropped reply must be the release's,
+			// not a NOSCRIPT that go-redis answers with EVAL.
+			warm, err := la.Acquire(ctx, "lock:warm", instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			var dropped <-chan struct{}
+			next := make(chan struct{})
+			err = instrument.Do(ctx, la, key, func(context.Context) error {
+				dropped = p.DropNextReply()
+				go func() {
+					defer close(next)
+					// The first try ran (its reply was dropped): the lock
+					// is free; the retry waits for the gate.
+					select {
+					case <-dropped:
+					case <-ctx.Done():
+						return
+					}
+					if tc.taken {
+						b, err := lb.Acquire(ctx, key)
+						if err != nil {
+							t.Errorf("B: %v", err)
+						} else {
+							defer b.Release(ctx)
+						}
+					}
+					close(gate)
+				}()
+				return nil
+			})
+			<-next
+			select {
+			case <-dropped:
+			default:
+				t.Fatal("no reply was dropped: the scenario did not happen")
+			}
+			if err != nil {
+				t.Fatalf("Do after a release whose reply was lost and retried: %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestRelease_ExpiredLockIsNotHeld: a lock that vanished by expiry leaves
+// no tombstone, so Release still reports the loss.
+func TestRelease_ExpiredLockIsNotHeld(t *testing.T) {
+	_, c := setup(t)
+	l := newLocker(t, c)
+	ctx := timeout(t, 30*time.Second)
+	lease, err := l.Acquire(ctx, "lock:expired", instrument.WithTTL(100*time.Millisecond), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the lock to expire", func() bool { return c.Exists(ctx, "lock:expired").Val() == 0 })
+	if err := lease.Release(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("Release after expiry: %v, want ErrNotHeld", err)
+	}
+}
