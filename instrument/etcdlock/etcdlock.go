@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/lockvalue"
 )
 
 // BackendName is the value of the backend label and span attribute.
@@ -31,7 +31,7 @@ const cleanupTimeout = 2 * time.Second
 type Locker struct {
 	c      *clientv3.Client
 	prefix string
-	value  instrument.LockValue
+	value  lockvalue.Writer
 	pool   leasePool
 }
 
@@ -83,7 +83,7 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if strings.IndexByte(o.prefix, 0) >= 0 {
 		return nil, fmt.Errorf("%w: etcdlock: key prefix %q contains a NUL byte, the queue separator", instrument.ErrInvalidOption, o.prefix)
 	}
-	value, err := instrument.NewLockValue(o.service, o.instance)
+	value, err := lockvalue.NewWriter(o.service, o.instance)
 	if err != nil {
 		return nil, err
 	}
@@ -166,12 +166,10 @@ func (a *acquirer) attempted(ok bool) {
 // in it: it is the key's create_revision, which etcd stores with every key.
 func (a *acquirer) value(queuedAt, acquiredAt time.Time) string {
 	var b strings.Builder
-	a.l.value.Begin(&b, a.cfg)
-	b.WriteString(`,"queued_at_ms":`)
-	b.WriteString(strconv.FormatInt(queuedAt.UnixMilli(), 10))
+	a.l.value.Begin(&b, lockvalue.Call{TraceID: a.cfg.TraceID, Labels: a.cfg.Meta, TTL: a.cfg.TTL})
+	lockvalue.AppendTime(&b, lockvalue.QueuedAt, queuedAt)
 	if !acquiredAt.IsZero() {
-		b.WriteString(`,"acquired_at_ms":`)
-		b.WriteString(strconv.FormatInt(acquiredAt.UnixMilli(), 10))
+		lockvalue.AppendTime(&b, lockvalue.AcquiredAt, acquiredAt)
 	}
 	b.WriteByte('}')
 	return b.String()

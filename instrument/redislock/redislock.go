@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/lockvalue"
 )
 
 // BackendName is the value of the backend label and span attribute.
@@ -30,7 +30,7 @@ type Locker struct {
 	notify    notifier
 	local     localQueue
 	retention time.Duration
-	value     instrument.LockValue
+	value     lockvalue.Writer
 }
 
 // Option configures a Locker.
@@ -121,7 +121,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := validateIdleTimeout(o.idleTimeout); err != nil {
 		return nil, err
 	}
-	value, err := instrument.NewLockValue(o.service, o.instance)
+	value, err := lockvalue.NewWriter(o.service, o.instance)
 	if err != nil {
 		return nil, err
 	}
@@ -388,9 +388,8 @@ func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) 
 func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
 	var b strings.Builder
 	b.Grow(160)
-	l.value.Begin(&b, cfg)
-	b.WriteString(`,"acquired_at_ms":`)
-	b.WriteString(strconv.FormatInt(time.Now().UnixMilli(), 10))
+	l.value.Begin(&b, lockvalue.Call{TraceID: cfg.TraceID, Labels: cfg.Meta, TTL: cfg.TTL})
+	lockvalue.AppendTime(&b, lockvalue.AcquiredAt, time.Now())
 	return b.String()
 }
 

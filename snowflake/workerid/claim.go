@@ -2,6 +2,8 @@ package workerid
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,4 +31,39 @@ func decodeStored(b []byte) (stored, bool) {
 		return stored{}, false
 	}
 	return s, true
+}
+
+// SlotKey is the key of WorkerID slot id under prefix (DefaultKeyPrefix
+// unless the registry was given WithKeyPrefix); its high-water mark is
+// SlotKey + ":hw". The same names serve Redis and etcd.
+func SlotKey(prefix string, id int64) string {
+	return prefix + "{" + strconv.FormatInt(id, 10) + "}"
+}
+
+// ParseSlotKey returns the slot id of a slot key under prefix; ok is false
+// for any other key, high-water keys included.
+func ParseSlotKey(prefix, key string) (id int64, ok bool) {
+	rest, ok := strings.CutPrefix(key, prefix+"{")
+	if !ok {
+		return 0, false
+	}
+	digits, ok := strings.CutSuffix(rest, "}")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || id < 0 {
+		return 0, false
+	}
+	return id, true
+}
+
+// DecodeClaim reads the claim from a slot key's value, without the owner
+// token. ok is false for a value workerid did not write.
+func DecodeClaim(b []byte) (c Claim, ok bool) {
+	s, ok := decodeStored(b)
+	if !ok || s.Owner == "" {
+		return Claim{}, false
+	}
+	return s.Claim, true
 }

@@ -345,8 +345,8 @@ func (r *Registry) newLease(service string, slot int64, token string) *leaseStat
 		claimed: time.Now(),
 		token:   token,
 		value:   value,
-		key:     r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}",
-		hwKey:   r.cfg.prefix + "{" + strconv.FormatInt(slot, 10) + "}:hw",
+		key:     SlotKey(r.cfg.prefix, slot),
+		hwKey:   SlotKey(r.cfg.prefix, slot) + ":hw",
 		done:    make(chan struct{}),
 	}
 }
