@@ -54,7 +54,7 @@ func FuncTTL(d time.Duration) FuncOption {
 //
 //   - Release calls the returned release function once; a second Release
 //     returns ErrNotHeld without calling it. Do's fallback release and the
-//     release of a lease garbage-collected while held (Hooks.Leaked) work.
+//     release of a lease garbage-collected while held (Observer.Leaked) work.
 //   - Once FuncTTL has ended the lease (its Context ended with ErrLockLost)
 //     the store may have given the lock to someone else, so Release returns
 //     ErrNotHeld and never calls the release function: an unlock without an
@@ -120,11 +120,9 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		if err == nil && release == nil {
 			err = errors.New("acquire func returned neither a release func nor an error")
 		}
-		if cfg.Hooks.Attempt != nil {
-			cfg.Hooks.Attempt(err == nil)
-		}
+		cfg.Observer.Attempt(err == nil)
 		if err == nil {
-			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Hooks), nil
+			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Observer), nil
 		}
 		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)
@@ -148,7 +146,7 @@ type funcLease struct {
 type funcState struct {
 	key     string
 	release func(ctx context.Context) error
-	hooks   Hooks
+	obs     Observer
 	ttl     time.Duration
 
 	ctx      context.Context
@@ -161,8 +159,8 @@ type funcState struct {
 	ended    bool // released, or lost at the deadline
 }
 
-func newFuncLease(key string, release func(context.Context) error, start time.Time, ttl time.Duration, hooks Hooks) *funcLease {
-	st := &funcState{key: key, release: release, hooks: hooks, ttl: ttl}
+func newFuncLease(key string, release func(context.Context) error, start time.Time, ttl time.Duration, obs Observer) *funcLease {
+	st := &funcState{key: key, release: release, obs: obs, ttl: ttl}
 	st.ctx, st.cancel = context.WithCancelCause(context.Background())
 	if ttl > 0 {
 		// start is taken before the acquire call, so the store's TTL cannot
@@ -200,9 +198,7 @@ func (st *funcState) expire() {
 func (st *funcState) lose() {
 	cause := fmt.Errorf("%w: %q: its TTL %v has passed (the wrapped lock does not renew)", ErrLockLost, st.key, st.ttl)
 	st.cancel(cause)
-	if st.hooks.Lost != nil {
-		st.hooks.Lost(cause)
-	}
+	st.obs.Lost(cause)
 }
 
 // Release calls the wrapped release function, unless the lease has already
@@ -253,9 +249,7 @@ func (st *funcState) leaked() {
 	if skip {
 		return
 	}
-	if st.hooks.Leaked != nil {
-		st.hooks.Leaked()
-	}
+	st.obs.Leaked()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()

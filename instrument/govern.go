@@ -140,13 +140,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	}
 
 	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar}
-	cfg.Hooks = Hooks{
-		Attempt: obs.attempt,
-		Waiting: obs.waiting,
-		Renewed: obs.renewed,
-		Lost:    obs.lost,
-		Leaked:  obs.leaked,
-	}
+	cfg.Observer = obs
 
 	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
 	now := time.Now()
@@ -313,9 +307,9 @@ type leaseObserver struct {
 
 var spanKindClient = trace.WithSpanKind(trace.SpanKindClient)
 
-func (o *leaseObserver) attempt(bool) { o.attempts++ }
+func (o *leaseObserver) Attempt(bool) { o.attempts++ }
 
-func (o *leaseObserver) waiting(w bool) {
+func (o *leaseObserver) Waiting(w bool) {
 	if w {
 		o.pm.waiters.Inc()
 	} else {
@@ -323,7 +317,7 @@ func (o *leaseObserver) waiting(w bool) {
 	}
 }
 
-func (o *leaseObserver) renewed(err error) {
+func (o *leaseObserver) Renewed(err error) {
 	switch {
 	case err == nil:
 		o.pm.renewOK.Inc()
@@ -337,13 +331,13 @@ func (o *leaseObserver) renewed(err error) {
 	}
 }
 
-func (o *leaseObserver) lost(cause error) {
+func (o *leaseObserver) Lost(cause error) {
 	o.pm.lost.Inc()
 	o.parent.AddEvent("lock lost", trace.WithAttributes(attribute.String("error", cause.Error())))
 	o.end()
 }
 
-func (o *leaseObserver) leaked() {
+func (o *leaseObserver) Leaked() {
 	o.pm.leaked.Inc()
 	o.g.cfg.logger.Error("lockgov: lease garbage-collected while held; releasing it (call Release, or use instrument.Do)",
 		"lock_pattern", o.pm.pattern, "backend", o.pm.backend, "held_for", time.Since(o.acquiredAt))

@@ -83,25 +83,81 @@ func (b expBackoff) validate() error {
 	return nil
 }
 
-// Hooks let a governing layer observe what a backend does with one acquire
-// call and the lease it produced. Backends call each non-nil hook; hooks must
-// be fast and must not block.
-type Hooks struct {
-	// Attempt is called after each acquire attempt that reached the backend.
-	Attempt func(acquired bool)
-	// Waiting is called with true when the caller starts waiting for another
-	// holder, and with false when it stops.
-	Waiting func(waiting bool)
-	// Renewed is called after each watchdog or manual refresh: err is nil on
-	// success, wraps ErrNotHeld when ownership was proven gone, and is the
+// Observer is told what a backend does with one acquire call and the lease
+// it produced; Govern's observer turns it into metrics, log lines and span
+// events. Backends call every method (AcquireConfig.Observer is never nil
+// after ApplyAcquireOptions); methods must be fast and must not block.
+type Observer interface {
+	// Attempt follows each acquire attempt that reached the backend.
+	Attempt(acquired bool)
+	// Waiting is called with true when the caller starts waiting for
+	// another holder, and with false when it stops.
+	Waiting(waiting bool)
+	// Renewed follows each watchdog or manual refresh: nil on success, an
+	// error wrapping ErrNotHeld when ownership was proven gone, the
 	// transport error otherwise.
-	Renewed func(err error)
+	Renewed(err error)
 	// Lost is called once when the lease ends without Release.
-	Lost func(cause error)
+	Lost(cause error)
 	// Leaked is called once when a lease handle is garbage-collected while
 	// still held; the backend then releases it.
-	Leaked func()
+	Leaked()
 }
+
+// ObserverFuncs is an Observer made of optional functions, for tests and
+// small adapters.
+type ObserverFuncs struct {
+	OnAttempt func(acquired bool)
+	OnWaiting func(waiting bool)
+	OnRenewed func(err error)
+	OnLost    func(cause error)
+	OnLeaked  func()
+}
+
+// Attempt calls OnAttempt if set.
+func (f ObserverFuncs) Attempt(acquired bool) {
+	if f.OnAttempt != nil {
+		f.OnAttempt(acquired)
+	}
+}
+
+// Waiting calls OnWaiting if set.
+func (f ObserverFuncs) Waiting(waiting bool) {
+	if f.OnWaiting != nil {
+		f.OnWaiting(waiting)
+	}
+}
+
+// Renewed calls OnRenewed if set.
+func (f ObserverFuncs) Renewed(err error) {
+	if f.OnRenewed != nil {
+		f.OnRenewed(err)
+	}
+}
+
+// Lost calls OnLost if set.
+func (f ObserverFuncs) Lost(cause error) {
+	if f.OnLost != nil {
+		f.OnLost(cause)
+	}
+}
+
+// Leaked calls OnLeaked if set.
+func (f ObserverFuncs) Leaked() {
+	if f.OnLeaked != nil {
+		f.OnLeaked()
+	}
+}
+
+// nopObserver is the Observer of an ungoverned call; zero-sized, so storing
+// it in the interface does not allocate.
+type nopObserver struct{}
+
+func (nopObserver) Attempt(bool)  {}
+func (nopObserver) Waiting(bool)  {}
+func (nopObserver) Renewed(error) {}
+func (nopObserver) Lost(error)    {}
+func (nopObserver) Leaked()       {}
 
 // AcquireConfig is the resolved form of a list of AcquireOptions. Backends
 // obtain it with ApplyAcquireOptions; Govern builds it from the policy.
@@ -117,7 +173,8 @@ type AcquireConfig struct {
 	// the agent) can tell who holds a lock and why. Never put secrets here.
 	TraceID string
 	Meta    map[string]string
-	Hooks   Hooks
+	// Observer is told about attempts, waiting, renewals, loss and leaks.
+	Observer Observer
 }
 
 // AcquireOption configures one Acquire call.
@@ -204,6 +261,9 @@ func ApplyAcquireOptions(opts ...AcquireOption) (AcquireConfig, error) {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 	return c, c.Validate()
 }

@@ -126,8 +126,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		if err == nil {
 			err = st.checkLive()
 		}
-		if a.waiting && cfg.Hooks.Waiting != nil {
-			cfg.Hooks.Waiting(false)
+		if a.waiting {
+			cfg.Observer.Waiting(false)
 		}
 		if err != nil {
 			st.abandon(ctx, err)
@@ -150,16 +150,14 @@ type acquirer struct {
 }
 
 func (a *acquirer) startWaiting() {
-	if !a.waiting && a.cfg.Hooks.Waiting != nil {
-		a.cfg.Hooks.Waiting(true)
+	if !a.waiting {
+		a.cfg.Observer.Waiting(true)
 	}
 	a.waiting = true
 }
 
 func (a *acquirer) attempted(ok bool) {
-	if a.cfg.Hooks.Attempt != nil {
-		a.cfg.Hooks.Attempt(ok)
-	}
+	a.cfg.Observer.Attempt(ok)
 }
 
 // value is the lock value: the holder's metadata as JSON. The fence is not

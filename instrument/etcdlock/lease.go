@@ -30,7 +30,7 @@ type leaseState struct {
 	id    clientv3.LeaseID
 	ttl   time.Duration // granted lease TTL
 	drift time.Duration
-	hooks instrument.Hooks
+	obs   instrument.Observer
 
 	maxHold    time.Duration
 	noWatchdog bool
@@ -68,7 +68,7 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 	pfx := l.QueuePrefix(key)
 	st := &leaseState{
 		l: l, key: key, pfx: pfx, own: fmt.Sprintf("%s%016x", pfx, int64(id)), id: id,
-		ttl: ttl, drift: driftFor(ttl), hooks: cfg.Hooks,
+		ttl: ttl, drift: driftFor(ttl), obs: cfg.Observer,
 		maxHold: cfg.MaxHold, noWatchdog: cfg.NoWatchdog, queued: sent,
 		expires: sent.Add(ttl),
 	}
@@ -251,8 +251,8 @@ func (st *leaseState) lose(cause error) {
 	st.timer.Stop()
 	st.mu.Unlock()
 	st.cancel(cause)
-	if held && st.hooks.Lost != nil {
-		st.hooks.Lost(cause)
+	if held {
+		st.obs.Lost(cause)
 	}
 }
 
@@ -336,8 +336,8 @@ func (st *leaseState) keepAlive(ctx context.Context) error {
 		}
 		st.mu.Unlock()
 	}
-	if held && st.hooks.Renewed != nil {
-		st.hooks.Renewed(err)
+	if held {
+		st.obs.Renewed(err)
 	}
 	return err
 }
@@ -351,9 +351,7 @@ func (st *leaseState) Refresh(ctx context.Context) error {
 	}
 	if !resp.Succeeded {
 		err = fmt.Errorf("etcdlock: refresh %q: %w", st.key, instrument.ErrNotHeld)
-		if st.hooks.Renewed != nil {
-			st.hooks.Renewed(err)
-		}
+		st.obs.Renewed(err)
 		st.lose(fmt.Errorf("%w: %q is no longer owned by this lease", instrument.ErrLockLost, st.key))
 		return err
 	}
@@ -443,9 +441,7 @@ func (st *leaseState) leaked() {
 	if skip {
 		return
 	}
-	if st.hooks.Leaked != nil {
-		st.hooks.Leaked()
-	}
+	st.obs.Leaked()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), st.ttl)
 		defer cancel()

@@ -53,7 +53,7 @@ import (
 //     context of its own bounded by 2 s, before it returns: the session's
 //     keepalive would otherwise keep the key, and the lock, for ever.
 //   - A lease dropped without Release is released when it is
-//     garbage-collected (Hooks.Leaked).
+//     garbage-collected (Observer.Leaked).
 //
 // FailFast maps to TryLock, Retry to TryLock attempts with the backoff, and
 // WaitUntilDeadline to Lock(ctx).
@@ -201,9 +201,7 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 			if err != nil {
 				return err
 			}
-			if cfg.Hooks.Attempt != nil {
-				cfg.Hooks.Attempt(got)
-			}
+			cfg.Observer.Attempt(got)
 			if got {
 				return nil
 			}
@@ -215,19 +213,15 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 			}
 		}
 	default:
-		if cfg.Hooks.Waiting != nil {
-			cfg.Hooks.Waiting(true)
-			defer cfg.Hooks.Waiting(false)
-		}
+		cfg.Observer.Waiting(true)
+		defer cfg.Observer.Waiting(false)
 		select {
 		case t.ch <- struct{}{}:
 		case <-ctx.Done():
 			return fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, context.Cause(ctx))
 		}
 		err := mu.Lock(ctx)
-		if cfg.Hooks.Attempt != nil {
-			cfg.Hooks.Attempt(err == nil)
-		}
+		cfg.Observer.Attempt(err == nil)
 		if err != nil {
 			if cerr := context.Cause(ctx); cerr != nil {
 				return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
@@ -255,7 +249,7 @@ func (m *MutexLocker) hold(ctx context.Context, key string, t *turn, mu *concurr
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
 	st := &mutexState{
-		m: m, key: key, turn: t, own: mu.Key(), fence: fence, hooks: cfg.Hooks,
+		m: m, key: key, turn: t, own: mu.Key(), fence: fence, obs: cfg.Observer,
 		ttl: ttl, drift: driftFor(ttl), expires: sent.Add(ttl),
 		wdDone: make(chan struct{}), wDone: make(chan struct{}),
 	}
@@ -295,7 +289,7 @@ type mutexState struct {
 	fence int64
 	ttl   time.Duration // the session lease's TTL
 	drift time.Duration
-	hooks instrument.Hooks
+	obs   instrument.Observer
 
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
@@ -429,9 +423,7 @@ func (st *mutexState) keepAlive(ctx context.Context) error {
 		}
 		st.mu.Unlock()
 	}
-	if st.hooks.Renewed != nil {
-		st.hooks.Renewed(err)
-	}
+	st.obs.Renewed(err)
 	return err
 }
 
@@ -464,8 +456,8 @@ func (st *mutexState) finish(cause error, lost bool) {
 	st.mu.Unlock()
 	st.stopSession()
 	st.cancel(cause)
-	if lost && st.hooks.Lost != nil {
-		st.hooks.Lost(cause)
+	if lost {
+		st.obs.Lost(cause)
 	}
 }
 
@@ -476,16 +468,12 @@ func (st *mutexState) Refresh(ctx context.Context) error {
 	resp, err := st.m.s.Client().Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).Commit()
 	if err != nil {
 		err = fmt.Errorf("etcdlock: mutex refresh %q: %w", st.key, err)
-		if st.hooks.Renewed != nil {
-			st.hooks.Renewed(err)
-		}
+		st.obs.Renewed(err)
 		return err
 	}
 	if !resp.Succeeded {
 		err = fmt.Errorf("etcdlock: mutex refresh %q: %w", st.key, instrument.ErrNotHeld)
-		if st.hooks.Renewed != nil {
-			st.hooks.Renewed(err)
-		}
+		st.obs.Renewed(err)
 		st.lose(fmt.Errorf("%w: %q is no longer owned by this session", instrument.ErrLockLost, st.key))
 		return err
 	}
@@ -542,8 +530,8 @@ func (st *mutexState) leaked() {
 	if released {
 		return
 	}
-	if !ended && st.hooks.Leaked != nil {
-		st.hooks.Leaked()
+	if !ended {
+		st.obs.Leaked()
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)

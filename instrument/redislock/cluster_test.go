@@ -77,11 +77,11 @@ func TestCluster_KeysShareASlotAndNotificationsCrossNodes(t *testing.T) {
 			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			defer cancel()
 			cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(time.Minute), instrument.WithPollInterval(time.Minute))
-			cfg.Hooks.Waiting = func(w bool) {
+			cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(w bool) {
 				if w {
 					close(waiting)
 				}
-			}
+			}}
 			l, err := waiterL.Acquire(wctx, key, instrument.WithConfig(cfg))
 			if err == nil {
 				err = l.Release(wctx)

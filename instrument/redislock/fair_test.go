@@ -94,7 +94,7 @@ func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
 	go func() {
 		cfg, _ := instrument.ApplyAcquireOptions()
 		var once sync.Once
-		cfg.Hooks.Waiting = func(bool) { once.Do(func() { close(wait) }) }
+		cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(bool) { once.Do(func() { close(wait) }) }}
 		l, err := b.Acquire(ctx, "lock:barge", instrument.WithConfig(cfg))
 		if err == nil {
 			time.Sleep(10 * time.Millisecond)

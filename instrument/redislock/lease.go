@@ -27,7 +27,7 @@ type leaseState struct {
 	fence uint64
 	ttl   time.Duration
 	drift time.Duration
-	hooks instrument.Hooks
+	obs   instrument.Observer
 
 	acquiredAt time.Time
 	maxHold    time.Duration
@@ -68,7 +68,7 @@ func (l *Locker) drift(ttl time.Duration) time.Duration {
 func newLease(l *Locker, key string, keys keySet, tok string, fence uint64, sent time.Time, cfg *instrument.AcquireConfig, leaveQueue func()) *lease {
 	st := &leaseState{
 		l: l, key: key, keys: keys, token: tok, fence: fence,
-		ttl: cfg.TTL, drift: l.drift(cfg.TTL), hooks: cfg.Hooks,
+		ttl: cfg.TTL, drift: l.drift(cfg.TTL), obs: cfg.Observer,
 		acquiredAt: sent, maxHold: cfg.MaxHold,
 		expires: sent.Add(cfg.TTL), leaveQueue: leaveQueue,
 	}
@@ -111,8 +111,8 @@ func (st *leaseState) expire() {
 
 // lose ends the lease with cause, once, and reports the loss.
 func (st *leaseState) lose(cause error) {
-	if st.end(cause) && st.hooks.Lost != nil {
-		st.hooks.Lost(cause)
+	if st.end(cause) {
+		st.obs.Lost(cause)
 	}
 }
 
@@ -196,8 +196,8 @@ func (st *leaseState) refresh(ctx context.Context) error {
 		}
 		st.mu.Unlock()
 	}
-	if st.hooks.Renewed != nil && ctx.Err() == nil {
-		st.hooks.Renewed(err)
+	if ctx.Err() == nil {
+		st.obs.Renewed(err)
 	}
 	return err
 }
@@ -292,9 +292,7 @@ func (st *leaseState) leaked() {
 	if skip {
 		return
 	}
-	if st.hooks.Leaked != nil {
-		st.hooks.Leaked()
-	}
+	st.obs.Leaked()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), st.ttl)
 		defer cancel()

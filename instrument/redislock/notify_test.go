@@ -117,11 +117,11 @@ func startWaiter(t *testing.T, l *redislock.Locker, key string) (waiting <-chan 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Hooks.Waiting = func(waiting bool) {
+	cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(waiting bool) {
 		if waiting {
 			once.Do(func() { close(w) })
 		}
-	}
+	}}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

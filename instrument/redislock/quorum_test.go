@@ -169,7 +169,7 @@ func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
 	}
 	attempts := 0
 	var retryAfter time.Time // the next attempt starts after this
-	cfg.Hooks.Attempt = func(bool) {
+	cfg.Observer = instrument.ObserverFuncs{OnAttempt: func(bool) {
 		attempts++
 		if attempts != 1 {
 			return
@@ -190,7 +190,7 @@ func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
 			t.Error(err)
 		}
 		retryAfter = time.Now()
-	}
+	}}
 	a, err := l.Acquire(ctx, key, instrument.WithConfig(cfg))
 	if err != nil {
 		t.Fatalf("Acquire: %v", err)

@@ -164,16 +164,16 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	// it is contends in Redis and keeps the turn while it holds the lease.
 	waiting := false
 	startWaiting := func() {
-		if !waiting && cfg.Hooks.Waiting != nil {
-			cfg.Hooks.Waiting(true)
+		if !waiting {
+			cfg.Observer.Waiting(true)
 		}
 		waiting = true
 	}
 	var leaveQueue func()
 	if cfg.Wait == instrument.WaitDeadline {
 		if leaveQueue, err = l.local.enter(ctx, key, startWaiting); err != nil {
-			if waiting && cfg.Hooks.Waiting != nil {
-				cfg.Hooks.Waiting(false)
+			if waiting {
+				cfg.Observer.Waiting(false)
 			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
 		}
@@ -186,8 +186,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		if w != nil {
 			l.notify.unsubscribe(w)
 		}
-		if waiting && cfg.Hooks.Waiting != nil {
-			cfg.Hooks.Waiting(false)
+		if waiting {
+			cfg.Observer.Waiting(false)
 		}
 	}()
 	if l.opts.fair {
@@ -213,9 +213,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
-		if cfg.Hooks.Attempt != nil {
-			cfg.Hooks.Attempt(acquired)
-		}
+		cfg.Observer.Attempt(acquired)
 		if acquired {
 			queued = false // acquiring took this waiter out of the queue
 			lease := newLease(l, key, keys, tok, uint64(val), sent, &cfg, leaveQueue)

@@ -340,11 +340,11 @@ func TestWait_WokenByReleaseNotification(t *testing.T) {
 		defer cancel()
 		var once sync.Once
 		cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(time.Minute), instrument.WithPollInterval(time.Minute))
-		cfg.Hooks.Waiting = func(w bool) {
+		cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(w bool) {
 			if w {
 				once.Do(func() { close(waiting) })
 			}
-		}
+		}}
 		lease, err := l.Acquire(wctx, "lock:n", instrument.WithConfig(cfg))
 		if err == nil {
 			err = lease.Release(wctx)
@@ -375,14 +375,14 @@ func TestNoGoroutineSurvivesReleaseOrLoss(t *testing.T) {
 
 	renewed := make(chan struct{}, 1)
 	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300 * time.Millisecond))
-	cfg.Hooks.Renewed = func(err error) {
+	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
 		if err == nil {
 			select {
 			case renewed <- struct{}{}:
 			default:
 			}
 		}
-	}
+	}}
 	lease, err := l.Acquire(ctx, "lock:g", instrument.WithConfig(cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +413,7 @@ func TestLeakedLease_IsReleased(t *testing.T) {
 	ctx := timeout(t, 10*time.Second)
 	var leaked atomic.Int32
 	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(time.Minute))
-	cfg.Hooks.Leaked = func() { leaked.Add(1) }
+	cfg.Observer = instrument.ObserverFuncs{OnLeaked: func() { leaked.Add(1) }}
 	func() {
 		if _, err := l.Acquire(ctx, "lock:leak", instrument.WithConfig(cfg)); err != nil {
 			t.Fatal(err)
@@ -490,7 +490,7 @@ func TestStrategies_GiveUpWithErrNotAcquired(t *testing.T) {
 
 	attempts := 0
 	cfg, _ := instrument.ApplyAcquireOptions(instrument.Retry(instrument.ExponentialBackoff(time.Millisecond, 4*time.Millisecond), 4))
-	cfg.Hooks.Attempt = func(bool) { attempts++ }
+	cfg.Observer = instrument.ObserverFuncs{OnAttempt: func(bool) { attempts++ }}
 	if _, err := l.Acquire(ctx, "lock:s", instrument.WithConfig(cfg)); !errors.Is(err, instrument.ErrNotAcquired) {
 		t.Fatalf("retry: %v, want ErrNotAcquired", err)
 	}
@@ -571,11 +571,11 @@ func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
 	ctx := timeout(t, 10*time.Second)
 	var renewals atomic.Int32
 	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300*time.Millisecond), instrument.WithMaxHold(700*time.Millisecond))
-	cfg.Hooks.Renewed = func(err error) {
+	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
 		if err == nil {
 			renewals.Add(1)
 		}
-	}
+	}}
 	start := time.Now()
 	lease, err := l.Acquire(ctx, "lock:maxhold", instrument.WithConfig(cfg))
 	if err != nil {

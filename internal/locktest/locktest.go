@@ -344,7 +344,7 @@ func (s *suite) retry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Hooks.Attempt = func(bool) { attempts++ }
+	cfg.Observer = instrument.ObserverFuncs{OnAttempt: func(bool) { attempts++ }}
 	_, err = s.newLocker(t).Acquire(ctxFor(t, 10*time.Second), k, instrument.WithConfig(cfg))
 	if !errors.Is(err, instrument.ErrNotAcquired) {
 		t.Fatalf("Retry(3) on a held key: %v, want ErrNotAcquired", err)

@@ -196,38 +196,36 @@ func (c *Lease) expire() {
 }
 
 // Lose ends the lease with cause (which should wrap ErrLockLost) and, if it
-// was held, reports the loss. Later calls do nothing.
-func (c *Lease) Lose(cause error) {
-	if held, ok := c.end(cause); ok && held && c.cfg.Events != nil {
-		c.cfg.Events.Lost(cause)
-	}
-}
+// was held, reports the loss — before the context ends, so that whoever
+// wakes on the context already sees the loss counted. Later calls do
+// nothing.
+func (c *Lease) Lose(cause error) { c.end(cause, true) }
 
 // End ends the lease with cause without reporting a loss (an acquire that
 // gave up, a Release). It reports whether this call ended it.
-func (c *Lease) End(cause error) bool {
-	_, ok := c.end(cause)
-	return ok
-}
+func (c *Lease) End(cause error) bool { return c.end(cause, false) }
 
-func (c *Lease) end(cause error) (held, ok bool) {
+func (c *Lease) end(cause error, lost bool) bool {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return false, false
+		return false
 	}
 	c.ended, c.endedCause = true, cause
-	held = c.held
+	held := c.held
 	c.timer.Stop()
 	if c.renewTmr != nil {
 		c.renewTmr.Stop()
 	}
 	c.mu.Unlock()
+	if lost && held && c.cfg.Events != nil {
+		c.cfg.Events.Lost(cause)
+	}
 	c.stop(cause)
 	if c.cfg.OnEnd != nil {
 		c.cfg.OnEnd()
 	}
-	return held, true
+	return true
 }
 
 // Ended reports whether the lease has ended.
