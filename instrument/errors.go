@@ -1,6 +1,10 @@
 package instrument
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/lockgov/lockgov/instrument/internal/leasecore"
+)
 
 // Sentinel errors shared by every backend. Callers match them with errors.Is;
 // backends wrap them with the key pattern and backend name for context.
@@ -10,12 +14,12 @@ var (
 	ErrNotAcquired = errors.New("lockgov: lock not acquired")
 	// ErrLockLost means the lease ended without Release: it expired, was
 	// deleted, or was taken over. It is the cause on Lease.Context().
-	ErrLockLost = errors.New("lockgov: lock lost")
+	ErrLockLost = leasecore.ErrLockLost
 	// ErrNotHeld means Release or Refresh was called by a handle that does not
 	// own the lock (any more).
-	ErrNotHeld = errors.New("lockgov: lock not held")
+	ErrNotHeld = leasecore.ErrNotHeld
 	// ErrReleased is the cause on Lease.Context() after a normal Release.
-	ErrReleased = errors.New("lockgov: lock released")
+	ErrReleased = leasecore.ErrReleased
 	// ErrPolicy means a governance rule refused the call. The returned error
 	// wraps both ErrPolicy and the rule's own error.
 	ErrPolicy = errors.New("lockgov: policy violation")
