@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lockgov/lockgov/instrument"
 )
 
 // DefaultIdleTimeout is how long a Locker keeps its pub/sub connection, and
@@ -41,22 +38,6 @@ const barrierPrefix = "redislock:"
 
 // ErrClosed is returned by Acquire on a Locker after Close.
 var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
-
-// WithIdleTimeout sets how long a Locker keeps its pub/sub connection after
-// the last waiter left (default 30s), and how long it stays subscribed to a
-// key's release channel after the last waiter of that key left. Waiting
-// often on the same keys then costs neither a connection nor a SUBSCRIBE.
-// It must be > 0. Close ends both at once.
-func WithIdleTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.idleTimeout = d })
-}
-
-func validateIdleTimeout(d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: redislock: idle timeout %v must be > 0", instrument.ErrInvalidOption, d)
-	}
-	return nil
-}
 
 // Close closes the Locker's pub/sub connection and makes every later
 // Acquire fail with ErrClosed. An Acquire waiting for a release notification
