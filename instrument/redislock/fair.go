@@ -54,7 +54,8 @@ func (s fairNode) retryDelay(poll time.Duration, a attempt) time.Duration {
 }
 
 func (s fairNode) release(ctx context.Context, keys keySet, tok string, _ time.Duration) (bool, error) {
-	n, err := releaseFairScript.Run(ctx, s.c, []string{keys.lock, keys.queue, keys.tombstone(tok)},
+	// With the queue, release.lua names the head waiter in its notification.
+	n, err := releaseScript.Run(ctx, s.c, []string{keys.lock, keys.tombstone(tok), keys.queue},
 		tok, keys.channel, tombstoneTTL(ctx)).Int64()
 	return n >= 1, err
 }
