@@ -22,8 +22,8 @@ const BackendName = "redis"
 const DefaultFenceRetention = 10 * time.Minute
 
 // Locker takes locks on one Redis deployment (single node, Sentinel or
-// Cluster, through redis.UniversalClient), or over a quorum of them
-// (NewQuorum). It is safe for concurrent use.
+// Cluster, through redis.UniversalClient), or over a majority of independent
+// primaries (NewQuorum). It is safe for concurrent use.
 type Locker struct {
 	store     store
 	notify    notifier
