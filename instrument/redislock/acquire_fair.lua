@@ -1,5 +1,6 @@
 -- acquire_fair.lua: take the lock only if it is free and this caller is at
 -- the head of the queue (or the queue is empty); otherwise queue up, FIFO.
+-- Runs after acquire_lib.lua (next_fence, owned_fence, lock_value).
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter key
@@ -36,10 +37,9 @@ end
 -- This token already holds it (a retried call whose reply was lost): re-arm
 -- the TTL, as acquire.lua does, so the key lives a TTL from this attempt.
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	local rest = string.sub(cur, #ARGV[1] + 1)
-	return {1, tonumber(string.match(rest, '^(%d+)'))}
+local mine, earlier = owned_fence(KEYS[1], cur, ARGV[1], ARGV[2])
+if mine then
+	return {1, earlier}
 end
 
 local queueTTL = tonumber(ARGV[5]) * 2 + tonumber(ARGV[2])
@@ -50,19 +50,8 @@ if not cur then
 			redis.call('LPOP', KEYS[3])
 			redis.call('ZREM', KEYS[4], head)
 		end
-		-- The fence as in acquire.lua: max(counter + 1, server time in
-		-- microseconds), the counter moved up to it, so that a stale counter
-		-- (failover to a lagging replica, restart from an old snapshot) never
-		-- repeats a fence.
-		local fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-		local f = string.format('%.0f', fence)
-		local prev = tonumber(redis.call('SET', KEYS[2], f, 'PX', ARGV[4], 'GET'))
-		if prev and prev >= fence then
-			fence = prev + 1
-			f = string.format('%.0f', fence)
-			redis.call('SET', KEYS[2], f, 'PX', ARGV[4])
-		end
-		redis.call('SET', KEYS[1], ARGV[1] .. f .. ' ' .. ARGV[3] .. ',"fence":' .. f .. '}', 'PX', ARGV[2])
+		local fence, f = next_fence(t, KEYS[2], ARGV[4])
+		redis.call('SET', KEYS[1], lock_value(ARGV[1], f, ARGV[3]), 'PX', ARGV[2])
 		if redis.call('EXISTS', KEYS[3]) == 1 then
 			redis.call('PEXPIRE', KEYS[3], queueTTL)
 			redis.call('PEXPIRE', KEYS[4], queueTTL)

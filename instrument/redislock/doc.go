@@ -1,9 +1,32 @@
 // Package redislock is lockgov's Redis lock backend, for single nodes,
-// Sentinel and Cluster through redis.UniversalClient.
+// Sentinel and Cluster through redis.UniversalClient, and for a quorum of
+// independent primaries (NewQuorum).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //	raw, err := redislock.New(rdb, redislock.WithService("billing"))
 //	locker := instrument.Govern(raw, instrument.WithRegisterer(reg))
+//
+// # Modes and their options
+//
+// A Locker runs in one of three modes, chosen by its constructor: one node
+// (New), one node handing the lock out in order (New with Fair), or a
+// majority of independent nodes (NewQuorum). Each constructor has its own
+// option type, so an option that does not apply to a mode does not
+// compile rather than being ignored:
+//
+//	option              New (Option)   NewQuorum (QuorumOption)
+//	WithService         yes            yes   (CommonOption)
+//	WithInstance        yes            yes   (CommonOption)
+//	WithFenceRetention  yes            yes   (CommonOption)
+//	WithIdleTimeout     yes            no    (quorum waiters poll)
+//	Fair                yes            no    (needs one queue)
+//	WithWaiterTimeout   with Fair      no
+//	WithDriftFactor     no             yes
+//	WithNodeTimeout     no             yes
+//
+// What the types cannot say is a constructor error wrapping
+// instrument.ErrInvalidOption: WithWaiterTimeout without Fair, and values
+// out of range.
 //
 // # What one lock costs
 //
@@ -92,15 +115,20 @@
 //
 // # Lease lifecycle
 //
-// A watchdog timer renews at TTL/3 (a renewal runs on the timer's own goroutine only when it fires) with the owner-checked script, until
-// Release, until max hold (then the lease expires), or until a renewal proves
-// the lock gone. Independently of any call in flight, a timer cancels
+// The lifecycle is lockgov's shared lease core (the same as etcdlock's); this
+// package supplies the owner-checked refresh and release scripts. A
+// watchdog timer renews at TTL/3 (a renewal runs on the timer's own
+// goroutine only when it fires) with the owner-checked script, until
+// Release, until max hold (then the lease expires), or until a renewal
+// proves the lock gone. Independently of any call in flight, a timer cancels
 // Lease.Context() with ErrLockLost at the last confirmed expiry minus a drift
-// margin (2 ms + 2% of the TTL), measured from when the confirming request
-// was sent; Redis cannot expire the key before that moment, so the holder
-// knows it lost the lock before anyone else can take it. Nothing of a lease
-// runs after Release or loss. A lease handle dropped while held is released
-// when the garbage collector finds it.
+// margin (2 ms + 2% of the TTL; in quorum mode 2 ms + the drift factor times
+// the TTL), measured from when the confirming request was sent; Redis
+// cannot expire the key before that moment, so the holder knows it lost the
+// lock before anyone else can take it. A loss is reported to the observer
+// (Govern's metrics) before the context ends. Nothing of a lease runs after
+// Release or loss. A lease handle dropped while held is released when the
+// garbage collector finds it.
 //
 // # Failure modes
 //
@@ -115,6 +143,11 @@
 // code checks the fence, or re-checks the invariant in the same atomic
 // script that writes (see examples/quota), and reconciles against the
 // database. Use etcdlock where a lock must be a correctness guarantee.
+//
+// A Release whose outcome is unknown (a transport error, or its context
+// ending while a renewal is in flight) returns that error and ends the
+// lease's context with ErrLockLost; the watchdog is stopped, so the key
+// expires at its TTL at the latest.
 //
 // A release whose reply is lost (read timeout) is resent by go-redis on a
 // new connection; the resend finds the key gone or already the next

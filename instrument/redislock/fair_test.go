@@ -159,13 +159,3 @@ func TestFair_GoneWaiterIsSkipped(t *testing.T) {
 		t.Fatalf("waiter behind a dead one: %v", err)
 	}
 }
-
-func TestFair_NotOverAQuorum(t *testing.T) {
-	nodes := quorumNodes(t, 1)
-	if _, err := redislock.NewQuorum(quorumClients(t, nodes), redislock.Fair()); !errors.Is(err, instrument.ErrInvalidOption) {
-		t.Fatalf("NewQuorum with Fair = %v, want ErrInvalidOption", err)
-	}
-	if _, err := redislock.New(newClient(t, nodes[0].Addr()), redislock.WithWaiterTimeout(time.Millisecond)); !errors.Is(err, instrument.ErrInvalidOption) {
-		t.Fatalf("1ms waiter timeout = %v, want ErrInvalidOption", err)
-	}
-}

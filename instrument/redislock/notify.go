@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lockgov/lockgov/instrument"
 )
 
 // DefaultIdleTimeout is how long a Locker keeps its pub/sub connection, and
@@ -41,22 +38,6 @@ const barrierPrefix = "redislock:"
 
 // ErrClosed is returned by Acquire on a Locker after Close.
 var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
-
-// WithIdleTimeout sets how long a Locker keeps its pub/sub connection after
-// the last waiter left (default 30s), and how long it stays subscribed to a
-// key's release channel after the last waiter of that key left. Waiting
-// often on the same keys then costs neither a connection nor a SUBSCRIBE.
-// It must be > 0. Close ends both at once.
-func WithIdleTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.idleTimeout = d })
-}
-
-func validateIdleTimeout(d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: redislock: idle timeout %v must be > 0", instrument.ErrInvalidOption, d)
-	}
-	return nil
-}
 
 // Close closes the Locker's pub/sub connection and makes every later
 // Acquire fail with ErrClosed. An Acquire waiting for a release notification
@@ -91,12 +72,12 @@ type notifier struct {
 	closed atomic.Bool // set under mu, read without it on Acquire's fast path
 
 	mu   sync.Mutex
-	sess *session // nil while there is no connection
+	conn *pubsubConn // nil while there is no connection
 	wg   sync.WaitGroup
 }
 
-// session is one pub/sub connection and the goroutine that reads it.
-type session struct {
+// pubsubConn is one pub/sub connection and the goroutine that reads it.
+type pubsubConn struct {
 	ps       *redis.PubSub
 	chans    map[string]*channelState
 	idleN    int    // channels with no waiter
@@ -105,7 +86,7 @@ type session struct {
 	needPing bool   // a barrier is owed after a broken connection
 	timer    *time.Timer
 	armed    bool
-	quit     chan struct{} // closed when the session is stopped
+	quit     chan struct{} // closed when the connection is stopped
 }
 
 type channelState struct {
@@ -118,7 +99,7 @@ type channelState struct {
 
 // waiter is one Acquire call waiting for a release on one channel.
 type waiter struct {
-	s       *session
+	pc      *pubsubConn
 	id      string // fair mode: woken only by messages naming it (or empty ones)
 	channel string
 	wake    chan struct{} // buffered 1: a release seen since the last drain
@@ -135,15 +116,15 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 	if n.closed.Load() {
 		return nil, ErrClosed
 	}
-	s := n.sess
-	if s == nil {
-		s = &session{chans: make(map[string]*channelState), quit: make(chan struct{})}
-		s.ps = n.c.Subscribe(context.WithoutCancel(ctx))
-		n.sess = s
+	pc := n.conn
+	if pc == nil {
+		pc = &pubsubConn{chans: make(map[string]*channelState), quit: make(chan struct{})}
+		pc.ps = n.c.Subscribe(context.WithoutCancel(ctx))
+		n.conn = pc
 		n.wg.Add(1)
-		go n.read(s)
+		go n.read(pc)
 	}
-	cs := s.chans[channel]
+	cs := pc.chans[channel]
 	if cs == nil {
 		// Writes on the shared connection are bounded by the client's dial
 		// and write timeouts, not by this caller's deadline: go-redis
@@ -151,32 +132,32 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 		// which would cost every waiter of the Locker its notifications
 		// for one impatient caller.
 		wctx := context.WithoutCancel(ctx)
-		if err := s.ps.Subscribe(wctx, channel); err != nil {
+		if err := pc.ps.Subscribe(wctx, channel); err != nil {
 			// go-redis remembers the channel even when the write failed
 			// and would resubscribe it on its next connection. The failed
 			// write made it replace the connection: the other channels need
 			// a new barrier.
-			uerr := s.ps.Unsubscribe(wctx, channel)
-			n.brokenLocked(s)
-			if uerr == nil && len(s.chans) > 0 {
-				_ = n.pingLocked(wctx, s)
+			uerr := pc.ps.Unsubscribe(wctx, channel)
+			n.brokenLocked(pc)
+			if uerr == nil && len(pc.chans) > 0 {
+				_ = n.pingLocked(wctx, pc)
 			}
-			if len(s.chans) == 0 {
-				n.stopLocked(s)
+			if len(pc.chans) == 0 {
+				n.stopLocked(pc)
 			}
 			return nil, err
 		}
 		cs = &channelState{ready: make(chan struct{}), readySeq: pending, waiters: make(map[*waiter]struct{})}
-		s.chans[channel] = cs
-		if err := n.pingLocked(wctx, s); err != nil {
-			n.brokenLocked(s) // the reader writes the barrier once it has a connection
+		pc.chans[channel] = cs
+		if err := n.pingLocked(wctx, pc); err != nil {
+			n.brokenLocked(pc) // the reader writes the barrier once it has a connection
 		}
 	} else if len(cs.waiters) == 0 {
-		s.idleN--
+		pc.idleN--
 	}
-	w := &waiter{s: s, id: id, channel: channel, wake: make(chan struct{}, 1), ready: cs.ready}
+	w := &waiter{pc: pc, id: id, channel: channel, wake: make(chan struct{}, 1), ready: cs.ready}
 	cs.waiters[w] = struct{}{}
-	s.waitersN++
+	pc.waitersN++
 	return w, nil
 }
 
@@ -185,11 +166,11 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 func (n *notifier) unsubscribe(w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := w.s
-	if n.sess != s {
+	pc := w.pc
+	if n.conn != pc {
 		return // closed
 	}
-	cs := s.chans[w.channel]
+	cs := pc.chans[w.channel]
 	if cs == nil {
 		return
 	}
@@ -197,24 +178,24 @@ func (n *notifier) unsubscribe(w *waiter) {
 		return
 	}
 	delete(cs.waiters, w)
-	s.waitersN--
+	pc.waitersN--
 	if len(cs.waiters) > 0 {
 		return
 	}
 	cs.idleSince = time.Now()
-	s.idleN++
-	if s.idleN > maxIdleChannels {
-		n.dropOldestIdleLocked(s)
+	pc.idleN++
+	if pc.idleN > maxIdleChannels {
+		n.dropOldestIdleLocked(pc)
 	}
-	n.armLocked(s, n.idle)
+	n.armLocked(pc, n.idle)
 }
 
 // dropOldestIdleLocked unsubscribes the channel that has gone unused for
 // the longest time.
-func (n *notifier) dropOldestIdleLocked(s *session) {
+func (n *notifier) dropOldestIdleLocked(pc *pubsubConn) {
 	var oldest string
 	var since time.Time
-	for name, cs := range s.chans {
+	for name, cs := range pc.chans {
 		if len(cs.waiters) == 0 && (since.IsZero() || cs.idleSince.Before(since)) {
 			oldest, since = name, cs.idleSince
 		}
@@ -222,48 +203,48 @@ func (n *notifier) dropOldestIdleLocked(s *session) {
 	if since.IsZero() {
 		return
 	}
-	n.unsubscribeLocked(s, oldest)
+	n.unsubscribeLocked(pc, oldest)
 }
 
 // unsubscribeLocked drops idle channels. A later waiter subscribes them
 // again with a new barrier, whose reply comes after the UNSUBSCRIBE's.
-func (n *notifier) unsubscribeLocked(s *session, channels ...string) {
+func (n *notifier) unsubscribeLocked(pc *pubsubConn, channels ...string) {
 	for _, ch := range channels {
-		delete(s.chans, ch)
-		s.idleN--
+		delete(pc.chans, ch)
+		pc.idleN--
 	}
-	if err := s.ps.Unsubscribe(context.Background(), channels...); err != nil {
-		n.brokenLocked(s)
+	if err := pc.ps.Unsubscribe(context.Background(), channels...); err != nil {
+		n.brokenLocked(pc)
 	}
 }
 
 // armLocked schedules a sweep in d unless one is scheduled already; a sweep
 // reschedules itself for the next channel to expire.
-func (n *notifier) armLocked(s *session, d time.Duration) {
-	if s.armed {
+func (n *notifier) armLocked(pc *pubsubConn, d time.Duration) {
+	if pc.armed {
 		return
 	}
-	s.armed = true
-	if s.timer == nil {
-		s.timer = time.AfterFunc(d, func() { n.sweep(s) })
+	pc.armed = true
+	if pc.timer == nil {
+		pc.timer = time.AfterFunc(d, func() { n.sweep(pc) })
 		return
 	}
-	s.timer.Reset(d)
+	pc.timer.Reset(d)
 }
 
 // sweep unsubscribes the channels idle for the idle timeout, and closes the
 // connection when that leaves none.
-func (n *notifier) sweep(s *session) {
+func (n *notifier) sweep(pc *pubsubConn) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.sess != s {
+	if n.conn != pc {
 		return
 	}
-	s.armed = false
+	pc.armed = false
 	now := time.Now()
 	var stale []string
 	var next time.Time
-	for name, cs := range s.chans {
+	for name, cs := range pc.chans {
 		if len(cs.waiters) > 0 {
 			continue
 		}
@@ -273,40 +254,40 @@ func (n *notifier) sweep(s *session) {
 			next = due
 		}
 	}
-	if len(stale) == len(s.chans) {
-		n.stopLocked(s)
+	if len(stale) == len(pc.chans) {
+		n.stopLocked(pc)
 		return
 	}
 	if len(stale) > 0 {
-		n.unsubscribeLocked(s, stale...)
+		n.unsubscribeLocked(pc, stale...)
 	}
 	if !next.IsZero() {
-		n.armLocked(s, next.Sub(now))
+		n.armLocked(pc, next.Sub(now))
 	}
 }
 
-// stopLocked closes the session's connection; its reader exits on its own
+// stopLocked closes the pub/sub connection; its reader exits on its own
 // (close waits for it through n.wg).
-func (n *notifier) stopLocked(s *session) {
-	n.sess = nil
-	if s.timer != nil {
-		s.timer.Stop()
+func (n *notifier) stopLocked(pc *pubsubConn) {
+	n.conn = nil
+	if pc.timer != nil {
+		pc.timer.Stop()
 	}
-	close(s.quit)
-	for _, cs := range s.chans {
+	close(pc.quit)
+	for _, cs := range pc.chans {
 		closeOnce(cs.ready)
 		for w := range cs.waiters {
 			w.signal()
 		}
 	}
-	_ = s.ps.Close() // unblocks Receive in read
+	_ = pc.ps.Close() // unblocks Receive in read
 }
 
 func (n *notifier) close() error {
 	n.mu.Lock()
 	n.closed.Store(true)
-	if s := n.sess; s != nil {
-		n.stopLocked(s)
+	if pc := n.conn; pc != nil {
+		n.stopLocked(pc)
 	}
 	n.mu.Unlock()
 	n.wg.Wait()
@@ -317,17 +298,17 @@ func (n *notifier) isClosed() bool { return n.closed.Load() }
 
 // pingLocked writes the next barrier. On success every channel subscribed
 // so far is confirmed when its reply arrives.
-func (n *notifier) pingLocked(ctx context.Context, s *session) error {
-	s.seq++
-	if err := s.ps.Ping(ctx, barrierPrefix+strconv.FormatUint(s.seq, 10)); err != nil {
+func (n *notifier) pingLocked(ctx context.Context, pc *pubsubConn) error {
+	pc.seq++
+	if err := pc.ps.Ping(ctx, barrierPrefix+strconv.FormatUint(pc.seq, 10)); err != nil {
 		return err
 	}
-	for _, cs := range s.chans {
+	for _, cs := range pc.chans {
 		if cs.readySeq == pending {
-			cs.readySeq = s.seq
+			cs.readySeq = pc.seq
 		}
 	}
-	s.needPing = false
+	pc.needPing = false
 	return nil
 }
 
@@ -338,8 +319,8 @@ func (n *notifier) pingLocked(ctx context.Context, s *session) error {
 // waiters are woken again when the barrier comes back, so a release
 // published before the resubscription is not missed either. Until then,
 // waiters poll.
-func (n *notifier) brokenLocked(s *session) {
-	for _, cs := range s.chans {
+func (n *notifier) brokenLocked(pc *pubsubConn) {
+	for _, cs := range pc.chans {
 		if cs.readySeq == 0 {
 			cs.ready = make(chan struct{})
 		}
@@ -349,59 +330,60 @@ func (n *notifier) brokenLocked(s *session) {
 			w.signal()
 		}
 	}
-	s.needPing = true
+	pc.needPing = true
 }
 
-// read dispatches messages and barrier replies until the session stops.
-func (n *notifier) read(s *session) {
+// read dispatches messages and barrier replies until the connection is
+// stopped.
+func (n *notifier) read(pc *pubsubConn) {
 	defer n.wg.Done()
 	ctx := context.Background()
 	delay := minReconnectDelay
 	for {
-		msg, err := s.ps.Receive(ctx)
+		msg, err := pc.ps.Receive(ctx)
 		n.mu.Lock()
-		if n.sess != s {
+		if n.conn != pc {
 			n.mu.Unlock()
 			return
 		}
 		if err == nil {
-			n.dispatchLocked(s, msg)
+			n.dispatchLocked(pc, msg)
 			delay = minReconnectDelay
 			n.mu.Unlock()
 			continue
 		}
-		if s.waitersN == 0 {
+		if pc.waitersN == 0 {
 			// Nobody waits: let the next waiter open a fresh connection
 			// instead of redialling a server that may be gone.
-			n.stopLocked(s)
+			n.stopLocked(pc)
 			n.mu.Unlock()
 			return
 		}
-		n.brokenLocked(s)
+		n.brokenLocked(pc)
 		n.mu.Unlock()
 
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
-		case <-s.quit:
+		case <-pc.quit:
 			t.Stop()
 			return
 		}
 		delay = min(2*delay, maxReconnectDelay)
 		n.mu.Lock()
-		if n.sess == s && s.needPing {
+		if n.conn == pc && pc.needPing {
 			// Dials a new connection if need be; go-redis resubscribes
 			// every channel on it before the barrier.
-			_ = n.pingLocked(ctx, s)
+			_ = n.pingLocked(ctx, pc)
 		}
 		n.mu.Unlock()
 	}
 }
 
-func (n *notifier) dispatchLocked(s *session, msg any) {
+func (n *notifier) dispatchLocked(pc *pubsubConn, msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
-		if cs := s.chans[m.Channel]; cs != nil {
+		if cs := pc.chans[m.Channel]; cs != nil {
 			for w := range cs.waiters {
 				if m.Payload == "" || w.id == "" || m.Payload == w.id {
 					w.signal()
@@ -417,7 +399,7 @@ func (n *notifier) dispatchLocked(s *session, msg any) {
 		if err != nil {
 			return
 		}
-		for _, cs := range s.chans {
+		for _, cs := range pc.chans {
 			if cs.readySeq == 0 || cs.readySeq > seq {
 				continue
 			}

@@ -20,25 +20,13 @@ const (
 	maxNodeTimeout     = 250 * time.Millisecond
 )
 
-// quorum is the state of a Locker made by NewQuorum.
+// quorum is a lock over N independent Redis primaries (see NewQuorum): held
+// while a majority of them holds it.
 type quorum struct {
-	nodes       []redis.UniversalClient
+	nodes       []node
 	majority    int
 	driftFactor float64
 	nodeTimeout time.Duration // 0: derived from the TTL
-}
-
-// WithDriftFactor sets the clock drift factor of quorum mode (default 0.01):
-// a lease is valid for TTL - elapsed - TTL*factor - 2ms after the attempt
-// started, and its context ends at that point unless renewed.
-func WithDriftFactor(f float64) Option {
-	return optionFunc(func(o *options) { o.driftFactor = f })
-}
-
-// WithNodeTimeout bounds each node's reply in quorum mode (default TTL/20,
-// between 50 and 250 ms), so that a dead node costs little of the lease.
-func WithNodeTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.nodeTimeout = d })
 }
 
 // NewQuorum returns a Locker over N independent Redis primaries (no
@@ -67,7 +55,7 @@ func WithNodeTimeout(d time.Duration) Option {
 // release notification speaks for the majority). Release and refresh run on
 // every node; refresh succeeds when a majority confirms, and the lease is
 // lost when a majority can no longer confirm.
-func NewQuorum(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
+func NewQuorum(nodes []redis.UniversalClient, opts ...QuorumOption) (*Locker, error) {
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: redislock.NewQuorum: no nodes", instrument.ErrInvalidOption)
 	}
@@ -76,27 +64,22 @@ func NewQuorum(nodes []redis.UniversalClient, opts ...Option) (*Locker, error) {
 			return nil, fmt.Errorf("%w: redislock.NewQuorum: nil client at index %d", instrument.ErrInvalidOption, i)
 		}
 	}
-	l, err := New(nodes[0], opts...)
+	o, err := applyQuorumOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	o := l.opts
-	if o.fair {
-		return nil, fmt.Errorf("%w: redislock.NewQuorum: fair mode needs one queue and is not available over a quorum", instrument.ErrInvalidOption)
-	}
-	if o.driftFactor < 0 || o.driftFactor >= 0.5 {
-		return nil, fmt.Errorf("%w: redislock.NewQuorum: drift factor %v must be in [0, 0.5)", instrument.ErrInvalidOption, o.driftFactor)
-	}
-	if o.nodeTimeout < 0 {
-		return nil, fmt.Errorf("%w: redislock.NewQuorum: node timeout %v must be >= 0", instrument.ErrInvalidOption, o.nodeTimeout)
-	}
-	l.q = &quorum{
-		nodes:       append([]redis.UniversalClient(nil), nodes...),
+	q := &quorum{
+		nodes:       make([]node, len(nodes)),
 		majority:    len(nodes)/2 + 1,
 		driftFactor: o.driftFactor,
 		nodeTimeout: o.nodeTimeout,
 	}
-	return l, nil
+	for i, c := range nodes {
+		q.nodes[i] = node{c: c}
+	}
+	// The notifier is never used for waiting (quorum waiters poll); it is
+	// there for Close.
+	return newLocker(nodes[0], q, o)
 }
 
 func (q *quorum) timeoutFor(ttl time.Duration) time.Duration {
@@ -110,57 +93,79 @@ func (q *quorum) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*q.driftFactor) + 2*time.Millisecond
 }
 
-// reply is one node's answer.
+// reply is one node's answer: yes or no, and the acquire script's reply.
 type reply struct {
+	ok  bool
 	v   []int64
-	n   int64
 	err error
 }
 
 // fanOut runs call on every node in parallel, each bounded by the node
 // timeout, and returns when all have answered.
-func (q *quorum) fanOut(ctx context.Context, ttl time.Duration, call func(ctx context.Context, c redis.UniversalClient) reply) []reply {
+func (q *quorum) fanOut(ctx context.Context, ttl time.Duration, call func(ctx context.Context, n node) reply) []reply {
 	out := make([]reply, len(q.nodes))
 	var wg sync.WaitGroup
-	for i, c := range q.nodes {
+	for i, n := range q.nodes {
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, q.timeoutFor(ttl))
 			defer cancel()
-			out[i] = call(nctx, c)
+			out[i] = call(nctx, n)
 		})
 	}
 	wg.Wait()
 	return out
 }
 
-// acquire makes one quorum attempt. It reports acquired with the fence, or
-// not acquired with the shortest remaining TTL among the holders' nodes. When
-// fewer than a majority of nodes answer at all, the lock cannot be had and
-// err wraps ErrNotAcquired and the nodes' errors.
-func (q *quorum) acquire(ctx context.Context, kk []string, args []any, ttl time.Duration, tok string, keys keySet) (ok bool, val int64, err error) {
+// vote runs call on every node and counts the nodes that said yes and the
+// nodes that said no; err joins the errors of the others.
+func (q *quorum) vote(ctx context.Context, ttl time.Duration, call func(ctx context.Context, n node) (bool, error)) (yes, no int, err error) {
+	replies := q.fanOut(ctx, ttl, func(ctx context.Context, n node) reply {
+		ok, err := call(ctx, n)
+		return reply{ok: ok, err: err}
+	})
+	var errs []error
+	for i, rep := range replies {
+		switch {
+		case rep.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+		case rep.ok:
+			yes++
+		default:
+			no++
+		}
+	}
+	return yes, no, errors.Join(errs...)
+}
+
+// attempt makes one quorum attempt. It reports acquired with the fence, or
+// not acquired with the shortest remaining TTL among the holders' nodes.
+// When fewer than a majority of nodes answer at all, the lock cannot be had
+// and err wraps ErrNotAcquired and the nodes' errors.
+func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	start := time.Now()
-	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		v, err := acquireScript.Run(ctx, c, kk, args...).Int64Slice()
-		return reply{v: v, err: err}
+	kk, args := r.scriptArgs()
+	replies := q.fanOut(ctx, r.ttl, func(ctx context.Context, n node) reply {
+		a, v, err := runAcquire(ctx, n.c, acquireScript, kk, args)
+		return reply{ok: a.acquired, v: v, err: err}
 	})
 	var granted, answered int
 	var fence, pttl int64 = 0, -1
 	var errs []error
-	for i, r := range replies {
-		if r.err != nil || len(r.v) < 2 {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
+	for i, rep := range replies {
+		if rep.err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
 			continue
 		}
 		answered++
-		if r.v[0] == 1 {
+		if rep.ok {
 			granted++
-			fence = max(fence, r.v[1])
+			fence = max(fence, rep.v[1])
 		} else {
-			if pttl < 0 || (r.v[1] >= 0 && r.v[1] < pttl) {
-				pttl = r.v[1]
+			if pttl < 0 || (rep.v[1] >= 0 && rep.v[1] < pttl) {
+				pttl = rep.v[1]
 			}
-			if len(r.v) > 2 {
-				fence = max(fence, r.v[2])
+			if len(rep.v) > 2 {
+				fence = max(fence, rep.v[2])
 			}
 		}
 	}
@@ -168,50 +173,47 @@ func (q *quorum) acquire(ctx context.Context, kk []string, args []any, ttl time.
 	// a grant from an earlier attempt of this Acquire (same token, its reply
 	// lost then) re-armed the key's TTL in acquire.lua, so this holds for
 	// it too.
-	validity := ttl - time.Since(start) - q.drift(ttl)
+	validity := r.ttl - time.Since(start) - q.drift(r.ttl)
 	if granted >= q.majority && validity > 0 {
-		return true, fence, nil
+		return attempt{acquired: true, fence: uint64(fence)}, nil
 	}
 	// Give back what was granted: a minority, or a majority that came too late.
 	if granted > 0 {
-		q.release(context.WithoutCancel(ctx), keys, tok, ttl)
+		_, _ = q.release(context.WithoutCancel(ctx), r.keys, r.tok, r.ttl)
 	}
 	if answered < q.majority {
-		return false, 0, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
+		return attempt{}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
 			instrument.ErrNotAcquired, answered, len(q.nodes), q.majority, errors.Join(errs...))
 	}
-	if pttl < 0 {
-		pttl = 0 // granted by a majority too late: try again soon
-	}
-	return false, pttl, nil
+	// pttl < 0: granted by a majority too late; try again soon.
+	return attempt{holderTTL: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
 }
 
-// refresh extends the lease on every node; ok when a majority confirms.
-// notHeld when so many nodes deny ownership that a majority is impossible.
+// leave does nothing: quorum waiters do not queue.
+func (q *quorum) leave(context.Context, *request) {}
+
+// wakeID says no: no single node's release notification speaks for the
+// majority, so quorum waiters poll.
+func (q *quorum) wakeID(*request) (string, bool) { return "", false }
+
+func (q *quorum) retryDelay(poll time.Duration, a attempt) time.Duration {
+	return pollDelay(a.holderTTL, poll)
+}
+
+// refresh extends the lease on every node; ok when a majority confirms,
+// not ok with a nil error when so many nodes deny ownership that a majority
+// is impossible.
 func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
-	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		n, err := refreshScript.Run(ctx, c, []string{keys.lock}, tok, ttl.Milliseconds()).Int64()
-		return reply{n: n, err: err}
+	confirmed, denied, err := q.vote(ctx, ttl, func(ctx context.Context, n node) (bool, error) {
+		return n.refresh(ctx, keys, tok, ttl)
 	})
-	var confirmed, denied int
-	var errs []error
-	for i, r := range replies {
-		switch {
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		case r.n == 1:
-			confirmed++
-		default:
-			denied++
-		}
-	}
 	switch {
 	case confirmed >= q.majority:
 		return true, nil
 	case denied > len(q.nodes)-q.majority:
 		return false, nil
 	}
-	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, errors.Join(errs...))
+	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, err)
 }
 
 // release runs the owner-checked release on every node. Not ok with a nil
@@ -219,31 +221,18 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 // this token — even if a minority still had it (a grant that ran late on
 // one node outlives the others): the lease had already ended, and what was
 // deleted there was only this token's leftover. Otherwise ok when any node
-// still had the lock.
+// still had the lock (or had released it on an earlier try of this call).
 func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
-	replies := q.fanOut(ctx, ttl, func(ctx context.Context, c redis.UniversalClient) reply {
-		n, err := releaseScript.Run(ctx, c, []string{keys.lock, keys.tombstone(tok)}, tok, keys.channel, tombstoneTTL(ctx)).Int64()
-		return reply{n: n, err: err}
+	released, denied, err := q.vote(ctx, ttl, func(ctx context.Context, n node) (bool, error) {
+		return n.release(ctx, keys, tok, ttl)
 	})
-	var released, denied int
-	var errs []error
-	for i, r := range replies {
-		switch {
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, r.err))
-		case r.n >= 1: // 2: an earlier try of this call released it
-			released++
-		default:
-			denied++
-		}
-	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil
 	}
 	if released > 0 {
 		return true, nil
 	}
-	return false, errors.Join(errs...)
+	return false, err
 }
 
 // pollDelay is how long a quorum waiter sleeps between attempts: jittered

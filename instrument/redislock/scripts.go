@@ -7,6 +7,8 @@ import (
 )
 
 var (
+	//go:embed acquire_lib.lua
+	acquireLibSrc string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed release.lua
@@ -15,16 +17,15 @@ var (
 	refreshSrc string
 	//go:embed acquire_fair.lua
 	acquireFairSrc string
-	//go:embed release_fair.lua
-	releaseFairSrc string
 	//go:embed leave_fair.lua
 	leaveFairSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
+	// Redis shares no Lua between scripts: both acquire scripts carry the
+	// functions of acquire_lib.lua in front of their own text.
+	acquireScript = redis.NewScript(acquireLibSrc + acquireSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	refreshScript = redis.NewScript(refreshSrc)
 
-	acquireFairScript = redis.NewScript(acquireFairSrc)
-	releaseFairScript = redis.NewScript(releaseFairSrc)
+	acquireFairScript = redis.NewScript(acquireLibSrc + acquireFairSrc)
 	leaveFairScript   = redis.NewScript(leaveFairSrc)
 )
