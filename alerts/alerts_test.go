@@ -204,7 +204,7 @@ func TestRules_EveryAlertIsComplete(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
-		for _, section := range []string{"# " + name, "## Meaning", "## Impact", "## Diagnosis", "## Fix"} {
+		for _, section := range []string{"# " + name, "Severity: **" + r.Labels["severity"] + "**", "## Meaning", "## Impact", "## Diagnosis", "## Fix"} {
 			if !bytes.Contains(runbook, []byte(section)) {
 				t.Errorf("docs/runbooks/%s.md has no %q", name, section)
 			}
