@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +19,7 @@ import (
 )
 
 // startAlertmanager runs Debian's prometheus-alertmanager with config on a
-// free port (clustering off), retrying on a port taken meanwhile, and
-// returns its base URL once /-/ready answers.
+// free port, clustering off, and returns its base URL once it is ready.
 func startAlertmanager(t *testing.T, config []byte) string {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus-alertmanager")
@@ -35,49 +33,12 @@ func startAlertmanager(t *testing.T, config []byte) string {
 	if err := os.WriteFile(path, config, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := fmt.Sprintf("http://127.0.0.1:%d", port)
-		var log bytes.Buffer
-		cmd := exec.Command(bin, "--config.file="+path, "--storage.path="+filepath.Join(dir, fmt.Sprint("data", attempt)),
-			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--cluster.listen-address=")
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			select {
-			case <-exited:
-				deadline = time.Time{} // port taken or bad config: retry or fail below
-				continue
-			default:
-			}
-			if resp, err := http.Get(base + "/-/ready"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					t.Cleanup(stop)
-					return base
-				}
-			}
-			time.Sleep(50 * time.Millisecond) // polling a readiness condition, with a deadline
-		}
-		stop()
-		if !strings.Contains(log.String(), "address already in use") {
-			t.Fatalf("alertmanager did not become ready:\n%s", log.String())
-		}
-	}
-	t.Fatal("alertmanager: no free port after 5 attempts")
-	return ""
+	attempt := 0
+	return testenv.NewHTTPProcess(t, bin, func(port int) []string {
+		attempt++
+		return []string{"--config.file=" + path, "--storage.path=" + filepath.Join(dir, fmt.Sprint("data", attempt)),
+			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--cluster.listen-address="}
+	}, "/-/ready")
 }
 
 // TestAlertmanagerExample_InhibitsWarningByCritical loads the example's

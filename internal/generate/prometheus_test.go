@@ -1,7 +1,6 @@
 package generate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,9 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// startPrometheus runs Debian's prometheus with config on a free port,
-// retrying on a port taken meanwhile, and returns its base URL once
-// /-/ready answers.
+// startPrometheus runs Debian's prometheus with config on a free port and
+// returns its base URL once it is ready.
 func startPrometheus(t *testing.T, dir string, config []byte) string {
 	t.Helper()
 	bin, err := exec.LookPath("prometheus")
@@ -35,49 +33,12 @@ func startPrometheus(t *testing.T, dir string, config []byte) string {
 	if err := os.WriteFile(path, config, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := fmt.Sprintf("http://127.0.0.1:%d", port)
-		var log bytes.Buffer
-		cmd := exec.Command(bin, "--config.file="+path, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprint("data", attempt)),
-			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port))
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop := func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		deadline := time.Now().Add(60 * time.Second)
-	wait:
-		for time.Now().Before(deadline) {
-			select {
-			case <-exited:
-				break wait
-			default:
-			}
-			if resp, err := http.Get(base + "/-/ready"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					t.Cleanup(stop)
-					return base
-				}
-			}
-			time.Sleep(100 * time.Millisecond) // polling a readiness condition, with a deadline
-		}
-		stop()
-		if !strings.Contains(log.String(), "address already in use") {
-			t.Fatalf("prometheus did not become ready:\n%s", log.String())
-		}
-	}
-	t.Fatal("prometheus: no free port after 5 attempts")
-	return ""
+	attempt := 0
+	return testenv.NewHTTPProcess(t, bin, func(port int) []string {
+		attempt++
+		return []string{"--config.file=" + path, "--storage.tsdb.path=" + filepath.Join(dir, fmt.Sprint("data", attempt)),
+			fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port)}
+	}, "/-/ready")
 }
 
 // TestGeneratedRules_FireInARealPrometheus loads the generated rule file,
