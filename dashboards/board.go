@@ -130,9 +130,19 @@ func (b *board) timeseries(w uint32, title, description, unit string, qs ...quer
 }
 
 // thresholds draws steps (green below the first) as dashed lines and
-// areas on a time series panel.
+// areas on a time series panel: for values that are bad when high.
 func thresholds(p *timeseries.PanelBuilder, steps ...step) *timeseries.PanelBuilder {
-	ts := []dashboard.Threshold{{Color: "green"}}
+	return drawSteps(p, "green", steps)
+}
+
+// floor draws one threshold below which values are bad (red), for
+// success ratios and time left.
+func floor(p *timeseries.PanelBuilder, value float64) *timeseries.PanelBuilder {
+	return drawSteps(p, "red", []step{{value, "green"}})
+}
+
+func drawSteps(p *timeseries.PanelBuilder, base string, steps []step) *timeseries.PanelBuilder {
+	ts := []dashboard.Threshold{{Color: base}}
 	for _, s := range steps {
 		ts = append(ts, dashboard.Threshold{Value: cog.ToPtr(s.value), Color: s.color})
 	}

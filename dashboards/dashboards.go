@@ -60,9 +60,9 @@ func locksOverview(cfg mixin.Config) *board {
 	acq := b.svc("lockgov_lock_acquire_total")
 	b.add(b.timeseries(12, "Acquire rate by result", "Acquire calls per second by result (acquired, reentered, not_acquired, error, refused).", "reqps",
 		q("sum by (result) ("+rate(acq)+")", "{{result}}")))
-	b.add(thresholds(b.timeseries(12, "Acquire success ratio", "Share of acquires that got the lock (acquired or reentered).", "percentunit",
+	b.add(floor(b.timeseries(12, "Acquire success ratio", "Share of acquires that got the lock (acquired or reentered); red below the LockgovLockAcquireFailuresHigh threshold.", "percentunit",
 		q(`sum(`+rate(b.svc("lockgov_lock_acquire_total", `result=~"acquired|reentered"`))+`) / sum(`+rate(acq)+`)`, "success")).Min(0).Max(1),
-		step{1 - cfg.Thresholds.AcquireFailureRatio, "transparent"}))
+		1-cfg.Thresholds.AcquireFailureRatio))
 	b.add(b.timeseries(12, "Acquire latency p50 / p99", "Time from Acquire to its result, waiting included, per pattern (recording rules); the all-pattern p99 carries trace exemplars.", "s",
 		q("max by (lock_pattern) ("+selector(alerts.AcquireP99, b.cfg.Selector())+")", "p99 {{lock_pattern}}"),
 		q("max by (lock_pattern) ("+selector(alerts.AcquireP50, b.cfg.Selector())+")", "p50 {{lock_pattern}}"),
@@ -131,9 +131,9 @@ func ids(cfg mixin.Config) *board {
 		q("sum by (job) ("+incr(b.svc("lockgov_id_sequence_exhausted_total"))+")", "{{job}}")))
 	b.add(b.timeseries(12, "WorkerID lease state", "Instances per WorkerID lease state (none, held, lost).", "short",
 		q("sum by (state) ("+b.svc("lockgov_id_worker_lease")+")", "{{state}}")))
-	b.add(thresholds(b.timeseries(24, "Layout lifetime left", "Time until the ID layout runs out of timestamp bits; the line is the LockgovSnowflakeLifetimeLow threshold.", "s",
+	b.add(floor(b.timeseries(24, "Layout lifetime left", "Time until the ID layout runs out of timestamp bits; the line is the LockgovSnowflakeLifetimeLow threshold.", "s",
 		q("min by (job) ("+b.svc("lockgov_id_lifetime_remaining_seconds")+")", "{{job}}")),
-		step{seconds(cfg.Thresholds.SnowflakeLifetimeLow), "transparent"}))
+		seconds(cfg.Thresholds.SnowflakeLifetimeLow)))
 	return b
 }
 

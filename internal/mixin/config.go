@@ -47,7 +47,7 @@ type Thresholds struct {
 	QuotaErrorRatio         float64        // result="error" / all deductions
 	AgentScanMissing        model.Duration // no completed scan for this long
 	RateWindow              model.Duration // window of rate() and increase()
-	PolicyViolationsPerHour float64        // violations per rule and pattern per hour
+	PolicyViolationsPerHour float64        // violations per rule and pattern per hour above it (0: any)
 }
 
 // DefaultFor is the `for` duration of every alert the rules define.
@@ -90,7 +90,7 @@ func Default() Config {
 			QuotaErrorRatio:         0.01,
 			AgentScanMissing:        model.Duration(10 * time.Minute),
 			RateWindow:              model.Duration(5 * time.Minute),
-			PolicyViolationsPerHour: 1,
+			PolicyViolationsPerHour: 0,
 		},
 		For:         maps.Clone(DefaultFor),
 		RunbookBase: "https://github.com/lockgov/lockgov/blob/main/docs/runbooks/",
@@ -111,6 +111,9 @@ func (c Config) Validate() []*policy.Error {
 		if _, err := regexp.Compile("^(?:" + re + ")$"); err != nil {
 			bad(field, "not a regular expression: %v", err)
 		}
+	}
+	if c.Selectors.AgentJob == "" {
+		bad("selectors.agent_job", "must not be empty: LockgovAgentDown watches up{job=~agent_job}")
 	}
 	t := c.Thresholds
 	for field, v := range map[string]float64{

@@ -28,7 +28,6 @@
 //
 // Selectors are inserted into PromQL as regular-expression matchers
 // (label=~"..."): a selector that matches nothing makes every panel empty
-// and every alert silent, which no test here can see. Keep the selectors of
-// the GitOps repo next to a recording that proves they match (the
-// dashboards' "series found" stat panels show it).
+// and every alert silent, which no test here can see: after changing a
+// selector, open the dashboards and see that they show data.
 package mixin
