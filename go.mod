@@ -3,6 +3,7 @@ module github.com/lockgov/lockgov
 go 1.26.0
 
 require (
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -42,6 +42,7 @@ var (
 	acquireBuckets   = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	holdBuckets      = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
 	backwardsBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.1, 0.5, 1, 10}
+	scanBuckets      = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
 )
 
 // Lock metrics (instrument.Govern).
@@ -132,12 +133,71 @@ var (
 	}
 )
 
+// Agent metrics (lockgov agent, issue 9).
+var (
+	Findings = Metric{
+		Name: "lockgov_findings", Kind: Gauge, Component: "agent",
+		Help:   "Open findings of the last scan, by detector, kind and severity.",
+		Labels: []string{"detector", "kind", "severity"},
+		Values: map[string][]string{
+			"kind": {"immortal", "ttl_above_max", "held_too_long", "holder_dead", "deadlock", "lock_order_inversion",
+				"skew_degrade", "skew_reject", "workerid_duplicate", "workerid_lease_gone", "workerid_out_of_range", "workerid_range_overlap"},
+			"severity": {"info", "warning", "critical"},
+		},
+	}
+	ClockSkew = Metric{
+		Name: "lockgov_clock_skew_seconds", Kind: Gauge, Component: "agent",
+		Help:   "Clock offset of an instance to its store, from its last heartbeat (round-trip corrected).",
+		Labels: []string{"service", "instance"},
+	}
+	AgentScanDuration = Metric{
+		Name: "lockgov_agent_scan_duration_seconds", Kind: Histogram, Component: "agent",
+		Help:    "Time one agent scan of all stores took.",
+		Buckets: scanBuckets,
+	}
+	AgentKeysScannedTotal = Metric{
+		Name: "lockgov_agent_keys_scanned_total", Kind: Counter, Component: "agent",
+		Help: "Keys the agent's scans read.",
+	}
+	AgentLeader = Metric{
+		Name: "lockgov_agent_leader", Kind: Gauge, Component: "agent",
+		Help: "1 while this agent is the leader that scans, 0 while it follows.",
+	}
+	AgentStoreUp = Metric{
+		Name: "lockgov_agent_store_up", Kind: Gauge, Component: "agent",
+		Help:   "1 while the agent reaches the store, 0 while it does not.",
+		Labels: []string{"store"},
+	}
+)
+
+// Idempotency, quota and store-failure metrics (issue 13).
+var (
+	IdempotencyRequestsTotal = Metric{
+		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
+		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).",
+		Labels: []string{"outcome"},
+		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
+	}
+	QuotaDeductTotal = Metric{
+		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
+		Help:   "Quota deductions by result.",
+		Labels: []string{"result"},
+	}
+	StoreDegradedTotal = Metric{
+		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store",
+		Help:   "Decisions taken without the store under a fail-open policy, by component.",
+		Labels: []string{"component"},
+	}
+)
+
 // Table is every lockgov metric, in the order the README lists them.
 var Table = []Metric{
 	LockAcquireTotal, LockAcquireDuration, LockHoldDuration, LockHeld, LockWaiters,
 	LockRenewalsTotal, LockLostTotal, LeaseLeakedTotal, PolicyViolationsTotal,
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
+	Findings, ClockSkew, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
+	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
 }
 
 // Lookup returns the table row named name.

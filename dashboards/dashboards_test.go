@@ -1,0 +1,151 @@
+package dashboards
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/lockgov/lockgov/alerts"
+	"github.com/lockgov/lockgov/internal/mixin"
+)
+
+func recorded() map[string]bool {
+	rec := map[string]bool{}
+	for _, g := range alerts.Groups(mixin.Default()) {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				rec[r.Record] = true
+			}
+		}
+	}
+	return rec
+}
+
+// TestAll_ParsesBackAndEveryTargetIsComplete holds what Grafana and a
+// GitOps diff need: the JSON parses back into the SDK's dashboard type,
+// panel ids are unique, every target has a refId (unique in its panel), an
+// expr and the datasource variable, and every metric an expr reads is in
+// internal/telemetry's table or a recording rule of alerts. (json.Unmarshal,
+// not the SDK's UnmarshalJSONStrict: in v0.0.22 that returns an empty error
+// list as a non-nil error for every panel and drops the panels.)
+func TestAll_ParsesBackAndEveryTargetIsComplete(t *testing.T) {
+	plugins.RegisterDefaultPlugins()
+	ds, err := All(mixin.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 5 {
+		t.Fatalf("%d dashboards, want 5", len(ds))
+	}
+	rec := recorded()
+	uids := map[string]bool{}
+	for _, d := range ds {
+		raw, err := JSON(d.Dashboard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back dashboard.Dashboard
+		if err := json.Unmarshal(raw, &back); err != nil {
+			t.Fatalf("%s does not parse back into dashboard.Dashboard: %v", d.File, err)
+		}
+		if err := back.Validate(); err != nil {
+			t.Errorf("%s: %v", d.File, err)
+		}
+		if again, _ := JSON(back); !bytes.Equal(again, raw) {
+			t.Errorf("%s: parsed back, it renders differently", d.File)
+		}
+		if uids[*back.Uid] {
+			t.Errorf("uid %s twice", *back.Uid)
+		}
+		uids[*back.Uid] = true
+		if back.Templating.List == nil || back.Templating.List[0].Name != DatasourceVariable || back.Templating.List[0].Type != "datasource" {
+			t.Errorf("%s: the first variable is not the datasource variable", d.File)
+		}
+
+		var generic struct {
+			Panels []struct {
+				ID         int             `json:"id"`
+				Title      string          `json:"title"`
+				Datasource json.RawMessage `json:"datasource"`
+				Targets    []struct {
+					RefID      string `json:"refId"`
+					Expr       string `json:"expr"`
+					Datasource struct {
+						UID string `json:"uid"`
+					} `json:"datasource"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(raw, &generic); err != nil {
+			t.Fatal(err)
+		}
+		ids := map[int]bool{}
+		for _, p := range generic.Panels {
+			if p.ID == 0 || ids[p.ID] {
+				t.Errorf("%s: panel %q has id %d (zero or not unique)", d.File, p.Title, p.ID)
+			}
+			ids[p.ID] = true
+			if !strings.Contains(string(p.Datasource), "${datasource}") {
+				t.Errorf("%s: panel %q datasource %s", d.File, p.Title, p.Datasource)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q has no target", d.File, p.Title)
+			}
+			refs := map[string]bool{}
+			for _, tg := range p.Targets {
+				if tg.RefID == "" || refs[tg.RefID] || tg.Expr == "" || tg.Datasource.UID != "${datasource}" {
+					t.Errorf("%s: panel %q target %+v: needs a unique refId, an expr and ${datasource}", d.File, p.Title, tg)
+				}
+				refs[tg.RefID] = true
+				if u := mixin.UnknownMetrics(tg.Expr, func(n string) bool { return rec[n] }); len(u) > 0 {
+					t.Errorf("%s: panel %q reads metrics not in internal/telemetry's table: %v", d.File, p.Title, u)
+				}
+			}
+		}
+	}
+}
+
+// TestAll_IsDeterministic: equal configs give byte-identical JSON, so a
+// GitOps diff shows only real changes.
+func TestAll_IsDeterministic(t *testing.T) {
+	render := func() []byte {
+		ds, err := All(mixin.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		for _, d := range ds {
+			j, err := JSON(d.Dashboard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(j)
+		}
+		return b.Bytes()
+	}
+	if !bytes.Equal(render(), render()) {
+		t.Fatal("two renders differ")
+	}
+}
+
+// TestAll_UsesTheConfigSelectors: a selector of the config block reaches
+// every service query.
+func TestAll_UsesTheConfigSelectors(t *testing.T) {
+	cfg := mixin.Default()
+	cfg.Selectors.Cluster = "prod-eu"
+	ds, err := All(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		raw, _ := JSON(d.Dashboard)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, `"expr"`) && strings.Contains(line, "lockgov_") && !strings.Contains(line, `cluster=~\"prod-eu\"`) {
+				t.Errorf("%s: %s lacks the cluster selector", d.File, strings.TrimSpace(line))
+			}
+		}
+	}
+}
