@@ -31,7 +31,7 @@ type Metric struct {
 	Help      string
 	Labels    []string
 	Buckets   []float64 // histograms only
-	Component string    // who emits it: lock, id, agent, idempotency, quota, store
+	Component string    // who emits it: lock, id, fleet, agent, idempotency, quota, store
 	// Values documents the fixed values of labels that have them (result,
 	// rule, state...), in the order the README lists them.
 	Values map[string][]string
@@ -132,12 +132,28 @@ var (
 	}
 )
 
+// Fleet metrics (the heartbeat publisher of instrument/fleet).
+var (
+	FleetHeartbeatsTotal = Metric{
+		Name: "lockgov_fleet_heartbeats_total", Kind: Counter, Component: "fleet",
+		Help:   "Heartbeats this process wrote into a lock store, by result (ok, error).",
+		Labels: []string{"backend", "result"},
+		Values: map[string][]string{"result": {"ok", "error"}},
+	}
+	ClockOffsetSeconds = Metric{
+		Name: "lockgov_clock_offset_seconds", Kind: Gauge, Component: "fleet",
+		Help:   "This process's wall clock minus the lock store's, from the best of several round trips (or the agent's report on etcd).",
+		Labels: []string{"backend"},
+	}
+)
+
 // Table is every lockgov metric, in the order the README lists them.
 var Table = []Metric{
 	LockAcquireTotal, LockAcquireDuration, LockHoldDuration, LockHeld, LockWaiters,
 	LockRenewalsTotal, LockLostTotal, LeaseLeakedTotal, PolicyViolationsTotal,
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
+	FleetHeartbeatsTotal, ClockOffsetSeconds,
 }
 
 // Lookup returns the table row named name.
