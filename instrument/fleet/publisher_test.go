@@ -400,4 +400,3 @@ func TestHeartbeat_BadOptionsAreAnError(t *testing.T) {
 		t.Errorf("NewRedis with a bad instance: %v, want ErrInvalid", err)
 	}
 }
-
