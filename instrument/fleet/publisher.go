@@ -191,45 +191,33 @@ func (a *Attachment) Tier() policy.Tier {
 }
 
 // TrackHeld lists a held lock in the heartbeat until UntrackHeld(id).
-func (a *Attachment) TrackHeld(id any, h HeldLock) {
-	a.p.trackMu.Lock()
-	a.p.held[id] = h
-	a.p.trackMu.Unlock()
-}
+func (a *Attachment) TrackHeld(id any, h HeldLock) { track(a.p, a.p.held, id, h) }
 
 // UntrackHeld removes what TrackHeld(id) listed.
-func (a *Attachment) UntrackHeld(id any) {
-	a.p.trackMu.Lock()
-	delete(a.p.held, id)
-	a.p.trackMu.Unlock()
-}
+func (a *Attachment) UntrackHeld(id any) { untrack(a.p, a.p.held, id) }
 
 // TrackWaiting lists a key a goroutine waits for until UntrackWaiting(id).
-func (a *Attachment) TrackWaiting(id any, w WaitingLock) {
-	a.p.trackMu.Lock()
-	a.p.waiting[id] = w
-	a.p.trackMu.Unlock()
-}
+func (a *Attachment) TrackWaiting(id any, w WaitingLock) { track(a.p, a.p.waiting, id, w) }
 
 // UntrackWaiting removes what TrackWaiting(id) listed.
-func (a *Attachment) UntrackWaiting(id any) {
-	a.p.trackMu.Lock()
-	delete(a.p.waiting, id)
-	a.p.trackMu.Unlock()
-}
+func (a *Attachment) UntrackWaiting(id any) { untrack(a.p, a.p.waiting, id) }
 
 // TrackWorkerID lists a held WorkerID until UntrackWorkerID(id).
-func (a *Attachment) TrackWorkerID(id any, w WorkerID) {
-	a.p.trackMu.Lock()
-	a.p.workers[id] = w
-	a.p.trackMu.Unlock()
-}
+func (a *Attachment) TrackWorkerID(id any, w WorkerID) { track(a.p, a.p.workers, id, w) }
 
 // UntrackWorkerID removes what TrackWorkerID(id) listed.
-func (a *Attachment) UntrackWorkerID(id any) {
-	a.p.trackMu.Lock()
-	delete(a.p.workers, id)
-	a.p.trackMu.Unlock()
+func (a *Attachment) UntrackWorkerID(id any) { untrack(a.p, a.p.workers, id) }
+
+func track[T any](p *publisher, m map[any]T, id any, v T) {
+	p.trackMu.Lock()
+	m[id] = v
+	p.trackMu.Unlock()
+}
+
+func untrack[T any](p *publisher, m map[any]T, id any) {
+	p.trackMu.Lock()
+	delete(m, id)
+	p.trackMu.Unlock()
 }
 
 // stores returns the live attachments' stores, newest first: a newer client

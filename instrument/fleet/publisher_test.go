@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,11 +215,8 @@ func TestHeartbeat_ExpiresAfterTheProcessStops(t *testing.T) {
 func TestSkew_Redis300msDegradesLockTTLs(t *testing.T) {
 	c := redisClient(t)
 	const inst = "skew-300"
-	g := govern(t, redisLocker(t, c), fleet.WithInstance(inst), offsetClock(300*time.Millisecond))
-	eventually(t, "the degrade tier", func() bool {
-		hb := redisBeat(t, c, inst)
-		return hb != nil && hb.Tier == "degrade"
-	})
+	var log syncBuffer
+	g := skewed(t, c, inst, 300*time.Millisecond, "degrade", fleet.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	ctx := ctxFor(t, 10*time.Second)
 	l, err := g.Acquire(ctx, "lock:stock:1", instrument.WithTTL(10*time.Second), instrument.WithoutWatchdog())
 	if err != nil {
@@ -234,6 +232,42 @@ func TestSkew_Redis300msDegradesLockTTLs(t *testing.T) {
 	if off := hb.Clock.Offset; off < 200*time.Millisecond || off > 400*time.Millisecond {
 		t.Errorf("measured offset %v, want about 300ms", off)
 	}
+	// Several more beats measure the same tier; the warning is logged once.
+	first := hb.SentAt
+	eventually(t, "three more beats", func() bool { return redisBeat(t, c, inst).SentAt.After(first.Add(3 * interval)) })
+	if n := strings.Count(log.String(), "degrade tier"); n != 1 {
+		t.Errorf("%d degrade warnings in the log, want 1 (at most one a minute):\n%s", n, log.String())
+	}
+}
+
+// skewed is a governed Redis Locker whose process clock is off by off,
+// once its heartbeat has measured tier.
+func skewed(t *testing.T, c redis.UniversalClient, inst string, off time.Duration, tier string, beat ...fleet.Option) *instrument.Governed {
+	t.Helper()
+	g := govern(t, redisLocker(t, c), append([]fleet.Option{fleet.WithInstance(inst), offsetClock(off)}, beat...)...)
+	eventually(t, "the "+tier+" tier", func() bool {
+		hb := redisBeat(t, c, inst)
+		return hb != nil && hb.Tier == tier
+	})
+	return g
+}
+
+// syncBuffer is a log sink safe for the publisher's goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A process whose wall clock is 700ms ahead is in the reject tier: Acquire
@@ -242,11 +276,7 @@ func TestSkew_Redis300msDegradesLockTTLs(t *testing.T) {
 func TestSkew_Redis700msRejectsLocksAndIDs(t *testing.T) {
 	c := redisClient(t)
 	const inst = "skew-700"
-	g := govern(t, redisLocker(t, c), fleet.WithInstance(inst), offsetClock(700*time.Millisecond))
-	eventually(t, "the reject tier", func() bool {
-		hb := redisBeat(t, c, inst)
-		return hb != nil && hb.Tier == "reject"
-	})
+	g := skewed(t, c, inst, 700*time.Millisecond, "reject")
 	ctx := ctxFor(t, 10*time.Second)
 	_, err := g.Acquire(ctx, "lock:stock:1")
 	if !errors.Is(err, instrument.ErrClockSkew) || !strings.Contains(err.Error(), "offset") {
