@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -429,4 +430,33 @@ func TestHeartbeat_BadOptionsAreAnError(t *testing.T) {
 	if _, err := workerid.NewRedis(c, workerid.WithHeartbeat(fleet.WithInstance("a\nb"))); !errors.Is(err, workerid.ErrInvalid) {
 		t.Errorf("NewRedis with a bad instance: %v, want ErrInvalid", err)
 	}
+}
+
+// A governed Locker dropped without Close ends its share of the heartbeat
+// when it is garbage-collected: the publisher holds nothing that keeps it
+// alive, and the last share's end deletes the heartbeat.
+func TestHeartbeat_StopsWhenTheLastGovernedLockerIsCollected(t *testing.T) {
+	c := redisClient(t)
+	const inst = "collected"
+	func() {
+		g, err := instrument.NewGoverned(redisLocker(t, c), instrument.WithLogger(quiet),
+			instrument.WithHeartbeat(fleet.WithInstance(inst), fleet.WithInterval(interval)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxFor(t, 5*time.Second)
+		l, err := g.Acquire(ctx, "lock:gc:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	eventually(t, "a heartbeat", func() bool { return redisBeat(t, c, inst) != nil })
+	eventually(t, "the collected Locker's heartbeat to be deleted", func() bool {
+		runtime.GC()
+		n, err := c.Exists(ctxFor(t, 5*time.Second), fleet.RedisKey(inst)).Result()
+		return err == nil && n == 0
+	})
 }
