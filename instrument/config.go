@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -30,6 +31,8 @@ type config struct {
 	logger     *slog.Logger
 	skew       func() (time.Duration, bool)
 	releaseTTL time.Duration
+	noBeat     bool           // WithoutHeartbeat
+	beatOpts   []fleet.Option // WithHeartbeat
 }
 
 type govOptionFunc func(*config)

@@ -78,7 +78,22 @@
 // policy.SkewTiers.DegradeTTL of it, but never below the pattern's min_ttl
 // (nor the 3 ms a backend accepts), and never above the TTL asked for.
 //
+// Fleet heartbeat: a governed Locker that knows its store (FleetStorer:
+// redislock and etcdlock do; a Redlock quorum does not) joins the process's
+// heartbeat on that store (package fleet): one key per process and store,
+// however many Lockers, listing the locks held and the keys goroutines wait
+// for, with the keys each waiter already holds (the wait-for graph), and
+// never an owner token. Its measured clock offset is the skew source unless
+// WithSkewSource gives one; WithoutHeartbeat turns it off, WithHeartbeat
+// configures it, (*Governed).Close ends the Locker's share (a collected
+// Governed ends it too).
+//
 // # Failure modes
+//
+// The skew tier is as fresh as the last heartbeat's measurement (one
+// interval, default 5s); before the first one no tier applies. A store that
+// cannot be reached keeps the last measured tier. Acquire never waits for
+// the heartbeat.
 //
 // A lease's Context ends with ErrLockLost at the latest when local monotonic
 // time passes the last confirmed expiry minus a drift margin, which is

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -28,6 +29,8 @@ type Governed struct {
 
 	auditMu   sync.Mutex
 	auditLast map[string]time.Time // rule+pattern -> last audit log line
+
+	beat *fleet.Attachment // nil: no heartbeat (see heartbeat.go)
 }
 
 // Govern wraps l with policy, spans and metrics. A configuration error (nil
@@ -61,7 +64,7 @@ func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: instrument.Govern: register metrics: %w", ErrInvalidOption, err)
 	}
-	return &Governed{
+	g := &Governed{
 		inner:     l,
 		cfg:       cfg,
 		backend:   backend,
@@ -69,7 +72,11 @@ func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
 		metrics:   m,
 		tracer:    cfg.tp.Tracer(ScopeName),
 		auditLast: make(map[string]time.Time),
-	}, nil
+	}
+	if err := g.attachFleet(l); err != nil {
+		return nil, err
+	}
+	return g, nil
 }
 
 // Backend returns the backend label of the governed Locker.
@@ -139,7 +146,8 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		}
 	}
 
-	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar}
+	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar, key: key}
+	g.beforeWait(ctx, obs)
 	cfg.Observer = obs
 
 	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
@@ -165,6 +173,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	observe(pm.durAcquired, dur, exemplar)
 	pm.held.Inc()
 	obs.acquiredAt = now
+	g.trackHeld(obs, inner.Fence())
 	if recording {
 		span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
 	}
@@ -303,6 +312,8 @@ type leaseObserver struct {
 	acquiredAt time.Time
 	attempts   int // written only by the acquiring goroutine, during Acquire
 	ended      sync.Once
+	key        string
+	holds      []string // keys the acquiring context already holds, for the heartbeat
 }
 
 var spanKindClient = trace.WithSpanKind(trace.SpanKindClient)
@@ -315,6 +326,7 @@ func (o *leaseObserver) Waiting(w bool) {
 	} else {
 		o.pm.waiters.Dec()
 	}
+	o.g.trackWaiting(o, w)
 }
 
 func (o *leaseObserver) Renewed(err error) {
@@ -347,6 +359,7 @@ func (o *leaseObserver) Leaked() {
 // end records the hold once, whichever of release, loss or leak comes first.
 func (o *leaseObserver) end() {
 	o.ended.Do(func() {
+		o.g.untrackHeld(o)
 		o.pm.held.Dec()
 		observe(o.pm.hold, time.Since(o.acquiredAt), o.exemplar)
 	})

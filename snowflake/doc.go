@@ -28,6 +28,13 @@
 // runtime.Gosched rather than sleeping, because timers can wake a millisecond late. Forward
 // steps are taken as they come: IDs jump ahead, and stay unique.
 //
+// # Clock skew across the fleet
+//
+// WithSkewSource makes NextID and Fill refuse with *ClockSkewError (errors.Is ErrClockSkew,
+// with the offset) while the source says this process's clock is in the reject tier against
+// its store; a generator bound to a workerid.Lease uses the lease's heartbeat measurement by
+// default. The check is one call per NextID or Fill.
+//
 // # Restarts and WorkerIDs
 //
 // A Generator remembers the last millisecond it used only in memory. A process that restarts

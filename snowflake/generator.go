@@ -32,6 +32,7 @@ type Generator struct {
 	clock      Clock
 	lease      WorkerLease
 	hooks      Hooks
+	skew       SkewSource
 	layout     Layout
 	epoch      time.Time
 	worker     int64
@@ -64,6 +65,7 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		clock:      c.clock,
 		lease:      c.lease,
 		hooks:      c.hooks,
+		skew:       c.skew,
 		layout:     c.layout,
 		epoch:      c.epoch,
 		worker:     workerID,
@@ -91,6 +93,9 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		if t, ok := c.lease.(lastUsedTracker); ok {
 			t.TrackLastUsed(g.LastTime)
 		}
+		if r, ok := c.lease.(skewReporter); ok && g.skew == nil {
+			g.skew = r.ClockSkew
+		}
 	}
 	g.offset.Store(now - g.epochNs - g.mono())
 	return g, nil
@@ -116,9 +121,12 @@ func (g *Generator) compose(s uint64) int64 {
 
 // NextID returns the next ID. It waits, honouring ctx, when the millisecond's sequence is
 // used up or the clock stepped back by at most MaxWait; it returns *ClockBackwardsError for
-// a larger step, ErrWorkerLeaseLost when bound to a lease that may have expired, and
-// ErrLifetimeOver past the layout's end.
+// a larger step, ErrWorkerLeaseLost when bound to a lease that may have expired,
+// *ClockSkewError while the skew source rejects, and ErrLifetimeOver past the layout's end.
 func (g *Generator) NextID(ctx context.Context) (int64, error) {
+	if err := g.checkSkew(); err != nil {
+		return 0, err
+	}
 	for {
 		old := g.state.Load() // before the clock read: see slow
 		mono := g.mono()
@@ -158,6 +166,9 @@ func (g *Generator) NextID(ctx context.Context) (int64, error) {
 func (g *Generator) Fill(ctx context.Context, dst []int64) error {
 	if len(dst) == 0 {
 		return fmt.Errorf("%w: batch of 0 IDs", ErrInvalid)
+	}
+	if err := g.checkSkew(); err != nil {
+		return err
 	}
 	for i := 0; i < len(dst); {
 		old := g.state.Load()

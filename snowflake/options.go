@@ -19,6 +19,7 @@ type config struct {
 	maxWait time.Duration
 	lease   WorkerLease
 	hooks   Hooks
+	skew    SkewSource
 }
 
 // Hooks are called by a Generator on events worth counting; nil hooks are skipped. They run

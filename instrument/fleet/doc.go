@@ -4,10 +4,36 @@
 // claiming one WorkerID, and build the fleet-wide wait-for graph in which it
 // finds distributed deadlocks.
 //
-// This file set holds the format (Heartbeat, Encode, Decode) and the key
-// layout, which the agent reads; the publisher lives beside it.
+// This file set holds the format (Heartbeat, Encode, Decode, TierReport) and
+// the key layout, which the agent reads, and the publisher (Attach).
 //
 // Heartbeats never carry owner tokens.
+//
+// # Publisher
+//
+// A process publishes one heartbeat per store, not one per Locker: Attach
+// joins the process's publisher for a Store (keyed by Store.ID, the store's
+// addresses), starting it on first use; the last Attachment's Close stops
+// it and deletes the heartbeat. That set of publishers is the one piece of
+// package-level state in lockgov, because "one per process and store" is a
+// property of the process. instrument.Govern attaches every governed
+// Locker whose backend implements FleetStore (redislock, etcdlock);
+// workerid attaches every WorkerID lease. The first attachment's options
+// configure the publisher (WithInstance, WithInterval, WithClock, ...).
+//
+// Each beat, on a timer goroutine and bounded by the timeout (default half
+// the interval, at most 2s), measures the clock and writes the heartbeat
+// with a TTL of three intervals (Redis SET PX; an etcd lease, rounded up to
+// whole seconds and the server's minimum). Callers never wait for it: the
+// skew they read (Attachment.Skew) is an atomic load.
+//
+// Clock offset: on Redis, ClockSamples TIME round trips, the one with the
+// smallest round trip wins, offset = local midpoint - store time (error at
+// most half that round trip). etcd exposes no clock: an etcd-only process
+// applies the offset the agent measured from its heartbeats and wrote back
+// as a TierReport (see there), and applies no tier while there is none.
+// The tier (policy.SkewTiers) of the offset is logged at most once a
+// minute while it is degrade or reject.
 //
 // # Failure modes
 //
@@ -16,4 +42,12 @@
 // most that long. Decode refuses values over MaxBeatBytes and cuts the lock
 // lists at MaxLocks (Truncated says so), so a hostile or runaway value
 // cannot exhaust the agent.
+//
+// A beat that fails (store down, client closed) is counted in
+// lockgov_fleet_heartbeats_total{result="error"} and logged at most once a
+// minute; the process keeps its last measured offset. When the last
+// attachment closes while a new one starts on the same store, the old
+// publisher's delete can remove the new one's first beat: it is written
+// again one interval later. Two processes configured with one instance
+// name overwrite each other's heartbeat.
 package fleet

@@ -53,7 +53,16 @@ type ClockSample struct {
 	Offset     time.Duration `json:"offset_ns"`
 	RTT        time.Duration `json:"rtt_ns"`
 	MeasuredAt time.Time     `json:"measured_at"`
+	// Source says who measured it: "store" (the process, with the store's
+	// TIME) or "agent" (a TierReport the agent wrote back; RTT is zero).
+	Source string `json:"source,omitempty"`
 }
+
+// Sources of a ClockSample.
+const (
+	ClockSourceStore = "store"
+	ClockSourceAgent = "agent"
+)
 
 // WorkerID is one WorkerID lease a process holds.
 type WorkerID struct {

@@ -12,6 +12,9 @@ func Markdown() string {
 	var b strings.Builder
 	b.WriteString("| metric | type | labels |\n|---|---|---|\n")
 	for _, m := range Table {
+		if m.Planned != "" {
+			continue
+		}
 		labels := make([]string, 0, len(m.Labels))
 		for _, l := range m.Labels {
 			if vs := m.Values[l]; len(vs) > 0 {

@@ -31,10 +31,14 @@ type Metric struct {
 	Help      string
 	Labels    []string
 	Buckets   []float64 // histograms only
-	Component string    // who emits it: lock, id, agent, idempotency, quota, store
+	Component string    // who emits it: lock, id, fleet, agent, idempotency, quota, store
 	// Values documents the fixed values of labels that have them (result,
 	// rule, state...), in the order the README lists them.
 	Values map[string][]string
+	// Planned names the issue whose code will emit a metric that nothing
+	// emits yet. Such rows let alert rules and dashboards be written ahead;
+	// the README leaves them out, since no process exports them.
+	Planned string
 }
 
 // Buckets shared by the histograms below.
@@ -173,20 +177,35 @@ var (
 // Idempotency, quota and store-failure metrics (issue 13).
 var (
 	IdempotencyRequestsTotal = Metric{
-		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
+		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency", Planned: "issue 13",
 		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).",
 		Labels: []string{"outcome"},
 		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
 	}
 	QuotaDeductTotal = Metric{
-		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
+		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota", Planned: "issue 13",
 		Help:   "Quota deductions by result.",
 		Labels: []string{"result"},
 	}
 	StoreDegradedTotal = Metric{
-		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store",
+		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store", Planned: "issue 13",
 		Help:   "Decisions taken without the store under a fail-open policy, by component.",
 		Labels: []string{"component"},
+	}
+)
+
+// Fleet metrics (the heartbeat publisher of instrument/fleet).
+var (
+	FleetHeartbeatsTotal = Metric{
+		Name: "lockgov_fleet_heartbeats_total", Kind: Counter, Component: "fleet",
+		Help:   "Heartbeats this process wrote into a lock store, by result (ok, error).",
+		Labels: []string{"backend", "result"},
+		Values: map[string][]string{"result": {"ok", "error"}},
+	}
+	ClockOffsetSeconds = Metric{
+		Name: "lockgov_clock_offset_seconds", Kind: Gauge, Component: "fleet",
+		Help:   "This process's wall clock minus the lock store's, from the best of several round trips (or the agent's report on etcd).",
+		Labels: []string{"backend"},
 	}
 )
 
@@ -198,6 +217,7 @@ var Table = []Metric{
 	IDWorkerLease, IDLifetimeRemaining,
 	Findings, ClockSkew, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
 	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
+	FleetHeartbeatsTotal, ClockOffsetSeconds,
 }
 
 // Lookup returns the table row named name.

@@ -95,8 +95,8 @@ func TestREADME_MetricTableIsTheTable(t *testing.T) {
 	}
 	// Every lockgov_ name the README mentions anywhere is a metric in the table.
 	for _, name := range regexp.MustCompile(`lockgov_[a-z0-9_]+`).FindAllString(readme, -1) {
-		if _, ok := Lookup(name); !ok {
-			t.Errorf("README.md mentions %s, which is not in the metric table", name)
+		if m, ok := Lookup(name); !ok || m.Planned != "" {
+			t.Errorf("README.md mentions %s, which is not a metric lockgov exports", name)
 		}
 	}
 }

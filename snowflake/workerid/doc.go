@@ -22,6 +22,16 @@
 // owner-checked as well: a script that PEXPIREs only the owner's key, never a bare EXPIRE;
 // on etcd a KeepAliveOnce plus writes conditioned on the key's create revision.
 //
+// # Heartbeat and clock skew
+//
+// Each Lease lists its WorkerID in the process's fleet heartbeat on the registry's store
+// (package instrument/fleet: one heartbeat per process and store, shared with governed
+// Lockers there), so the agent sees two instances claiming one WorkerID. Lease.ClockSkew
+// reports the heartbeat's measured offset and whether it is in the reject tier; a
+// generator bound with snowflake.WithLease then refuses IDs with *snowflake.ClockSkewError.
+// WithoutHeartbeat turns both off; WithHeartbeat configures the heartbeat. On etcd the
+// offset comes from the agent's tier report (etcd has no clock): without an agent, no tier.
+//
 // # Expiry and the generator
 //
 // A Lease implements snowflake.WorkerLease. Its ValidUntil is the send time of the last

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/snowflake"
 )
 
@@ -41,6 +42,7 @@ type leaseState struct {
 	hwMark       int64 // etcd: the high-water mark as last read or written
 	hwRevision   int64 // etcd: its mod revision then (0: the key did not exist)
 
+	beat    atomic.Pointer[fleet.Attachment] // the process's heartbeat on the store, or nil
 	state   atomic.Pointer[snowflake.LeaseState]
 	expires atomic.Int64 // unix ns: earliest the store may expire the slot
 
@@ -179,6 +181,7 @@ func (s *leaseState) stop() bool {
 	}
 	s.cancel()
 	<-s.done
+	s.detachFleet()
 	if s.State().Err == nil {
 		s.end(ErrReleased)
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/snowflake"
 )
 
@@ -67,6 +68,8 @@ type config struct {
 	clock        snowflake.Clock
 	logger       *slog.Logger
 	onLeaked     func(Claim)
+	noBeat       bool           // WithoutHeartbeat
+	beatOpts     []fleet.Option // WithHeartbeat
 }
 
 // wall reads the wall clock reservations and claim times are taken from.
@@ -174,7 +177,7 @@ func newConfig(opts []Option) (config, error) {
 		c.podIP = os.Getenv("POD_IP")
 	}
 	c.renewTimeout = c.ttl / 3
-	return c, nil
+	return c, checkBeatOptions(&c)
 }
 
 // ordinal is a StatefulSet pod's index: the hostname's -N suffix.
@@ -255,6 +258,7 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 		err := r.claimSlot(ctx, ls)
 		if err == nil {
 			l := ls.start()
+			ls.attachFleet()
 			if err := r.awaitFloor(ctx, ls); err != nil {
 				// A fresh context: ctx is why we give up. The release keeps the mark.
 				rctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewTimeout)

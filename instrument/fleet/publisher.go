@@ -1,0 +1,368 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgov/lockgov/internal/telemetry"
+	"github.com/lockgov/lockgov/policy"
+)
+
+// publishers is the process's set of running publishers, keyed by
+// Store.ID. It is package-level state on purpose, the one place lockgov
+// keeps any: "one heartbeat per process and store" is a property of the
+// process, not of a Locker. Every governed Locker and WorkerID lease on one
+// store attaches to the same publisher, so the store holds one heartbeat
+// key per process, listing everything the process holds there, however
+// many Lockers it built. The first attachment starts the publisher, the
+// last one to close stops it.
+var publishers = struct {
+	mu sync.Mutex
+	m  map[string]*publisher
+}{m: map[string]*publisher{}}
+
+// Attachment is one user's share of the process's publisher for a store: a
+// governed Locker's or a WorkerID lease's. Close it when done (Govern and
+// workerid do).
+type Attachment struct {
+	p      *publisher
+	s      Store
+	closed atomic.Bool
+}
+
+// publisher writes one heartbeat per interval into one store.
+type publisher struct {
+	id      string
+	backend string
+	cfg     config
+	started time.Time
+	m       pubMetrics
+
+	mu      sync.Mutex
+	atts    []*Attachment // live attachments, oldest first
+	timer   *time.Timer
+	stopped bool
+
+	beatMu sync.Mutex // held by the beat in flight; shutdown waits for it
+
+	trackMu sync.Mutex
+	held    map[any]HeldLock
+	waiting map[any]WaitingLock
+	workers map[any]WorkerID
+
+	skew     atomic.Pointer[skewNow]
+	sample   atomic.Pointer[ClockSample] // last measurement, for the heartbeat
+	warnMu   sync.Mutex
+	lastWarn map[string]time.Time // log line kind -> last logged
+}
+
+type skewNow struct {
+	offset time.Duration
+	tier   policy.Tier
+}
+
+type pubMetrics struct {
+	beats  *prometheus.CounterVec
+	offset *prometheus.GaugeVec
+}
+
+// Attach attaches to the process's publisher for s, starting it (its first
+// beat at once, in the background) when s has none yet. The options of the
+// attachment that starts a publisher configure it; later attachments share
+// it as it is. Attach never waits for the store.
+func Attach(s Store, opts ...Option) (*Attachment, error) {
+	if s == nil {
+		return nil, errors.New("fleet: nil store")
+	}
+	id := s.ID()
+	if id == "" {
+		return nil, errors.New("fleet: store without an identity")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	publishers.mu.Lock()
+	defer publishers.mu.Unlock()
+	p := publishers.m[id]
+	if p == nil {
+		if p, err = newPublisher(id, s.Backend(), cfg); err != nil {
+			return nil, err
+		}
+		publishers.m[id] = p
+	}
+	a := &Attachment{p: p, s: s}
+	p.mu.Lock()
+	p.atts = append(p.atts, a)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(0, p.beat)
+	}
+	p.mu.Unlock()
+	return a, nil
+}
+
+func newPublisher(id, backend string, cfg config) (*publisher, error) {
+	m := pubMetrics{
+		beats:  telemetry.FleetHeartbeatsTotal.CounterVec(nil),
+		offset: telemetry.ClockOffsetSeconds.GaugeVec(nil),
+	}
+	var err error
+	telemetry.Register(cfg.reg, &m.beats, &err)
+	telemetry.Register(cfg.reg, &m.offset, &err)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: register metrics: %w", err)
+	}
+	return &publisher{
+		id: id, backend: backend, cfg: cfg, started: cfg.now(), m: m,
+		held:     map[any]HeldLock{},
+		waiting:  map[any]WaitingLock{},
+		workers:  map[any]WorkerID{},
+		lastWarn: map[string]time.Time{},
+	}, nil
+}
+
+// CheckOptions reports the error Attach would return for opts, for
+// constructors that attach later.
+func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts)
+	return err
+}
+
+// Close detaches. The last attachment of a store stops its publisher and
+// deletes the heartbeat, waiting for a beat in flight (each is bounded by
+// the publisher's timeout). Closing twice does nothing.
+func (a *Attachment) Close() error {
+	if !a.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	p := a.p
+	publishers.mu.Lock()
+	p.mu.Lock()
+	p.atts = slices.DeleteFunc(p.atts, func(x *Attachment) bool { return x == a })
+	last := len(p.atts) == 0
+	if last {
+		p.stopped = true
+		p.timer.Stop()
+		delete(publishers.m, p.id)
+	}
+	p.mu.Unlock()
+	publishers.mu.Unlock()
+	if !last {
+		return nil
+	}
+	p.beatMu.Lock() // a beat in flight finishes before the key is deleted
+	defer p.beatMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.timeout)
+	defer cancel()
+	if err := a.s.Delete(ctx, p.cfg.instance); err != nil {
+		return fmt.Errorf("fleet: delete heartbeat of %s (%s): %w", p.cfg.instance, p.backend, err)
+	}
+	return nil
+}
+
+// Instance is the name the heartbeat is published under.
+func (a *Attachment) Instance() string { return a.p.cfg.instance }
+
+// Skew returns the process's last measured offset to the store; ok is false
+// until there is one (and on etcd while no agent has written a TierReport).
+// It is an atomic load: the hot path calls it.
+func (a *Attachment) Skew() (offset time.Duration, ok bool) {
+	if s := a.p.skew.Load(); s != nil {
+		return s.offset, true
+	}
+	return 0, false
+}
+
+// Tier returns the tier of the last measured offset (TierOK without one).
+func (a *Attachment) Tier() policy.Tier {
+	if s := a.p.skew.Load(); s != nil {
+		return s.tier
+	}
+	return policy.TierOK
+}
+
+// TrackHeld lists a held lock in the heartbeat until UntrackHeld(id).
+func (a *Attachment) TrackHeld(id any, h HeldLock) { track(a.p, a.p.held, id, h) }
+
+// UntrackHeld removes what TrackHeld(id) listed.
+func (a *Attachment) UntrackHeld(id any) { untrack(a.p, a.p.held, id) }
+
+// TrackWaiting lists a key a goroutine waits for until UntrackWaiting(id).
+func (a *Attachment) TrackWaiting(id any, w WaitingLock) { track(a.p, a.p.waiting, id, w) }
+
+// UntrackWaiting removes what TrackWaiting(id) listed.
+func (a *Attachment) UntrackWaiting(id any) { untrack(a.p, a.p.waiting, id) }
+
+// TrackWorkerID lists a held WorkerID until UntrackWorkerID(id).
+func (a *Attachment) TrackWorkerID(id any, w WorkerID) { track(a.p, a.p.workers, id, w) }
+
+// UntrackWorkerID removes what TrackWorkerID(id) listed.
+func (a *Attachment) UntrackWorkerID(id any) { untrack(a.p, a.p.workers, id) }
+
+func track[T any](p *publisher, m map[any]T, id any, v T) {
+	p.trackMu.Lock()
+	m[id] = v
+	p.trackMu.Unlock()
+}
+
+func untrack[T any](p *publisher, m map[any]T, id any) {
+	p.trackMu.Lock()
+	delete(m, id)
+	p.trackMu.Unlock()
+}
+
+// stores returns the live attachments' stores, newest first: a newer client
+// is the likelier to be open (an older one may have been closed by a user
+// who has not closed its Locker yet).
+func (p *publisher) stores() []Store {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil
+	}
+	out := make([]Store, 0, len(p.atts))
+	for i := len(p.atts) - 1; i >= 0; i-- {
+		out = append(out, p.atts[i].s)
+	}
+	return out
+}
+
+// beat measures the clock, writes the heartbeat and schedules the next. It
+// runs on its timer's goroutine, never on a caller's.
+func (p *publisher) beat() {
+	p.beatMu.Lock()
+	defer p.beatMu.Unlock()
+	stores := p.stores()
+	if len(stores) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.timeout)
+	defer cancel()
+	p.measure(ctx, stores[0])
+	data, err := Encode(p.snapshot())
+	if err == nil {
+		for _, s := range stores {
+			if err = s.Put(ctx, p.cfg.instance, data, 3*p.cfg.interval); err == nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		p.m.beats.WithLabelValues(p.backend, "error").Inc()
+		p.warn("beat", "lockgov: heartbeat not written; the agent will see this process as gone after 3 intervals",
+			"instance", p.cfg.instance, "backend", p.backend, "error", err)
+	} else {
+		p.m.beats.WithLabelValues(p.backend, "ok").Inc()
+	}
+	p.mu.Lock()
+	if !p.stopped {
+		p.timer.Reset(p.cfg.interval)
+	}
+	p.mu.Unlock()
+}
+
+// measure updates the process's offset to the store: from the store's clock
+// when it has one, else from the agent's TierReport. A failed measurement
+// keeps the last one: the store is unreachable, and so are its locks.
+func (p *publisher) measure(ctx context.Context, s Store) {
+	sample, err := measureOffset(ctx, s, p.cfg.now)
+	if errors.Is(err, ErrNoStoreTime) {
+		sample, err = p.agentSample(ctx, s)
+		if err == nil && sample == nil {
+			p.skew.Store(nil)
+			p.sample.Store(nil)
+			return
+		}
+	}
+	if err != nil {
+		return
+	}
+	tier := p.cfg.tiers.Tier(sample.Offset)
+	p.skew.Store(&skewNow{offset: sample.Offset, tier: tier})
+	p.sample.Store(sample)
+	p.m.offset.WithLabelValues(p.backend).Set(sample.Offset.Seconds())
+	switch tier {
+	case policy.TierDegrade:
+		p.warn("skew", "lockgov: clock offset to the lock store is in the degrade tier: new leases get shortened TTLs",
+			"instance", p.cfg.instance, "backend", p.backend, "offset", sample.Offset, "source", sample.Source)
+	case policy.TierReject:
+		p.warn("skew", "lockgov: clock offset to the lock store is in the reject tier: new locks and IDs are refused with ErrClockSkew",
+			"instance", p.cfg.instance, "backend", p.backend, "offset", sample.Offset, "source", sample.Source)
+	}
+}
+
+func (p *publisher) agentSample(ctx context.Context, s Store) (*ClockSample, error) {
+	data, err := s.TierReport(ctx, p.cfg.instance)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	r, err := DecodeTierReport(data)
+	if err != nil {
+		p.warn("report", "lockgov: unreadable clock tier report ignored", "instance", p.cfg.instance, "error", err)
+		return nil, nil
+	}
+	return &ClockSample{Offset: r.Offset, MeasuredAt: r.MeasuredAt, Source: ClockSourceAgent}, nil
+}
+
+// warn logs at most once a minute per kind.
+func (p *publisher) warn(kind, msg string, args ...any) {
+	now := time.Now()
+	p.warnMu.Lock()
+	last, seen := p.lastWarn[kind]
+	if seen && now.Sub(last) < time.Minute {
+		p.warnMu.Unlock()
+		return
+	}
+	p.lastWarn[kind] = now
+	p.warnMu.Unlock()
+	p.cfg.logger.Warn(msg, args...)
+}
+
+// snapshot is the heartbeat as of now. Locks are listed oldest first and
+// cut at MaxLocks.
+func (p *publisher) snapshot() *Heartbeat {
+	hb := &Heartbeat{
+		Instance:  p.cfg.instance,
+		Service:   p.cfg.service,
+		Version:   version(),
+		Host:      p.cfg.host,
+		PID:       os.Getpid(),
+		StartedAt: p.started.UTC(),
+		SentAt:    p.cfg.now().UTC(),
+		Interval:  p.cfg.interval,
+		Clock:     p.sample.Load(),
+	}
+	if s := p.skew.Load(); s != nil {
+		hb.Tier = s.tier.String()
+	}
+	p.trackMu.Lock()
+	for _, w := range p.workers {
+		hb.WorkerIDs = append(hb.WorkerIDs, w)
+	}
+	for _, h := range p.held {
+		hb.Held = append(hb.Held, h)
+	}
+	for _, w := range p.waiting {
+		hb.Waiting = append(hb.Waiting, w)
+	}
+	p.trackMu.Unlock()
+	slices.SortFunc(hb.WorkerIDs, func(a, b WorkerID) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(hb.Held, func(a, b HeldLock) int { return a.Since.Compare(b.Since) })
+	slices.SortFunc(hb.Waiting, func(a, b WaitingLock) int { return a.Since.Compare(b.Since) })
+	if len(hb.Held) > MaxLocks {
+		hb.Held, hb.Truncated = hb.Held[:MaxLocks], true
+	}
+	if len(hb.Waiting) > MaxLocks {
+		hb.Waiting, hb.Truncated = hb.Waiting[:MaxLocks], true
+	}
+	return hb
+}
