@@ -31,21 +31,7 @@ func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	ctx := timeout(t, 20*time.Second)
-	for {
-		runtime.GC()
-		h, err := other.Acquire(ctx, "dropped", instrument.FailFast())
-		if err == nil {
-			if err := h.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		if !errors.Is(err, instrument.ErrNotAcquired) || ctx.Err() != nil {
-			t.Fatalf("dropped lease never released: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCollectedAndFree(t, other, "dropped")
 	if n := leaked.Load(); n != 1 {
 		t.Fatalf("%d Leaked events, want 1", n)
 	}
@@ -112,5 +98,26 @@ func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T
 	}
 	if cause := context.Cause(r.lease.Context()); !errors.Is(cause, instrument.ErrLockLost) {
 		t.Fatalf("cause: %v, want ErrLockLost", cause)
+	}
+}
+
+// waitCollectedAndFree runs the garbage collector until l can take key,
+// which a dropped lease holds until its cleanup has released it.
+func waitCollectedAndFree(t *testing.T, l instrument.Locker, key string) {
+	t.Helper()
+	ctx := timeout(t, 20*time.Second)
+	for {
+		runtime.GC()
+		h, err := l.Acquire(ctx, key, instrument.FailFast())
+		if err == nil {
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !errors.Is(err, instrument.ErrNotAcquired) || ctx.Err() != nil {
+			t.Fatalf("dropped lease never released: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,19 +227,5 @@ func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	ctx := timeout(t, 20*time.Second)
-	for {
-		runtime.GC()
-		h, err := m.Acquire(ctx, "k", instrument.FailFast())
-		if err == nil {
-			if err := h.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-		if !errors.Is(err, instrument.ErrNotAcquired) || ctx.Err() != nil {
-			t.Fatalf("dropped lease never released: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitCollectedAndFree(t, m, "k")
 }
