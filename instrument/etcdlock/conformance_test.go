@@ -36,6 +36,39 @@ func runConformance(t *testing.T, endpoints []string) {
 	)
 }
 
+// runMutexConformance runs the suite for FromMutex, every Locker on a
+// session (and client) of its own.
+func runMutexConformance(t *testing.T, endpoints []string) {
+	const pfx = "locktest/mutex/"
+	admin := testenv.NewEtcdClient(t, endpoints...)
+	locktest.Run(t,
+		func(t *testing.T) instrument.Locker {
+			return fromMutex(t, newSession(t, testenv.NewEtcdClient(t, endpoints...), 30), pfx)
+		},
+		// WithTTL and WithoutWatchdog have no effect: the session's
+		// keepalive renews its Mutex keys while the process lives. The
+		// loss cases delete the Mutex key instead.
+		locktest.WithoutExpiry(),
+		// Every handoff between sessions waits for etcd's ~100 ms resync of
+		// the Mutex's unsynced watch (see MutexLocker): fewer rounds.
+		locktest.WithContention(2, 10),
+		locktest.WithLeakOptions(goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead")),
+		locktest.WithLoser(func(t *testing.T, key string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// The Mutex's keys are pfx+key+"/"+<session lease>.
+			if _, err := admin.Delete(ctx, pfx+key+"/", clientv3.WithPrefix()); err != nil {
+				t.Fatalf("delete Mutex key: %v", err)
+			}
+		}),
+	)
+}
+
+func TestConformance_FromMutex(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	runMutexConformance(t, e.Endpoints())
+}
+
 func TestConformance_SingleMember(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	runConformance(t, e.Endpoints())

@@ -78,8 +78,14 @@
 // anyone (seen by a watch on the key), when a keepalive finds the lease gone,
 // and at the latest when local monotonic time passes the last confirmed
 // expiry (send time of the confirming keepalive + TTL) minus a drift margin
-// of 2 ms + 2% of the TTL. Release deletes the key only if its create
-// revision is still ours (ErrNotHeld otherwise) and revokes the lease.
+// of 2 ms + 2% of the TTL. A keepalive that fails for a transport reason is
+// retried every twelfth of the TTL until then. Release deletes the key only
+// if its create revision is still ours (ErrNotHeld otherwise) and gives the
+// lease back to the pool or revokes it; a second Release returns ErrNotHeld.
+// A lease dropped without Release is released when the garbage collector
+// finds it (Observer.Leaked). This lifecycle is the one every lockgov lock
+// shares (instrument/internal/leasecore); etcdlock supplies the keepalive,
+// the owner-checked delete and the key watch.
 //
 // A waiter whose own lease ends (expired while etcd was unreachable, or its
 // entry deleted, seen by its watch or at the handoff's confirmation) stops
@@ -106,12 +112,16 @@
 // silently stalled.
 //
 // FromMutex adapts code that already uses concurrency.Mutex. Its leases
-// have the same loss signals (key watch, keepalive, local deadline from the
-// last confirmed keepalive of the session lease), re-establish a key watch
+// run on the same lifecycle and have the same loss signals (key watch,
+// keepalive, local deadline from the last confirmed keepalive of the
+// session lease, and the end of the session), re-establish a key watch
 // that etcd ends (compaction, no leader) after reading the key, and never
 // leave a Mutex key behind when Acquire fails after it may have written one
 // (a lock that succeeded just before the context ended): the session's
 // keepalive would keep that key, and the lock, until the session ends. Only
 // if etcd cannot be reached for that cleanup (2 s) does the key stay; the
-// error says so. See MutexLocker.
+// error says so. A lost FromMutex lease keeps its in-process turn until
+// Release (or until the garbage collector finds it dropped): its key may
+// still stand, and another goroutine of the session would re-enter it. See
+// MutexLocker.
 package etcdlock

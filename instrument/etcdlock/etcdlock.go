@@ -105,10 +105,7 @@ func leaseTTL(d time.Duration) int64 {
 // Acquire takes the lock on key as the options say. See instrument.Locker
 // and the package documentation.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
-	if err := instrument.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	cfg, err := instrument.ApplyAcquireOptions(opts...)
+	cfg, err := acquireConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +135,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		}
 		return st.acquired(fence), nil
 	}
+}
+
+// acquireConfig checks key and applies opts: what every Acquire, of a
+// Locker or a MutexLocker, starts with.
+func acquireConfig(key string, opts []instrument.AcquireOption) (instrument.AcquireConfig, error) {
+	if err := instrument.ValidateKey(key); err != nil {
+		return instrument.AcquireConfig{}, err
+	}
+	return instrument.ApplyAcquireOptions(opts...)
 }
 
 // acquirer is the state of one Acquire call between the lease grant and the
@@ -216,9 +222,9 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 		case <-ctx.Done():
 			t.Stop()
 			return 0, fmt.Errorf("etcdlock: acquire %q: %w: %w", st.key, instrument.ErrNotAcquired, context.Cause(ctx))
-		case <-st.ctx.Done():
+		case <-st.Context().Done():
 			t.Stop()
-			return 0, fmt.Errorf("etcdlock: acquire %q: session ended while retrying: %w", st.key, context.Cause(st.ctx))
+			return 0, fmt.Errorf("etcdlock: acquire %q: session ended while retrying: %w", st.key, context.Cause(st.Context()))
 		}
 	}
 }
@@ -280,7 +286,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			// re-check; if it lags behind, the watch replays events up to
 			// readRev, which the read already covers and which are skipped.
 			wcancel()
-			if ctx.Err() != nil || st.ctx.Err() != nil {
+			if ctx.Err() != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
 			watched = string(pred.Key)
@@ -295,7 +301,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 				if ctx.Err() == nil {
 					// The watch ended (no leader, connection lost): do not
 					// spin; the poll timer and a fresh watch take over.
-					if err := sleepCtx(ctx, st.ctx, 20*time.Millisecond); err != nil {
+					if err := sleepCtx(ctx, st.Context(), 20*time.Millisecond); err != nil {
 						return 0, a.waitErr(ctx)
 					}
 				}
@@ -307,14 +313,14 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 					// of an earlier entry of its; that entry's deletion,
 					// replayed by a lagging member, is not this one's.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
-						if predIsHead && st.ctx.Err() == nil {
-							held, err := a.confirm(ctx, myRev)
-							if err == nil && held {
+						if predIsHead && st.Context().Err() == nil {
+							ours, err := a.confirm(ctx, myRev)
+							if err == nil && ours {
 								st.stamp <- a.value(st.queuedAt(), time.Now())
 								return myRev, nil
 							}
 							if err == nil {
-								st.lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
+								st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
 								return 0, a.waitErr(ctx)
 							}
 						}
@@ -326,7 +332,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			recheck = true
 		case <-ctx.Done():
 			return 0, a.waitErr(ctx)
-		case <-st.ctx.Done():
+		case <-st.Context().Done():
 			return 0, a.waitErr(ctx)
 		}
 		if !recheck {
@@ -347,7 +353,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
-			if ctx.Err() != nil || st.ctx.Err() != nil {
+			if ctx.Err() != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
 			return 0, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
@@ -357,7 +363,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			return myRev, nil
 		}
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			st.lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
+			st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
 			return 0, a.waitErr(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -421,7 +427,7 @@ func (a *acquirer) waitErr(ctx context.Context) error {
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, err)
 	}
-	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.ctx))
+	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.Context()))
 }
 
 // ctxOr prefers the context's cause to the transport error it produced.

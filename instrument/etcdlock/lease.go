@@ -4,82 +4,73 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/leasecore"
 )
 
 // lease is the handle a caller holds. Everything that runs on its own (the
-// keepalive watchdog, the own-key watch, the expiry timer) references only
-// *leaseState, so a handle dropped without Release becomes unreachable and
-// its cleanup releases the lock.
+// lease core's keepalive watchdog and expiry timer, the own-key watch)
+// references only *leaseState, so a handle dropped without Release becomes
+// unreachable and the lease core releases the lock (leasecore.Track).
 type lease struct {
 	*leaseState
 }
 
+// leaseState is one Acquire's session lease and queue entry. The lifecycle
+// (local deadline, watchdog, max hold, ending once, release once) is the
+// lease core's; this adds what only etcd knows: the keepalive, the
+// owner-checked delete, the lease pool and the watch on our own entry.
 type leaseState struct {
-	l     *Locker
-	key   string
-	pfx   string // queue prefix
-	own   string // our queue entry: pfx + lease id
-	id    clientv3.LeaseID
-	ttl   time.Duration // granted lease TTL
-	drift time.Duration
-	obs   instrument.Observer
-
-	maxHold    time.Duration
-	noWatchdog bool
+	l          *Locker
+	key        string
+	pfx        string // queue prefix
+	own        string // our queue entry: pfx + lease id
+	id         clientv3.LeaseID
+	ttl        time.Duration // granted lease TTL
 	queued     time.Time
+	noWatchdog bool
+	core       *leasecore.Lease
 
-	ctx    context.Context // the session: ends with the lease
-	cancel context.CancelCauseFunc
-	bg     context.Context // bounds the background goroutines
+	// fence is set before the handle is handed out and only read after.
+	fence int64
+	// releasing is set when Release starts: a deletion of our entry from
+	// then on is Release's own (or Release reports ErrNotHeld itself).
+	releasing atomic.Bool
+
+	bg     context.Context // bounds the own-key watch; ends with the lease
 	bgStop context.CancelFunc
-
-	mu         sync.Mutex
-	fence      int64
-	acquiredAt time.Time
-	held       bool        // the lock was acquired
-	expires    time.Time   // last confirmed expiry: send time of the confirming call + TTL
-	timer      *time.Timer // fires at expires - drift
-	ended      bool
-	released   bool
-	maxHeld    bool // the watchdog stopped at max hold
-
-	stamp  chan string // lock value with acquired_at, written by watchOwn
-	wdDone chan struct{}
+	stamp  chan string   // lock value with acquired_at, written by watchOwn
 	owDone chan struct{} // nil until the own-key watch starts
 }
 
-// driftFor is the margin between the last confirmed expiry and the moment
-// the lease context is cancelled: 2 ms plus 2% of the TTL.
-func driftFor(ttl time.Duration) time.Duration {
-	return 2*time.Millisecond + ttl/50
-}
-
-// newLeaseState starts the watchdog and the expiry timer of a granted lease.
-// While the caller waits in the queue the watchdog keeps the lease alive.
+// newLeaseState starts the lifecycle of a granted lease, sent being when
+// its TTL started to count. While the caller waits in the queue the
+// watchdog keeps the lease alive; it is held only from acquired on.
 func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration, sent time.Time, cfg *instrument.AcquireConfig) *leaseState {
 	pfx := l.QueuePrefix(key)
 	st := &leaseState{
 		l: l, key: key, pfx: pfx, own: fmt.Sprintf("%s%016x", pfx, int64(id)), id: id,
-		ttl: ttl, drift: driftFor(ttl), obs: cfg.Observer,
-		maxHold: cfg.MaxHold, noWatchdog: cfg.NoWatchdog, queued: sent,
-		expires: sent.Add(ttl),
+		ttl: ttl, queued: sent, noWatchdog: cfg.NoWatchdog,
+		stamp: make(chan string, 1),
 	}
-	st.stamp = make(chan string, 1)
-	st.ctx, st.cancel = context.WithCancelCause(context.Background())
-	st.bg, st.bgStop = context.WithCancel(st.ctx)
-	st.mu.Lock()
-	st.timer = time.AfterFunc(time.Until(st.expires.Add(-st.drift)), st.expire)
-	st.mu.Unlock()
-	st.wdDone = make(chan struct{})
-	go st.watchdog()
+	st.core = leasecore.New(leasecore.Config{
+		Name: "etcdlock", Key: key, TTL: ttl, Start: sent, MaxHold: cfg.MaxHold,
+		// Renewed from the grant on, also with WithoutWatchdog: a waiter's
+		// lease must outlive its wait (acquired stops it then).
+		Watchdog: true,
+		Waiting:  true,
+		Events:   cfg.Observer,
+		Renew:    func(ctx context.Context) (time.Duration, error) { return keepAliveOnce(ctx, l.c, id) },
+		Refresh:  func(ctx context.Context) (time.Duration, error) { return renewOwned(ctx, l.c, st.own, st.fence, id) },
+		Release:  st.release,
+	})
+	st.bg, st.bgStop = context.WithCancel(st.core.Context())
 	return st
 }
 
@@ -89,13 +80,10 @@ func (st *leaseState) queuedAt() time.Time { return st.queued }
 // local deadline has passed although the timer has not run yet (a paused or
 // overloaded process): etcd may already have expired it.
 func (st *leaseState) checkLive() error {
-	st.mu.Lock()
-	past := !time.Now().Before(st.expires.Add(-st.drift))
-	st.mu.Unlock()
-	if past {
-		st.lose(fmt.Errorf("%w: %q: session lease passed its local deadline before the lock was taken", instrument.ErrLockLost, st.key))
+	if !time.Now().Before(st.core.Deadline()) {
+		st.core.Lose(fmt.Errorf("%w: %q: session lease passed its local deadline before the lock was taken", instrument.ErrLockLost, st.key))
 	}
-	if cause := context.Cause(st.ctx); cause != nil {
+	if cause := context.Cause(st.core.Context()); cause != nil {
 		return fmt.Errorf("etcdlock: acquire %q: %w", st.key, cause)
 	}
 	return nil
@@ -103,17 +91,21 @@ func (st *leaseState) checkLive() error {
 
 // acquired marks the lock held with fence and hands out the caller's handle.
 func (st *leaseState) acquired(fence int64) *lease {
-	st.mu.Lock()
-	st.fence, st.held, st.acquiredAt = fence, true, time.Now()
-	st.mu.Unlock()
+	st.fence = fence
+	st.core.Hold()
+	if st.noWatchdog {
+		st.core.StopWatchdog()
+	}
 	h := &lease{st}
-	runtime.AddCleanup(h, (*leaseState).leaked, st)
+	leasecore.Track(h, st.core)
 	return h
 }
 
-func (st *leaseState) Key() string              { return st.key }
-func (st *leaseState) Fence() uint64            { return uint64(st.fence) }
-func (st *leaseState) Context() context.Context { return st.ctx }
+func (st *leaseState) Key() string                       { return st.key }
+func (st *leaseState) Fence() uint64                     { return uint64(st.fence) }
+func (st *leaseState) Context() context.Context          { return st.core.Context() }
+func (st *leaseState) Refresh(ctx context.Context) error { return st.core.Refresh(ctx) }
+func (st *leaseState) Release(ctx context.Context) error { return st.core.Release(ctx) }
 
 // startOwnWatch watches our queue entry from rev: its deletion by anyone
 // (lease expiry, revoke, an operator) ends the lease.
@@ -157,10 +149,9 @@ func (st *leaseState) watchOwn(rev int64) {
 						break watching
 					} else if gone {
 						cancel()
-						if st.isReleased() {
-							return // Release deleted it (or will report ErrNotHeld)
+						if !st.releasing.Load() {
+							st.core.Lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
 						}
-						st.lose(fmt.Errorf("%w: %q: lock key is gone", instrument.ErrLockLost, st.key))
 						return
 					}
 				}
@@ -171,11 +162,10 @@ func (st *leaseState) watchOwn(rev int64) {
 					// the same name. Only a deletion after ownRev is ours.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > ownRev {
 						cancel()
-						if st.isReleased() {
-							return // Release deleted it (or will report ErrNotHeld)
+						if !st.releasing.Load() {
+							st.core.Lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
+								instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
 						}
-						st.lose(fmt.Errorf("%w: %q: lock key deleted at revision %d (lease expired or revoked, or deleted by someone else)",
-							instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
 						return
 					}
 				}
@@ -189,21 +179,13 @@ func (st *leaseState) watchOwn(rev int64) {
 			return
 		}
 		// The watch ended (compaction, no leader, connection lost): look at
-		// the key itself, then watch again. The expiry timer bounds how long
-		// this may fail.
+		// the key itself, then watch again. The local deadline bounds how
+		// long this may fail.
 		if sleepCtx(st.bg, st.bg, 50*time.Millisecond) != nil {
 			return
 		}
 		rev = 0 // any created revision triggers the read
 	}
-}
-
-// isReleased reports whether Release has started: a deletion of our entry
-// from then on is Release's own (or Release reports ErrNotHeld itself).
-func (st *leaseState) isReleased() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.released
 }
 
 // ownGone reads our entry: gone is true when it no longer exists with the
@@ -218,190 +200,34 @@ func (st *leaseState) ownGone(ownRev int64) (gone bool, err error) {
 	return len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != ownRev, nil
 }
 
-// expire runs when the local deadline passes without a confirmed renewal.
-func (st *leaseState) expire() {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	if d := time.Until(st.expires.Add(-st.drift)); d > 0 {
-		st.timer.Reset(d) // a renewal moved the deadline after the timer fired
-		st.mu.Unlock()
-		return
-	}
-	cause := fmt.Errorf("%w: %q: session lease expired without a confirmed keepalive", instrument.ErrLockLost, st.key)
-	if st.maxHeld {
-		cause = fmt.Errorf("%w: %q held longer than max hold %v", instrument.ErrLockLost, st.key, st.maxHold)
-	}
-	st.mu.Unlock()
-	st.lose(cause)
-}
-
-// lose ends the lease with cause, once; the Lost hook fires only for a
-// lease that was held.
-func (st *leaseState) lose(cause error) {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	st.ended = true
-	held := st.held
-	st.timer.Stop()
-	st.mu.Unlock()
-	st.cancel(cause)
-	if held {
-		st.obs.Lost(cause)
-	}
-}
-
-// end finishes a lease without the Lost hook (Release, abandoned acquire).
-func (st *leaseState) end(cause error) {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.timer.Stop()
-	st.mu.Unlock()
-	st.cancel(cause)
-}
-
-func (st *leaseState) watchdog() {
-	defer close(st.wdDone)
-	every := st.ttl / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-st.bg.Done():
-			return
-		case <-t.C:
-		}
-		st.mu.Lock()
-		held, acquiredAt := st.held, st.acquiredAt
-		st.mu.Unlock()
-		if held && st.noWatchdog {
-			return
-		}
-		if held && st.maxHold > 0 && time.Since(acquiredAt)+every > st.maxHold {
-			// The next renewal would carry the lease past max hold.
-			st.mu.Lock()
-			st.maxHeld = true
-			st.mu.Unlock()
-			return
-		}
-		err := st.keepAlive(st.bg)
-		switch {
-		case err == nil:
-			t.Reset(every)
-		case errors.Is(err, instrument.ErrNotHeld):
-			st.lose(fmt.Errorf("%w: %q: session lease is gone", instrument.ErrLockLost, st.key))
-			return
-		default:
-			if st.bg.Err() != nil {
-				return
-			}
-			t.Reset(max(every/4, time.Millisecond))
-		}
-	}
-}
-
-// keepAlive renews the session lease once. Its context is bounded by the
-// local deadline: past it the lease counts as lost whatever etcd answers.
-func (st *leaseState) keepAlive(ctx context.Context) error {
-	st.mu.Lock()
-	deadline := st.expires.Add(-st.drift)
-	ended, held := st.ended, st.held
-	st.mu.Unlock()
-	if ended {
-		return fmt.Errorf("etcdlock: refresh %q: %w: %w", st.key, instrument.ErrNotHeld, context.Cause(st.ctx))
-	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	sent := time.Now()
-	resp, err := st.l.c.KeepAliveOnce(rctx, st.id)
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		err = fmt.Errorf("etcdlock: refresh %q: %w: session lease not found", st.key, instrument.ErrNotHeld)
-	case err != nil:
-		err = fmt.Errorf("etcdlock: refresh %q: %w", st.key, err)
-	default:
-		st.mu.Lock()
-		if !st.ended {
-			st.expires = sent.Add(time.Duration(resp.TTL) * time.Second)
-			st.timer.Reset(time.Until(st.expires.Add(-st.drift)))
-		}
-		st.mu.Unlock()
-	}
-	if held {
-		st.obs.Renewed(err)
-	}
-	return err
-}
-
-// Refresh checks that the lock key is still ours, then renews the session
-// lease by its TTL.
-func (st *leaseState) Refresh(ctx context.Context) error {
-	resp, err := st.l.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).Commit()
-	if err != nil {
-		return fmt.Errorf("etcdlock: refresh %q: %w", st.key, err)
-	}
-	if !resp.Succeeded {
-		err = fmt.Errorf("etcdlock: refresh %q: %w", st.key, instrument.ErrNotHeld)
-		st.obs.Renewed(err)
-		st.lose(fmt.Errorf("%w: %q is no longer owned by this lease", instrument.ErrLockLost, st.key))
-		return err
-	}
-	err = st.keepAlive(ctx)
-	if errors.Is(err, instrument.ErrNotHeld) {
-		st.lose(fmt.Errorf("%w: %q: session lease is gone", instrument.ErrLockLost, st.key))
-	}
-	return err
-}
-
-// stop ends the background goroutines and waits for them.
-func (st *leaseState) stop(ctx context.Context) error {
+// stopWatch ends the own-key watch and waits for it.
+func (st *leaseState) stopWatch(ctx context.Context) error {
 	st.bgStop()
-	for _, done := range []chan struct{}{st.wdDone, st.owDone} {
-		if done == nil {
-			continue
-		}
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	if st.owDone == nil {
+		return nil
 	}
-	return nil
+	select {
+	case <-st.owDone:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
-// Release deletes the lock key if it is still ours (compare on its create
-// revision) and revokes the session lease.
-func (st *leaseState) Release(ctx context.Context) error {
-	st.mu.Lock()
-	if st.released {
-		st.mu.Unlock()
-		return fmt.Errorf("etcdlock: release %q: %w: already released", st.key, instrument.ErrNotHeld)
+// release is the lease core's Release: delete the lock key if it is still
+// ours, then put the lease back into the pool for the next Acquire, or
+// revoke it.
+func (st *leaseState) release(ctx context.Context) error {
+	st.releasing.Store(true)
+	// Delete first, so the next waiter is woken without waiting for the
+	// own-key watch to stop; the watch ignores our own delete.
+	deleted, err := deleteOwned(ctx, st.l.c, st.own, st.fence)
+	if serr := st.stopWatch(ctx); serr != nil {
+		return fmt.Errorf("release interrupted: %w", serr)
 	}
-	st.released = true
-	st.mu.Unlock()
-	// Delete first, so the next waiter is woken without waiting for our
-	// goroutines to stop; the own-key watch ignores our own delete.
-	resp, err := st.l.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).
-		Then(clientv3.OpDelete(st.own)).
-		Commit()
-	if serr := st.stop(ctx); serr != nil {
-		st.end(fmt.Errorf("%w: %q: release interrupted: %w", instrument.ErrLockLost, st.key, serr))
-		return fmt.Errorf("etcdlock: release %q: %w", st.key, serr)
-	}
-	st.mu.Lock()
-	expires, lost := st.expires, st.ended
-	st.mu.Unlock()
-	if err == nil && resp.Succeeded && !lost {
+	if err == nil && deleted && !st.core.Ended() {
+		// The core's deadline is the last confirmed expiry minus the drift.
+		expires := st.core.Deadline().Add(leasecore.Drift(st.ttl))
 		if !st.l.pool.put(int64(st.ttl/time.Second), st.id, expires) {
 			_, _ = st.l.c.Revoke(ctx, st.id)
 		}
@@ -411,40 +237,61 @@ func (st *leaseState) Release(ctx context.Context) error {
 		_, _ = st.l.c.Revoke(ctx, st.id)
 	}
 	if err != nil {
-		st.end(fmt.Errorf("%w: %q: release failed: %w", instrument.ErrLockLost, st.key, err))
-		return fmt.Errorf("etcdlock: release %q: %w", st.key, err)
+		return err
 	}
-	if !resp.Succeeded {
-		st.lose(fmt.Errorf("%w: %q was not owned by this lease at release", instrument.ErrLockLost, st.key))
-		return fmt.Errorf("etcdlock: release %q: %w", st.key, instrument.ErrNotHeld)
+	if !deleted {
+		return instrument.ErrNotHeld
 	}
-	st.end(instrument.ErrReleased)
 	return nil
 }
 
-// abandon withdraws an acquire that did not get the lock: the goroutines
-// stop and the lease is revoked, which deletes the queue entry and wakes the
-// next waiter.
+// abandon withdraws an acquire that did not get the lock: the lease ends,
+// the own-key watch stops and the lease is revoked, which deletes the queue
+// entry and wakes the next waiter.
 func (st *leaseState) abandon(ctx context.Context, cause error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = st.stop(rctx)
+	st.core.End(cause)
+	_ = st.stopWatch(rctx)
 	_, _ = st.l.c.Revoke(rctx, st.id)
-	st.end(cause)
 }
 
-// leaked runs when the caller dropped a held lease without Release.
-func (st *leaseState) leaked() {
-	st.mu.Lock()
-	skip := st.released || st.ended
-	st.mu.Unlock()
-	if skip {
-		return
+// keepAliveOnce renews lease id once and returns the TTL etcd confirmed; an
+// error wrapping ErrNotHeld when etcd no longer knows the lease.
+func keepAliveOnce(ctx context.Context, c *clientv3.Client, id clientv3.LeaseID) (time.Duration, error) {
+	resp, err := c.KeepAliveOnce(ctx, id)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return 0, fmt.Errorf("%w: session lease: %w", instrument.ErrNotHeld, err)
 	}
-	st.obs.Leaked()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), st.ttl)
-		defer cancel()
-		_ = st.Release(ctx)
-	}()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// renewOwned is Refresh: it checks that key still exists with create
+// revision fence (the lease's own key, not only its session lease), then
+// renews lease id once.
+func renewOwned(ctx context.Context, c *clientv3.Client, key string, fence int64, id clientv3.LeaseID) (time.Duration, error) {
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", fence)).Commit()
+	if err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, instrument.ErrNotHeld
+	}
+	return keepAliveOnce(ctx, c, id)
+}
+
+// deleteOwned deletes key if it still exists with create revision fence,
+// and reports whether it did.
+func deleteOwned(ctx context.Context, c *clientv3.Client, key string, fence int64) (bool, error) {
+	resp, err := c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", fence)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }

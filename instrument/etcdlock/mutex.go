@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/leasecore"
 )
 
 // MutexLocker adapts etcd's concurrency.Mutex to instrument.Locker, so code
@@ -129,10 +130,7 @@ func (m *MutexLocker) withdraw(ctx context.Context, key string) error {
 
 // Acquire locks the Mutex of key as the options say.
 func (m *MutexLocker) Acquire(ctx context.Context, key string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
-	if err := instrument.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	cfg, err := instrument.ApplyAcquireOptions(opts...)
+	cfg, err := acquireConfig(key, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +231,9 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 }
 
 // hold sets up the lease of a locked Mutex: its fence, the first confirmed
-// expiry of the session lease, the watch on the key and the confirmation
-// loop. On error nothing is running and the caller unlocks.
+// expiry of the session lease, the watch on the key and the lease core that
+// confirms the session lease every third of its TTL. On error nothing is
+// running and the caller unlocks.
 func (m *MutexLocker) hold(ctx context.Context, key string, t *turn, mu *concurrency.Mutex, cfg *instrument.AcquireConfig) (*mutexLease, error) {
 	// The Mutex knows its key's create revision; IsOwner is the compare on it.
 	owner := mu.IsOwner()
@@ -242,45 +241,53 @@ func (m *MutexLocker) hold(ctx context.Context, key string, t *turn, mu *concurr
 	if fence <= 0 {
 		return nil, fmt.Errorf("no create revision for Mutex key %q", mu.Key())
 	}
+	c, id := m.s.Client(), m.s.Lease()
 	sent := time.Now()
-	ka, err := m.s.Client().KeepAliveOnce(ctx, m.s.Lease())
+	ttl, err := keepAliveOnce(ctx, c, id)
 	if err != nil {
 		return nil, fmt.Errorf("confirm the session lease: %w", err)
 	}
-	ttl := time.Duration(ka.TTL) * time.Second
-	st := &mutexState{
-		m: m, key: key, turn: t, own: mu.Key(), fence: fence, obs: cfg.Observer,
-		ttl: ttl, drift: driftFor(ttl), expires: sent.Add(ttl),
-		wdDone: make(chan struct{}), wDone: make(chan struct{}),
-	}
-	st.ctx, st.cancel = context.WithCancelCause(context.Background())
-	st.bg, st.bgStop = context.WithCancel(st.ctx)
-	st.mu.Lock() // the callbacks wait for both to be set
-	st.timer = time.AfterFunc(time.Until(st.expires.Add(-st.drift)), st.expire)
-	st.stopSession = context.AfterFunc(m.s.Ctx(), func() {
-		st.lose(fmt.Errorf("%w: %q: etcd session ended", instrument.ErrLockLost, key))
+	st := &mutexState{m: m, key: key, turn: t, own: mu.Key(), fence: fence, ttl: ttl, wDone: make(chan struct{})}
+	st.core = leasecore.New(leasecore.Config{
+		Name: "etcdlock: mutex", Key: key, TTL: ttl, Start: sent,
+		// The session's own keepalive renews the key; these confirmations
+		// move the local deadline. Max hold does not apply: the session
+		// would keep the key past it.
+		Watchdog: true,
+		Events:   cfg.Observer,
+		Renew:    func(ctx context.Context) (time.Duration, error) { return keepAliveOnce(ctx, c, id) },
+		Refresh:  func(ctx context.Context) (time.Duration, error) { return renewOwned(ctx, c, st.own, st.fence, id) },
+		Release:  st.release,
 	})
-	st.mu.Unlock()
+	st.bg, st.bgStop = context.WithCancel(st.core.Context())
+	// The end of the session is a loss; the registration ends with the lease.
+	stopSession := context.AfterFunc(m.s.Ctx(), func() {
+		st.core.Lose(fmt.Errorf("%w: %q: etcd session ended", instrument.ErrLockLost, key))
+	})
+	context.AfterFunc(st.core.Context(), func() { stopSession() })
 	// Watch from the revision at which the Mutex last saw its key, which
 	// the lock's own response confirmed.
 	rev := fence + 1
 	if h := mu.Header(); h != nil && h.Revision >= fence {
 		rev = h.Revision + 1
 	}
-	go st.watchdog()
 	go st.watch(rev)
 	h := &mutexLease{st}
-	runtime.AddCleanup(h, (*mutexState).leaked, st)
+	leasecore.Track(h, st.core)
+	runtime.AddCleanup(h, (*mutexState).dropped, st)
 	return h, nil
 }
 
 // mutexLease is the handle a caller holds. The goroutines and timers
 // reference only *mutexState, so a handle dropped without Release becomes
-// unreachable and its cleanup releases the lock.
+// unreachable and the lease core releases the lock (leasecore.Track).
 type mutexLease struct {
 	*mutexState
 }
 
+// mutexState is one held Mutex. The lifecycle is the lease core's; this
+// adds the session lease's keepalive, the owner-checked delete, the watch
+// on the key and the in-process turn.
 type mutexState struct {
 	m     *MutexLocker
 	key   string
@@ -288,28 +295,20 @@ type mutexState struct {
 	own   string
 	fence int64
 	ttl   time.Duration // the session lease's TTL
-	drift time.Duration
-	obs   instrument.Observer
+	core  *leasecore.Lease
 
-	ctx         context.Context
-	cancel      context.CancelCauseFunc
-	bg          context.Context // bounds the goroutines; ends with the lease
-	bgStop      context.CancelFunc
-	stopSession func() bool
-
-	mu       sync.Mutex
-	expires  time.Time   // last confirmed expiry: send time of the confirming keepalive + TTL
-	timer    *time.Timer // fires at expires - drift
-	ended    bool
-	released bool
-
-	wdDone chan struct{} // watchdog exited
+	bg     context.Context // bounds the watch; ends with the lease
+	bgStop context.CancelFunc
 	wDone  chan struct{} // watch exited
+
+	// releasing is set by the first Release, which gives the turn back.
+	releasing atomic.Bool
 }
 
-func (st *mutexState) Key() string              { return st.key }
-func (st *mutexState) Fence() uint64            { return uint64(st.fence) }
-func (st *mutexState) Context() context.Context { return st.ctx }
+func (st *mutexState) Key() string                       { return st.key }
+func (st *mutexState) Fence() uint64                     { return uint64(st.fence) }
+func (st *mutexState) Context() context.Context          { return st.core.Context() }
+func (st *mutexState) Refresh(ctx context.Context) error { return st.core.Refresh(ctx) }
 
 // watch ends the lease when the Mutex key is deleted. A watch that ends
 // for another reason than Release (compaction, no leader, a lost
@@ -344,7 +343,7 @@ func (st *mutexState) watch(rev int64) {
 			return
 		}
 		if deleted {
-			st.lose(fmt.Errorf("%w: %q: mutex key deleted", instrument.ErrLockLost, st.key))
+			st.core.Lose(fmt.Errorf("%w: %q: mutex key deleted", instrument.ErrLockLost, st.key))
 			return
 		}
 		for {
@@ -353,7 +352,7 @@ func (st *mutexState) watch(rev int64) {
 			gcancel()
 			if err == nil {
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != st.fence {
-					st.lose(fmt.Errorf("%w: %q: mutex key is gone", instrument.ErrLockLost, st.key))
+					st.core.Lose(fmt.Errorf("%w: %q: mutex key is gone", instrument.ErrLockLost, st.key))
 					return
 				}
 				rev = resp.Header.Revision + 1
@@ -366,176 +365,50 @@ func (st *mutexState) watch(rev int64) {
 	}
 }
 
-// watchdog confirms the session lease every third of its TTL, moving the
-// local deadline on.
-func (st *mutexState) watchdog() {
-	defer close(st.wdDone)
-	every := st.ttl / 3
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-st.bg.Done():
-			return
-		case <-t.C:
-		}
-		err := st.keepAlive(st.bg)
-		switch {
-		case err == nil:
-			t.Reset(every)
-		case errors.Is(err, instrument.ErrNotHeld):
-			st.lose(fmt.Errorf("%w: %q: session lease is gone", instrument.ErrLockLost, st.key))
-			return
-		default:
-			if st.bg.Err() != nil {
-				return
-			}
-			t.Reset(max(every/4, time.Millisecond))
-		}
-	}
-}
-
-// keepAlive renews the session lease once and moves the local deadline to
-// its send time + TTL. Its context is bounded by the local deadline: past
-// it the lease counts as lost whatever etcd answers.
-func (st *mutexState) keepAlive(ctx context.Context) error {
-	st.mu.Lock()
-	deadline := st.expires.Add(-st.drift)
-	ended := st.ended
-	st.mu.Unlock()
-	if ended {
-		return fmt.Errorf("etcdlock: mutex refresh %q: %w: %w", st.key, instrument.ErrNotHeld, context.Cause(st.ctx))
-	}
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	sent := time.Now()
-	resp, err := st.m.s.Client().KeepAliveOnce(rctx, st.m.s.Lease())
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		err = fmt.Errorf("etcdlock: mutex refresh %q: %w: session lease not found", st.key, instrument.ErrNotHeld)
-	case err != nil:
-		err = fmt.Errorf("etcdlock: mutex refresh %q: %w", st.key, err)
-	default:
-		st.mu.Lock()
-		if !st.ended {
-			st.expires = sent.Add(time.Duration(resp.TTL) * time.Second)
-			st.timer.Reset(time.Until(st.expires.Add(-st.drift)))
-		}
-		st.mu.Unlock()
-	}
-	st.obs.Renewed(err)
-	return err
-}
-
-// expire runs when the local deadline passes without a confirmed keepalive.
-func (st *mutexState) expire() {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	if d := time.Until(st.expires.Add(-st.drift)); d > 0 {
-		st.timer.Reset(d) // a keepalive moved the deadline after the timer fired
-		st.mu.Unlock()
-		return
-	}
-	st.mu.Unlock()
-	st.lose(fmt.Errorf("%w: %q: session lease expired without a confirmed keepalive", instrument.ErrLockLost, st.key))
-}
-
-// finish ends the lease with cause, once; lost says whether the Lost hook
-// fires.
-func (st *mutexState) finish(cause error, lost bool) {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.timer.Stop()
-	st.mu.Unlock()
-	st.stopSession()
-	st.cancel(cause)
-	if lost {
-		st.obs.Lost(cause)
-	}
-}
-
-func (st *mutexState) lose(cause error) { st.finish(cause, true) }
-
-// Refresh checks that the Mutex key is still ours and renews the session.
-func (st *mutexState) Refresh(ctx context.Context) error {
-	resp, err := st.m.s.Client().Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).Commit()
-	if err != nil {
-		err = fmt.Errorf("etcdlock: mutex refresh %q: %w", st.key, err)
-		st.obs.Renewed(err)
-		return err
-	}
-	if !resp.Succeeded {
-		err = fmt.Errorf("etcdlock: mutex refresh %q: %w", st.key, instrument.ErrNotHeld)
-		st.obs.Renewed(err)
-		st.lose(fmt.Errorf("%w: %q is no longer owned by this session", instrument.ErrLockLost, st.key))
-		return err
-	}
-	err = st.keepAlive(ctx)
-	if errors.Is(err, instrument.ErrNotHeld) {
-		st.lose(fmt.Errorf("%w: %q: session lease is gone", instrument.ErrLockLost, st.key))
-	}
-	return err
-}
-
-// Release deletes the Mutex key if it is still ours, and frees the
-// in-process turn.
+// Release deletes the Mutex key if it is still ours (the lease core's
+// Release), then frees the in-process turn, also when the delete failed.
+// Even a lost lease keeps its turn until Release: its key may still stand,
+// and another goroutine of this session would re-enter it with the same
+// fence.
 func (st *mutexState) Release(ctx context.Context) error {
-	st.mu.Lock()
-	if st.released {
-		st.mu.Unlock()
-		return fmt.Errorf("etcdlock: mutex release %q: %w: already released", st.key, instrument.ErrNotHeld)
-	}
-	st.released = true
-	st.mu.Unlock()
-	st.bgStop() // the watch must not take our own delete for a loss
-	defer func() {
-		// The goroutines only read; they exit on their own if ctx ends first.
-		for _, done := range []chan struct{}{st.wdDone, st.wDone} {
-			select {
-			case <-done:
-			case <-ctx.Done():
-			}
-		}
+	first := st.releasing.CompareAndSwap(false, true)
+	err := st.core.Release(ctx)
+	if first {
 		<-st.turn.ch
 		st.m.leave(st.key, st.turn)
-	}()
-	resp, err := st.m.s.Client().Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", st.fence)).
-		Then(clientv3.OpDelete(st.own)).Commit()
+	}
+	return err
+}
+
+// release is the lease core's Release: the owner-checked delete.
+func (st *mutexState) release(ctx context.Context) error {
+	st.bgStop() // the watch must not take our own delete for a loss
+	deleted, err := deleteOwned(ctx, st.m.s.Client(), st.own, st.fence)
+	// The watch only reads; it exits on its own if ctx ends first.
+	select {
+	case <-st.wDone:
+	case <-ctx.Done():
+	}
 	if err != nil {
-		st.finish(fmt.Errorf("%w: %q: release failed: %w", instrument.ErrLockLost, st.key, err), false)
-		return fmt.Errorf("etcdlock: mutex release %q: %w", st.key, err)
+		return err
 	}
-	if !resp.Succeeded {
-		st.lose(fmt.Errorf("%w: %q was not owned at release", instrument.ErrLockLost, st.key))
-		return fmt.Errorf("etcdlock: mutex release %q: %w", st.key, instrument.ErrNotHeld)
+	if !deleted {
+		return instrument.ErrNotHeld
 	}
-	st.finish(instrument.ErrReleased, false)
 	return nil
 }
 
-// leaked runs when the caller dropped the handle without Release. Even a
-// lost lease still has its in-process turn, which only Release gives back.
-func (st *mutexState) leaked() {
-	st.mu.Lock()
-	released, ended := st.released, st.ended
-	st.mu.Unlock()
-	if released {
+// dropped runs when the handle is collected without Release. The lease
+// core releases a live lease (and reports it leaked); a lost one it leaves
+// alone, but its turn must still come back: once the lease has ended,
+// Release it here, which frees the turn either way.
+func (st *mutexState) dropped() {
+	if st.releasing.Load() {
 		return
 	}
-	if !ended {
-		st.obs.Leaked()
-	}
-	go func() {
+	context.AfterFunc(st.core.Context(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = st.Release(ctx)
-	}()
+	})
 }

@@ -38,6 +38,7 @@ type config struct {
 	iterations  int
 	leakOptions []goleak.Option
 	noFences    bool
+	noExpiry    bool
 }
 
 // WithLoser gives the suite a way to take a held lock away behind its
@@ -66,6 +67,17 @@ func WithContention(goroutines, iterations int) Option {
 // of independent Redis nodes). Mutual exclusion is still checked.
 func WithoutFenceOrder() Option {
 	return func(c *config) { c.noFences = true }
+}
+
+// WithoutExpiry is for a Locker whose leases the suite cannot make expire:
+// WithTTL and WithoutWatchdog have no effect on them (etcdlock.FromMutex,
+// whose session keepalive renews every Mutex key of the session while the
+// process lives). ExpiryCancelsContextWithLockLost is skipped; the cases
+// that need a lost lease (ownership, no goroutine after a loss) take the
+// lock away with WithLoser instead of letting it expire, and skip that part
+// without a loser.
+func WithoutExpiry() Option {
+	return func(c *config) { c.noExpiry = true }
 }
 
 // WithLeakOptions adds goleak options (for example IgnoreTopFunction of a
@@ -251,16 +263,22 @@ func (s *suite) sharedLocker(t *testing.T) {
 	wg.Wait()
 }
 
-// ownership: A's lease expires and B takes the key; A's Release and Refresh
-// are ErrNotHeld and leave B's lock alone.
+// ownership: A's lease expires (WithoutExpiry: is taken away) and B takes
+// the key; A's Release and Refresh are ErrNotHeld and leave B's lock alone.
 func (s *suite) ownership(t *testing.T) {
+	if s.c.noExpiry && s.c.loser == nil {
+		t.Skip("WithoutExpiry and no WithLoser: no way to end A's lease")
+	}
 	la, lb, lc := s.newLocker(t), s.newLocker(t), s.newLocker(t)
 	k := key(t)
 	a := mustAcquire(t, la, ctxFor(t, 5*time.Second), k, instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
+	if s.c.noExpiry {
+		s.c.loser(t, k)
+	}
 	b := mustAcquire(t, lb, ctxFor(t, 10*s.c.expiryTTL+10*time.Second), k, instrument.WithTTL(10*time.Second))
 	defer mustRelease(t, b)
 	if cause := waitDone(t, a, 5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
-		t.Fatalf("A's context cause after expiry: %v, want ErrLockLost", cause)
+		t.Fatalf("A's context cause after the loss: %v, want ErrLockLost", cause)
 	}
 	if b.Fence() <= a.Fence() && !s.c.noFences {
 		t.Fatalf("B's fence %d is not above A's %d", b.Fence(), a.Fence())
@@ -295,6 +313,9 @@ func (s *suite) releaseTwice(t *testing.T) {
 // expiry: a lease nobody refreshes ends with ErrLockLost, and the key is
 // free again afterwards.
 func (s *suite) expiry(t *testing.T) {
+	if s.c.noExpiry {
+		t.Skip("WithoutExpiry: the backend's leases do not expire by WithTTL")
+	}
 	l := s.newLocker(t)
 	k := key(t)
 	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), k, instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
@@ -484,9 +505,11 @@ func (s *suite) leakAfterLoss(t *testing.T) {
 	l := s.newLocker(t)
 	s.warm(t, l)
 	base := append([]goleak.Option{goleak.IgnoreCurrent()}, s.c.leakOptions...)
-	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), key(t), instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
-	if cause := waitDone(t, lease, 3*s.c.expiryTTL+5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
-		t.Fatalf("cause: %v", cause)
+	if !s.c.noExpiry {
+		lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), key(t), instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
+		if cause := waitDone(t, lease, 3*s.c.expiryTTL+5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
+			t.Fatalf("cause: %v", cause)
+		}
 	}
 	if s.c.loser != nil {
 		k := key(t)

@@ -94,7 +94,7 @@ type Lease struct {
 	ended      bool
 	released   bool // Release was called
 	maxHeld    bool // the watchdog stopped at max hold
-	stopRenew  bool // Release started: schedule nothing more
+	stopRenew  bool // Release started or StopWatchdog: schedule nothing more
 	endedCause error
 }
 
@@ -141,6 +141,19 @@ func (c *Lease) Hold() {
 	c.mu.Lock()
 	c.held, c.heldAt = true, time.Now()
 	c.mu.Unlock()
+}
+
+// StopWatchdog stops renewing the lease: it then ends at its last confirmed
+// expiry unless Refresh extends it. A renewal in flight completes. etcdlock
+// calls it at Hold for WithoutWatchdog: its lease is renewed while it waits
+// in the queue (the wait may outlast the TTL), and no longer once held.
+func (c *Lease) StopWatchdog() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopRenew = true
+	if c.renewTmr != nil {
+		c.renewTmr.Stop()
+	}
 }
 
 // HeldAt is when the lease became held (zero while waiting).

@@ -236,6 +236,19 @@ func TestLease_WaitingLeaseReportsNoLossAndMaxHoldCountsFromHold(t *testing.T) {
 	}
 }
 
+func TestLease_StopWatchdogLetsTheLeaseExpire(t *testing.T) {
+	var renews atomic.Int32
+	c := New(Config{Name: "test", Key: "k", TTL: 150 * time.Millisecond, Start: time.Now(), Watchdog: true,
+		Renew:   func(context.Context) (time.Duration, error) { renews.Add(1); return 0, nil },
+		Release: func(context.Context) error { return nil }})
+	waitFor(t, "a renewal", func() bool { return renews.Load() >= 1 })
+	c.StopWatchdog()
+	// A watchdog still running would renew it for ever.
+	if cause := waitDone(t, c.Context()); !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "expired") {
+		t.Fatalf("cause %v, want ErrLockLost (expired)", cause)
+	}
+}
+
 func TestLease_RefreshUnsupportedWithoutRenew(t *testing.T) {
 	c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Release: func(context.Context) error { return nil }})
 	defer c.Release(context.Background())
