@@ -1,0 +1,194 @@
+package detectors
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lockgov/lockgov/policy"
+)
+
+// Locks finds leaked locks in one store: immortal, ttl_above_max,
+// held_too_long and holder_dead. It is safe for concurrent use (calls to
+// Detect are serialised).
+type Locks struct {
+	store Store
+	beats []Store
+	cfg   config
+	m     *policy.Matcher
+	globs []string
+	mu    sync.Mutex
+	seen  seenSet
+	locks uint64
+}
+
+// NewLocks returns the leaked-lock detector of s. Options: WithPolicy,
+// WithPatterns, WithHeartbeatsFrom, WithMemory, WithMaxFindings, WithNow.
+func NewLocks(s Store, opts ...Option) (*Locks, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	cfg, err := newConfig(DetectorLocks, opts, "WithPolicy", "WithPatterns", "WithMemory")
+	if err != nil {
+		return nil, err
+	}
+	d := &Locks{store: s, beats: append([]Store{s}, cfg.beats...), cfg: cfg, m: policy.NewMatcher(cfg.policy),
+		seen: seenSet{retention: cfg.retention}}
+	d.globs = cfg.patterns
+	if len(d.globs) == 0 {
+		d.globs = []string{DefaultLockPattern}
+		for _, r := range cfg.policy.Patterns {
+			d.globs = append(d.globs, GlobFromPattern(r.Pattern))
+		}
+	}
+	return d, nil
+}
+
+// Name returns "locks".
+func (d *Locks) Name() string { return DetectorLocks }
+
+// Scanned returns the number of locks the last Detect read.
+func (d *Locks) Scanned() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.locks
+}
+
+// Detect reads the heartbeats, then every lock, a batch at a time.
+func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	beats, err := readBeats(ctx, d.beats)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.now()
+	live := newLiveSet(beats)
+	d.seen.record(beats, now)
+	out := newCapped(d.cfg.maxFindings)
+	var n uint64
+	needTTL := func(l *Lock) bool {
+		_, rule := d.m.Match(l.Key)
+		h := l.Holder
+		return h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL || d.heldTooLong(l, rule, now) || d.seen.gone(h, live)
+	}
+	err = d.store.scan(ctx, d.globs, needTTL, func(ls []Lock) error {
+		for i := range ls {
+			n++
+			d.check(&ls[i], live, now, out)
+		}
+		return nil
+	})
+	d.locks = n
+	if err != nil {
+		return nil, err
+	}
+	return out.result(DetectorLocks, d.store.Addr()), nil
+}
+
+func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
+	return rule.MaxHold > 0 && !l.Holder.AcquiredAt.IsZero() && now.Sub(l.Holder.AcquiredAt) > rule.MaxHold
+}
+
+// check classifies one lock. A lock with a TTL within the policy, held
+// within max hold by a process that is live or was never seen publishing
+// heartbeats, is never a finding.
+func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
+	label, rule := d.m.Match(l.Key)
+	h := l.Holder
+	holder := HolderFromValue(h)
+	if live.live(h) != nil {
+		holder.Heartbeat = "live"
+	} else if d.seen.gone(h, live) {
+		holder.Heartbeat = "gone"
+	}
+	var age time.Duration
+	if !h.AcquiredAt.IsZero() {
+		age = max(now.Sub(h.AcquiredAt), 0)
+	}
+	f := func(kind, sev, detail, action string) {
+		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
+			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action})
+	}
+	who := holderString(h)
+	if l.Unreadable != "" {
+		who += " (" + l.Unreadable + ")"
+	}
+	cli := d.store.cli()
+	redis := d.store.Backend() == "redis"
+	if l.NoTTL {
+		var action string
+		if redis {
+			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
+				cli, shellQuote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
+		} else {
+			action = fmt.Sprintf("%s get %s   # then, once its holder is confirmed gone: %s del %s",
+				cli, shellQuote(l.StoreKey), cli, shellQuote(l.StoreKey))
+		}
+		f(KindImmortal, SeverityCritical,
+			fmt.Sprintf("lock has no TTL and will never expire; held by %s", who), action)
+	}
+	if l.TTLKnown && rule.MaxTTL > 0 {
+		above := l.TTL > rule.MaxTTL
+		if !redis {
+			// etcd grants whole seconds (and at least its minimum TTL): a
+			// lockgov holder that asked for a TTL within bounds is fine.
+			above = l.GrantedTTL > roundUpSecond(rule.MaxTTL) && (h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL)
+		}
+		if above {
+			var action string
+			if redis {
+				action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
+					cli, shellQuote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
+			} else {
+				action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
+					rule.MaxTTL, freeCommand(d.store, l))
+			}
+			ttl := l.TTL
+			if !redis {
+				ttl = l.GrantedTTL
+			}
+			f(KindTTLAboveMax, SeverityWarning,
+				fmt.Sprintf("TTL %s is above the policy's max_ttl %s for %s; held by %s", ttl, rule.MaxTTL, label, who), action)
+		}
+	}
+	if d.heldTooLong(l, rule, now) {
+		f(KindHeldTooLong, SeverityWarning,
+			fmt.Sprintf("held for %s, longer than the policy's max_hold %s for %s, by %s", age.Round(time.Millisecond), rule.MaxHold, label, who),
+			fmt.Sprintf("look at what %s is doing%s; if it is stuck, restart it or free the lock: %s",
+				who, traceHint(h.TraceID), freeCommand(d.store, l)))
+	}
+	if holder.Heartbeat == "gone" {
+		rest := "it expires by itself"
+		if l.TTLKnown {
+			rest = "it expires by itself in " + l.TTL.String()
+		} else if l.NoTTL {
+			rest = "it never expires by itself"
+		}
+		f(KindHolderDead, SeverityWarning,
+			fmt.Sprintf("held by %s, whose heartbeats are gone: the holder is dead or cut off; %s", who, rest),
+			fmt.Sprintf("confirm %s is gone, then free the lock: %s", who, freeCommand(d.store, l)))
+	}
+}
+
+func roundUpSecond(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+func traceHint(trace string) string {
+	if trace == "" {
+		return ""
+	}
+	return " (trace " + trace + ")"
+}
+
+// freeCommand is the command that frees a lock now. On etcd it deletes the
+// holder's queue entry, which hands the lock to the next waiter; a holder
+// still alive sees ErrLockLost (its watch sees the deletion).
+func freeCommand(s Store, l *Lock) string {
+	if s.Backend() == "redis" {
+		return s.cli() + " DEL " + shellQuote(l.StoreKey)
+	}
+	return s.cli() + " del " + shellQuote(l.StoreKey)
+}
