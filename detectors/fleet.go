@@ -2,7 +2,6 @@ package detectors
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
@@ -36,31 +35,37 @@ func readBeats(ctx context.Context, stores []Store) ([]beat, error) {
 // heartbeat written by one process share at least one (the lock value's
 // instance defaults to the host name, the heartbeat's to host name plus
 // pid, and both carry host and pid).
-func hostPID(host string, pid int) string {
-	if host == "" || pid == 0 {
-		return ""
-	}
-	return "h\x00" + host + "\x00" + strconv.Itoa(pid)
+type ident struct {
+	byInstance bool
+	name       string
+	pid        int
 }
 
-func instPID(inst string, pid int) string {
-	if inst == "" {
-		return ""
+func hostPID(host string, pid int) ident {
+	if host == "" || pid == 0 {
+		return ident{}
 	}
-	return "i\x00" + inst + "\x00" + strconv.Itoa(pid)
+	return ident{name: host, pid: pid}
+}
+
+func instPID(inst string, pid int) ident {
+	if inst == "" {
+		return ident{}
+	}
+	return ident{byInstance: true, name: inst, pid: pid}
 }
 
 // liveSet indexes the live heartbeats by identity.
 type liveSet struct {
-	ids        map[string]*fleet.Heartbeat
+	ids        map[ident]*fleet.Heartbeat
 	byInstance map[string]*fleet.Heartbeat
 }
 
 func newLiveSet(beats []beat) liveSet {
-	l := liveSet{ids: map[string]*fleet.Heartbeat{}, byInstance: map[string]*fleet.Heartbeat{}}
+	l := liveSet{ids: map[ident]*fleet.Heartbeat{}, byInstance: map[string]*fleet.Heartbeat{}}
 	for _, b := range beats {
-		for _, id := range []string{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
-			if id != "" {
+		for _, id := range [2]ident{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
+			if id != (ident{}) {
 				l.ids[id] = b.hb
 			}
 		}
@@ -69,22 +74,18 @@ func newLiveSet(beats []beat) liveSet {
 	return l
 }
 
-// holderIDs are the identities of a lock's holder.
-func holderIDs(h lockvalue.Holder) []string {
-	var ids []string
-	if id := hostPID(h.Host, h.PID); id != "" {
-		ids = append(ids, id)
-	}
-	if id := instPID(h.Instance, h.PID); id != "" {
-		ids = append(ids, id)
-	}
-	return ids
+// holderIDs are the identities of a lock's holder (zero when unknown).
+func holderIDs(h *lockvalue.Holder) [2]ident {
+	return [2]ident{hostPID(h.Host, h.PID), instPID(h.Instance, h.PID)}
 }
 
 // live returns the heartbeat of h's process, if it publishes one. A value
 // without a pid matches a heartbeat by instance alone.
-func (l liveSet) live(h lockvalue.Holder) *fleet.Heartbeat {
+func (l liveSet) live(h *lockvalue.Holder) *fleet.Heartbeat {
 	for _, id := range holderIDs(h) {
+		if id == (ident{}) {
+			continue
+		}
 		if hb := l.ids[id]; hb != nil {
 			return hb
 		}
@@ -99,17 +100,17 @@ func (l liveSet) live(h lockvalue.Holder) *fleet.Heartbeat {
 // seen, with when, for retention; it is bounded by the fleet seen within
 // that time, not by the number of locks.
 type seenSet struct {
-	at        map[string]time.Time
+	at        map[ident]time.Time
 	retention time.Duration
 }
 
 func (s *seenSet) record(beats []beat, now time.Time) {
 	if s.at == nil {
-		s.at = map[string]time.Time{}
+		s.at = map[ident]time.Time{}
 	}
 	for _, b := range beats {
-		for _, id := range []string{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
-			if id != "" {
+		for _, id := range [2]ident{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
+			if id != (ident{}) {
 				s.at[id] = now
 			}
 		}
@@ -123,11 +124,16 @@ func (s *seenSet) record(beats []beat, now time.Time) {
 
 // gone reports whether h's process published heartbeats earlier (within
 // the retention) and publishes none now.
-func (s *seenSet) gone(h lockvalue.Holder, live liveSet) bool {
-	if h.Foreign || live.live(h) != nil {
-		return false
-	}
+func (s *seenSet) gone(h *lockvalue.Holder, live liveSet) bool {
+	return !h.Foreign && live.live(h) == nil && s.seen(h)
+}
+
+// seen reports whether h's process was seen publishing heartbeats.
+func (s *seenSet) seen(h *lockvalue.Holder) bool {
 	for _, id := range holderIDs(h) {
+		if id == (ident{}) {
+			continue
+		}
 		if _, ok := s.at[id]; ok {
 			return true
 		}

@@ -70,7 +70,7 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	var n uint64
 	needTTL := func(l *Lock) bool {
 		_, rule := d.m.Match(l.Key)
-		h := l.Holder
+		h := &l.Holder
 		return h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL || d.heldTooLong(l, rule, now) || d.seen.gone(h, live)
 	}
 	err = d.store.scan(ctx, d.globs, needTTL, func(ls []Lock) error {
@@ -96,13 +96,30 @@ func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
 // heartbeats, is never a finding.
 func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	label, rule := d.m.Match(l.Key)
-	h := l.Holder
-	holder := HolderFromValue(h)
+	h := &l.Holder
+	state := ""
 	if live.live(h) != nil {
-		holder.Heartbeat = "live"
-	} else if d.seen.gone(h, live) {
-		holder.Heartbeat = "gone"
+		state = "live"
+	} else if !h.Foreign && d.seen.seen(h) {
+		state = "gone"
 	}
+	immortal := l.NoTTL
+	above := false
+	redis := d.store.Backend() == "redis"
+	if l.TTLKnown && rule.MaxTTL > 0 {
+		above = l.TTL > rule.MaxTTL
+		if !redis {
+			// etcd grants whole seconds (and at least its minimum TTL): a
+			// lockgov holder that asked for a TTL within bounds is fine.
+			above = l.GrantedTTL > roundUpSecond(rule.MaxTTL) && (h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL)
+		}
+	}
+	tooLong := d.heldTooLong(l, rule, now)
+	if !immortal && !above && !tooLong && state != "gone" {
+		return // the common case: a healthy lock costs no formatting
+	}
+	holder := HolderFromValue(*h)
+	holder.Heartbeat = state
 	var age time.Duration
 	if !h.AcquiredAt.IsZero() {
 		age = max(now.Sub(h.AcquiredAt), 0)
@@ -111,13 +128,12 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
 			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action})
 	}
-	who := holderString(h)
+	who := holderString(*h)
 	if l.Unreadable != "" {
 		who += " (" + l.Unreadable + ")"
 	}
 	cli := d.store.cli()
-	redis := d.store.Backend() == "redis"
-	if l.NoTTL {
+	if immortal {
 		var action string
 		if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
@@ -129,37 +145,29 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		f(KindImmortal, SeverityCritical,
 			fmt.Sprintf("lock has no TTL and will never expire; held by %s", who), action)
 	}
-	if l.TTLKnown && rule.MaxTTL > 0 {
-		above := l.TTL > rule.MaxTTL
+	if above {
+		var action string
+		if redis {
+			action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
+				cli, shellQuote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
+		} else {
+			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
+				rule.MaxTTL, freeCommand(d.store, l))
+		}
+		ttl := l.TTL
 		if !redis {
-			// etcd grants whole seconds (and at least its minimum TTL): a
-			// lockgov holder that asked for a TTL within bounds is fine.
-			above = l.GrantedTTL > roundUpSecond(rule.MaxTTL) && (h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL)
+			ttl = l.GrantedTTL
 		}
-		if above {
-			var action string
-			if redis {
-				action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
-					cli, shellQuote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
-			} else {
-				action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
-					rule.MaxTTL, freeCommand(d.store, l))
-			}
-			ttl := l.TTL
-			if !redis {
-				ttl = l.GrantedTTL
-			}
-			f(KindTTLAboveMax, SeverityWarning,
-				fmt.Sprintf("TTL %s is above the policy's max_ttl %s for %s; held by %s", ttl, rule.MaxTTL, label, who), action)
-		}
+		f(KindTTLAboveMax, SeverityWarning,
+			fmt.Sprintf("TTL %s is above the policy's max_ttl %s for %s; held by %s", ttl, rule.MaxTTL, label, who), action)
 	}
-	if d.heldTooLong(l, rule, now) {
+	if tooLong {
 		f(KindHeldTooLong, SeverityWarning,
 			fmt.Sprintf("held for %s, longer than the policy's max_hold %s for %s, by %s", age.Round(time.Millisecond), rule.MaxHold, label, who),
 			fmt.Sprintf("look at what %s is doing%s; if it is stuck, restart it or free the lock: %s",
 				who, traceHint(h.TraceID), freeCommand(d.store, l)))
 	}
-	if holder.Heartbeat == "gone" {
+	if state == "gone" {
 		rest := "it expires by itself"
 		if l.TTLKnown {
 			rest = "it expires by itself in " + l.TTL.String()

@@ -338,19 +338,25 @@ func (s *RedisStore) ScanLocks(ctx context.Context, patterns []string, fn func(L
 }
 
 // scan SCANs each glob on every primary and reads each batch with one
-// pipeline of PTTL + GET. A key matched by an earlier glob is skipped, so
+// pipeline of PTTL + GET that also carries the next SCAN, so a batch costs
+// one round trip. A key matched by an earlier glob is skipped, so
 // overlapping globs report a key once; companion keys (fences, queues,
 // release markers) and heartbeats are skipped.
 func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) bool, fn func([]Lock) error) error {
 	globs := compileGlobs(patterns)
 	var mu sync.Mutex
 	return s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
+		addr := c.Options().Addr
 		pttls := make([]*redis.DurationCmd, 0, s.count)
 		gets := make([]*redis.StringCmd, 0, s.count)
 		keep := make([]string, 0, s.count)
 		batch := make([]Lock, 0, s.count)
 		for gi, g := range globs {
-			err := s.scanKeys(ctx, c, g.src, func(keys []string) error {
+			keys, cursor, err := c.Scan(ctx, 0, g.src, int64(s.count)).Result()
+			if err != nil {
+				return fmt.Errorf("detectors: SCAN %s on %s: %w", g.src, addr, err)
+			}
+			for {
 				keep, pttls, gets, batch = keep[:0], pttls[:0], gets[:0], batch[:0]
 				for _, k := range keys {
 					if redislock.IsCompanionKey(k) || strings.HasPrefix(k, fleet.RedisPrefix) || coveredBefore(globs[:gi], k) {
@@ -358,58 +364,79 @@ func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) 
 					}
 					keep = append(keep, k)
 				}
-				if len(keep) == 0 {
-					return nil
-				}
 				pipe := c.Pipeline()
 				for _, k := range keep {
 					pttls = append(pttls, pipe.PTTL(ctx, k))
 					gets = append(gets, pipe.Get(ctx, k))
 				}
+				var next *redis.ScanCmd
+				if cursor != 0 {
+					next = pipe.Scan(ctx, cursor, g.src, int64(s.count))
+				}
+				if pipe.Len() == 0 {
+					break
+				}
 				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
-					return fmt.Errorf("detectors: read locks on %s: %w", c.Options().Addr, err)
+					return fmt.Errorf("detectors: read locks on %s: %w", addr, err)
 				}
 				for i, k := range keep {
-					ttl, err := pttls[i].Result()
+					l, ok, err := lockOf(k, pttls[i], gets[i])
 					if err != nil {
-						return fmt.Errorf("detectors: PTTL on %s: %w", c.Options().Addr, err)
+						return fmt.Errorf("detectors: read lock on %s: %w", addr, err)
 					}
-					if ttl == -2 { // gone since SCAN saw it
-						continue
+					if ok {
+						batch = append(batch, l)
 					}
-					l := Lock{Key: k, StoreKey: k}
-					if ttl == -1 {
-						l.NoTTL = true
-					} else {
-						l.TTL, l.TTLKnown = ttl, true
-					}
-					v, err := gets[i].Result()
-					switch {
-					case errors.Is(err, redis.Nil):
-						continue
-					case isWrongType(err):
-						l.Holder, l.Unreadable = lockvalue.Foreign(), "not a string value"
-					case err != nil:
-						return fmt.Errorf("detectors: GET on %s: %w", c.Options().Addr, err)
-					default:
-						l.Holder = redislock.DecodeValue(v)
-						l.Fence = l.Holder.Fence
-					}
-					batch = append(batch, l)
 				}
-				if len(batch) == 0 {
-					return nil
+				if len(batch) > 0 {
+					mu.Lock()
+					err := fn(batch)
+					mu.Unlock()
+					if err != nil {
+						return err
+					}
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				return fn(batch)
-			})
-			if err != nil {
-				return err
+				if next == nil {
+					break
+				}
+				if keys, cursor, err = next.Result(); err != nil {
+					return fmt.Errorf("detectors: SCAN %s on %s: %w", g.src, addr, err)
+				}
 			}
 		}
 		return nil
 	})
+}
+
+// lockOf builds the Lock of key k from its PTTL and GET replies; ok is
+// false when the key vanished since SCAN saw it.
+func lockOf(k string, pttl *redis.DurationCmd, get *redis.StringCmd) (Lock, bool, error) {
+	ttl, err := pttl.Result()
+	if err != nil {
+		return Lock{}, false, err
+	}
+	if ttl == -2 {
+		return Lock{}, false, nil
+	}
+	l := Lock{Key: k, StoreKey: k}
+	if ttl == -1 {
+		l.NoTTL = true
+	} else {
+		l.TTL, l.TTLKnown = ttl, true
+	}
+	v, err := get.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Lock{}, false, nil
+	case isWrongType(err):
+		l.Holder, l.Unreadable = lockvalue.Foreign(), "not a string value"
+	case err != nil:
+		return Lock{}, false, err
+	default:
+		l.Holder = redislock.DecodeValue(v)
+		l.Fence = l.Holder.Fence
+	}
+	return l, true, nil
 }
 
 func (s *RedisStore) get(ctx context.Context, key string) ([]byte, bool, error) {
