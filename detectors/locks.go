@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgov/lockgov/policy"
@@ -20,7 +21,7 @@ type Locks struct {
 	globs []string
 	mu    sync.Mutex
 	seen  seenSet
-	locks uint64
+	locks atomic.Uint64
 }
 
 // NewLocks returns the leaked-lock detector of s. Options: WithPolicy,
@@ -49,11 +50,7 @@ func NewLocks(s Store, opts ...Option) (*Locks, error) {
 func (d *Locks) Name() string { return DetectorLocks }
 
 // Scanned returns the number of locks the last Detect read.
-func (d *Locks) Scanned() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.locks
-}
+func (d *Locks) Scanned() uint64 { return d.locks.Load() }
 
 // Detect reads the heartbeats, then every lock, a batch at a time.
 func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
@@ -80,7 +77,7 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 		}
 		return nil
 	})
-	d.locks = n
+	d.locks.Store(n)
 	if err != nil {
 		return nil, err
 	}

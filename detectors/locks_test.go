@@ -16,6 +16,7 @@ import (
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -264,5 +265,26 @@ func fillHealthy(t testing.TB, ctx context.Context, c redis.UniversalClient, n i
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestLocks_Sentinel: a store over the Sentinel failover client (a
+// redis.UniversalClient) finds an immortal lock on the primary.
+func TestLocks_Sentinel(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	sn := testenv.NewSentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster,
+		SentinelAddrs: []string{sn.Sentinel.Addr()}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Set(ctx, "lock:immortal", "tok", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := detectors.NewLocks(redisStore(t, c, detectors.WithAddr("redis-sentinel://"+sn.Sentinel.Addr()+"/lockgov")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := detect(t, ctx, d)
+	if len(fs) != 1 || fs[0].Kind != detectors.KindImmortal || fs[0].Key != "lock:immortal" {
+		t.Fatalf("findings:%s", describe(fs))
 	}
 }

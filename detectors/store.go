@@ -278,32 +278,28 @@ func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 	var out []*fleet.Heartbeat
 	err := s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
 		return s.scanKeys(ctx, c, globEscape(fleet.RedisPrefix)+"*", func(keys []string) error {
-			vals, err := c.MGet(ctx, keys...).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				// Cluster nodes refuse MGET across slots: read one by one.
-				vals = make([]any, len(keys))
-				pipe := c.Pipeline()
-				cmds := make([]*redis.StringCmd, len(keys))
-				for i, k := range keys {
-					cmds[i] = pipe.Get(ctx, k)
-				}
-				_, _ = pipe.Exec(ctx)
-				for i, cmd := range cmds {
-					if v, err := cmd.Result(); err == nil {
-						vals[i] = v
-					} else if !errors.Is(err, redis.Nil) && !isWrongType(err) {
-						return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
-					}
+			// One pipeline of GETs: MGET would fail across Cluster slots.
+			pipe := c.Pipeline()
+			cmds := make([]*redis.StringCmd, len(keys))
+			for i, k := range keys {
+				cmds[i] = pipe.Get(ctx, k)
+			}
+			_, _ = pipe.Exec(ctx)
+			vals := make([]string, 0, len(keys))
+			for _, cmd := range cmds {
+				v, err := cmd.Result()
+				switch {
+				case err == nil:
+					vals = append(vals, v)
+				case errors.Is(err, redis.Nil) || isWrongType(err):
+				default:
+					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
 				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			for _, v := range vals {
-				str, ok := v.(string)
-				if !ok {
-					continue
-				}
-				if hb, err := fleet.Decode([]byte(str)); err == nil {
+				if hb, err := fleet.Decode([]byte(v)); err == nil {
 					out = append(out, hb)
 				}
 			}
