@@ -23,7 +23,9 @@ import (
 // itself waiting closes no cycle; an instance that gives no such list is
 // taken as one node (any of its waiters may hold any of its locks). Each
 // strongly connected component of the graph with two or more instances is
-// one `deadlock` finding naming its instances and keys.
+// one `deadlock` finding naming its instances and keys, once its waits
+// provably coexisted (each began before the oldest heartbeat in the cycle
+// was sent; beats of different instances are written at different times).
 //
 // Lock order: a waiter holding A while waiting for B records "A before B"
 // (by pattern when both keys have distinct declared patterns, else by key).
@@ -163,6 +165,19 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 		if len(instSet) < 2 {
 			continue
 		}
+		if !overlapping(comp, nodes, insts) {
+			// A wait in it began after another instance's beat was sent:
+			// the beats may show waits that never coexisted. Fresher beats
+			// (one publish period) settle it; meanwhile the pair is no
+			// inversion to report either.
+			for _, i := range comp {
+				inDeadlock[nodes[i].want] = true
+				if nodes[i].pattern != "" {
+					inDeadlock["p\x00"+nodes[i].pattern] = true
+				}
+			}
+			continue
+		}
 		d.deadlockFinding(comp, nodes, insts, now, out, inDeadlock)
 	}
 	d.remember(nodes, insts, now)
@@ -219,6 +234,30 @@ func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[strin
 		Action: fmt.Sprintf("break the cycle: restart one of (%s), or free one of the keys (%s) with `lockgov locks show KEY` then its DEL; then make every code path take these locks in one order (sorted by key)",
 			strings.Join(frees, "; "), strings.Join(keys, ", ")),
 	})
+}
+
+// overlapping reports whether the waits and holds of a cycle provably
+// coexisted: every wait in it (and every hold of a waited-for key) began
+// before the oldest heartbeat of the instances in it was sent, so at that
+// instant each instance was waiting for a key another one held. A zero
+// Since (not published) is taken as old.
+func overlapping(comp []int, nodes []dlWaiter, insts map[string]*dlInstance) bool {
+	var latest, oldestBeat time.Time
+	for _, i := range comp {
+		w := nodes[i]
+		if w.since.After(latest) {
+			latest = w.since
+		}
+		for _, in := range insts {
+			if h, ok := in.held[w.want]; ok && h.Since.After(latest) {
+				latest = h.Since
+			}
+		}
+		if sent := insts[w.inst].hb.SentAt; !sent.IsZero() && (oldestBeat.IsZero() || sent.Before(oldestBeat)) {
+			oldestBeat = sent
+		}
+	}
+	return oldestBeat.IsZero() || !latest.After(oldestBeat)
 }
 
 func sortedHolders(r string, insts map[string]*dlInstance) []string {

@@ -137,3 +137,35 @@ func TestDeadlock_LockOrderInversionSeenOverTime(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlock_WaitsThatDidNotCoexistAreNotACycle: a's beat (sent at t0)
+// shows a waiting for y; b started waiting for x after t0, so a's wait may
+// have ended before b's began: no deadlock until a's next beat shows a
+// still waiting, which makes it one.
+func TestDeadlock_WaitsThatDidNotCoexistAreNotACycle(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c := newRedis(t)
+	t0 := time.Now().Add(-time.Minute)
+	a, b := otherBeat("pod-a", 10), otherBeat("pod-b", 20)
+	a.SentAt = t0
+	a.Held = []fleet.HeldLock{{Key: "lock:x", Since: t0.Add(-time.Minute)}}
+	a.Waiting = []fleet.WaitingLock{{Key: "lock:y", Since: t0.Add(-time.Minute), HoldsWhileWaiting: []string{"lock:x"}}}
+	b.SentAt = t0.Add(10 * time.Second)
+	b.Held = []fleet.HeldLock{{Key: "lock:y", Since: t0.Add(time.Second)}}
+	b.Waiting = []fleet.WaitingLock{{Key: "lock:x", Since: t0.Add(2 * time.Second), HoldsWhileWaiting: []string{"lock:y"}}}
+	putBeat(t, ctx, c, a)
+	putBeat(t, ctx, c, b)
+	d, err := detectors.NewDeadlock(redisStore(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, d); len(fs) != 0 {
+		t.Fatalf("waits that may not have coexisted:%s", describe(fs))
+	}
+	a.SentAt = t0.Add(20 * time.Second)
+	putBeat(t, ctx, c, a)
+	fs := detect(t, ctx, d)
+	if len(fs) != 1 || fs[0].Kind != detectors.KindDeadlock {
+		t.Fatalf("want one deadlock:%s", describe(fs))
+	}
+}

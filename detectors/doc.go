@@ -71,9 +71,13 @@
 //     max_ttl, held too long, holder gone). etcd grants whole seconds: a TTL
 //     is above max_ttl only past max_ttl rounded up to a second.
 //   - Heartbeats from different instances are written at different times:
-//     a deadlock cycle is built from the latest beat of each, so a cycle
-//     whose waits did not overlap in time can be reported once; a real one
-//     is reported on every call until it is broken.
+//     a cycle is reported only when every wait and hold in it began before
+//     the oldest beat in it was sent (so they coexisted at that instant),
+//     by the instances' own clocks; a real deadlock is therefore reported
+//     at most one publish period after it forms, and on every call until it
+//     is broken. A process that does not publish HoldsWhileWaiting is one
+//     node: a cycle through it may be a wait behind a lock its other
+//     goroutine will release.
 //   - workerid_lease_gone is reported when two beats in a row of an
 //     instance show the slot gone or held by another process, so that a
 //     process that released its WorkerID on shutdown, whose last beat
