@@ -83,6 +83,10 @@
 //     process that released its WorkerID on shutdown, whose last beat
 //     lingers, is not reported. A registry that overrides its host name
 //     (workerid.WithIdentity) is matched by instance name too.
+//   - etcdlock's entry names contain a NUL, which no shell can pass to
+//     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
+//     lease its name ends with (a name anyone who can list the prefix sees),
+//     and list it with `get --prefix` of the lock key.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

@@ -3,6 +3,8 @@ package detectors
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,8 +138,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
 				cli, shellQuote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
 		} else {
-			action = fmt.Sprintf("%s get %s   # then, once its holder is confirmed gone: %s del %s",
-				cli, shellQuote(l.StoreKey), cli, shellQuote(l.StoreKey))
+			action = fmt.Sprintf("%s   # then, once its holder is confirmed gone: %s", etcdGet(d.store, l), freeCommand(d.store, l))
 		}
 		f(KindImmortal, SeverityCritical,
 			fmt.Sprintf("lock has no TTL and will never expire; held by %s", who), action)
@@ -190,10 +191,28 @@ func traceHint(trace string) string {
 
 // freeCommand is the command that frees a lock now. On etcd it deletes the
 // holder's queue entry, which hands the lock to the next waiter; a holder
-// still alive sees ErrLockLost (its watch sees the deletion).
+// still alive sees ErrLockLost (its watch sees the deletion). etcdlock's
+// entry names hold a NUL, which no shell can pass to etcdctl: such an
+// entry is removed by revoking its lease (the 16 hex digits that end its
+// name, so nothing the store does not already show).
 func freeCommand(s Store, l *Lock) string {
 	if s.Backend() == "redis" {
 		return s.cli() + " DEL " + shellQuote(l.StoreKey)
 	}
-	return s.cli() + " del " + shellQuote(l.StoreKey)
+	if !strings.Contains(l.StoreKey, "\x00") {
+		return s.cli() + " del " + shellQuote(l.StoreKey)
+	}
+	if l.Lease != 0 {
+		return s.cli() + " lease revoke " + strconv.FormatInt(l.Lease, 16)
+	}
+	return "delete the entry through a client library or the agent's remediation API (etcdctl cannot pass the NUL in its name)"
+}
+
+// etcdGet is the etcdctl get of a lock's entry; an entry named with a NUL
+// is listed with the rest of its queue (--prefix up to the NUL).
+func etcdGet(s Store, l *Lock) string {
+	if before, _, ok := strings.Cut(l.StoreKey, "\x00"); ok {
+		return s.cli() + " get --prefix " + shellQuote(before)
+	}
+	return s.cli() + " get " + shellQuote(l.StoreKey)
 }

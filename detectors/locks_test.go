@@ -184,6 +184,11 @@ func TestLocks_EveryKindOnRealStores(t *testing.T) {
 
 			delBeat(t, ctx, sc.beats, "pod-dead")
 			fs := detect(t, ctx, d)
+			if testing.Verbose() {
+				for _, f := range fs {
+					t.Logf("%s %s: %s\n\taction: %s", f.Kind, f.Key, f.Detail, f.Action)
+				}
+			}
 			want[detectors.KindHolderDead] = []string{"lock:dead:1"}
 			check(fs, want)
 			for _, f := range fs {
