@@ -1,0 +1,93 @@
+// Package detectors finds what a governed process cannot see from inside:
+// leaked locks, clock-skew tiers, WorkerID collisions and distributed
+// deadlocks, across the fleet, by reading the stores the fleet uses. The
+// lockgov agent runs them on an interval and serves their findings.
+//
+//	rs, _ := detectors.NewRedisStore(rdb)              // single node, Sentinel or Cluster
+//	locks, _ := detectors.NewLocks(rs, detectors.WithPolicy(pol))
+//	findings, err := locks.Detect(ctx)                // []Finding, deterministic order
+//
+// Detectors read stores only through the backends' exported key layout and
+// value decoders (redislock.DecodeValue, IsCompanionKey; etcdlock.ParseQueueKey,
+// DecodeValue; workerid.SlotKey, DecodeClaim; fleet.Decode), never by
+// parsing strings of their own. A Finding never carries an owner token.
+//
+// # Detectors
+//
+//   - Locks ("locks"): SCAN with the policy's patterns (DefaultLockPattern
+//     plus each pattern's glob, or WithPatterns) in COUNT batches, one
+//     pipeline of PTTL + GET per batch, on every Cluster primary; never KEYS.
+//     On etcd a paged range over the lock prefix at one revision; the entry
+//     with the lowest create revision holds a lock. Kinds: immortal (no
+//     TTL: always a finding, whoever holds it, a foreign value included),
+//     ttl_above_max (above the pattern's max_ttl), held_too_long (acquired
+//     longer ago than the pattern's max_hold), holder_dead (the holder's
+//     process published heartbeats and they are gone). A lock with a TTL
+//     within the policy, held within max_hold by a live process or by one
+//     that never published heartbeats, is never a finding.
+//   - Clock ("clock"): skew_degrade and skew_reject per instance and store,
+//     from the offset each heartbeat reports, ranked by the policy's skew
+//     tiers (the worse of that and the tier the process applies).
+//   - Deadlock ("deadlock"): the fleet-wide wait-for graph from the
+//     heartbeats' Held and Waiting lists; each cycle (strongly connected
+//     component) is one deadlock finding naming its instances and keys;
+//     lock orders seen both ways over time are lock_order_inversion.
+//   - WorkerIDs ("workerid"): workerid_duplicate, workerid_lease_gone,
+//     workerid_out_of_range, workerid_range_overlap. The policy file has no
+//     WorkerID ranges: they are given with WithServiceRange.
+//
+// Every Finding has a severity and an Action: the redis-cli, etcdctl or
+// lockgov command an operator runs (passwords are never in it: redis-cli
+// gets --askpass).
+//
+// # Memory
+//
+// A scan holds one batch of keys (WithScanCount, default 1000) per Cluster
+// primary at a time, never the key set, so memory does not grow with the
+// number of locks; findings are capped per kind (WithMaxFindings, default
+// 1000, the rest counted in one summary finding). What a detector
+// remembers across calls is bounded by the fleet, not by the keys: the
+// identities of processes seen publishing heartbeats (WithMemory, default
+// 24h), lock orders (at most MaxOrders), WorkerID slots seen gone.
+//
+// # Failure modes
+//
+//   - A store that cannot be read (down, timeout, ACL) makes Detect return
+//     the error and no findings; nothing is reported from a partial read of
+//     the heartbeats, which would make live holders look dead.
+//   - holder_dead needs memory: after an agent restart a lock whose holder
+//     died earlier is reported only by its TTL (or immortal). A process
+//     cut off from the store long enough for its heartbeat to expire (three
+//     intervals) while its lock's TTL has not yet run out is reported as
+//     holder_dead: it can no longer renew anyway.
+//   - A holder is matched to its heartbeat by host and pid, or by instance
+//     and pid. A restarted container with the same host name and pid (pid 1)
+//     looks like the same process: its predecessor's locks are then found
+//     only by TTL.
+//   - SCAN may return a key twice (during a rehash) and misses keys created
+//     after its cursor passed; the next Detect sees them.
+//   - etcd lease TTLs cost one TimeToLive call per lock; they are read only
+//     for locks that may be findings (foreign values, a recorded TTL above
+//     max_ttl, held too long, holder gone). etcd grants whole seconds: a TTL
+//     is above max_ttl only past max_ttl rounded up to a second.
+//   - Heartbeats from different instances are written at different times:
+//     a cycle is reported only when every wait and hold in it began before
+//     the oldest beat in it was sent (so they coexisted at that instant),
+//     by the instances' own clocks; a real deadlock is therefore reported
+//     at most one publish period after it forms, and on every call until it
+//     is broken. A process that does not publish HoldsWhileWaiting is one
+//     node: a cycle through it may be a wait behind a lock its other
+//     goroutine will release.
+//   - workerid_lease_gone is reported when two beats in a row of an
+//     instance show the slot gone or held by another process, so that a
+//     process that released its WorkerID on shutdown, whose last beat
+//     lingers, is not reported. A registry that overrides its host name
+//     (workerid.WithIdentity) is matched by instance name too.
+//   - etcdlock's entry names contain a NUL, which no shell can pass to
+//     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
+//     lease its name ends with (a name anyone who can list the prefix sees),
+//     and list it with `get --prefix` of the lock key.
+//   - Values no decoder knows (another library's, garbage, a non-string
+//     Redis key under a lock pattern) are reported as foreign, holder
+//     unknown, never an error.
+package detectors

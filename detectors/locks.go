@@ -1,0 +1,218 @@
+package detectors
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgov/lockgov/policy"
+)
+
+// Locks finds leaked locks in one store: immortal, ttl_above_max,
+// held_too_long and holder_dead. It is safe for concurrent use (calls to
+// Detect are serialised).
+type Locks struct {
+	store Store
+	beats []Store
+	cfg   config
+	m     *policy.Matcher
+	globs []string
+	mu    sync.Mutex
+	seen  seenSet
+	locks atomic.Uint64
+}
+
+// NewLocks returns the leaked-lock detector of s. Options: WithPolicy,
+// WithPatterns, WithHeartbeatsFrom, WithMemory, WithMaxFindings, WithNow.
+func NewLocks(s Store, opts ...Option) (*Locks, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+	}
+	cfg, err := newConfig(DetectorLocks, opts, "WithPolicy", "WithPatterns", "WithMemory")
+	if err != nil {
+		return nil, err
+	}
+	d := &Locks{store: s, beats: append([]Store{s}, cfg.beats...), cfg: cfg, m: policy.NewMatcher(cfg.policy),
+		seen: seenSet{retention: cfg.retention}}
+	d.globs = cfg.patterns
+	if len(d.globs) == 0 {
+		d.globs = []string{DefaultLockPattern}
+		for _, r := range cfg.policy.Patterns {
+			d.globs = append(d.globs, GlobFromPattern(r.Pattern))
+		}
+	}
+	return d, nil
+}
+
+// Name returns "locks".
+func (d *Locks) Name() string { return DetectorLocks }
+
+// Scanned returns the number of locks the last Detect read.
+func (d *Locks) Scanned() uint64 { return d.locks.Load() }
+
+// Detect reads the heartbeats, then every lock, a batch at a time.
+func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	beats, err := readBeats(ctx, d.beats)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.now()
+	live := newLiveSet(beats)
+	d.seen.record(beats, now)
+	out := newCapped(d.cfg.maxFindings)
+	var n uint64
+	needTTL := func(l *Lock) bool {
+		_, rule := d.m.Match(l.Key)
+		h := &l.Holder
+		return h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL || d.heldTooLong(l, rule, now) || d.seen.gone(h, live)
+	}
+	err = d.store.scan(ctx, d.globs, needTTL, func(ls []Lock) error {
+		for i := range ls {
+			n++
+			d.check(&ls[i], live, now, out)
+		}
+		return nil
+	})
+	d.locks.Store(n)
+	if err != nil {
+		return nil, err
+	}
+	return out.result(DetectorLocks, d.store.Addr()), nil
+}
+
+func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
+	return rule.MaxHold > 0 && !l.Holder.AcquiredAt.IsZero() && now.Sub(l.Holder.AcquiredAt) > rule.MaxHold
+}
+
+// check classifies one lock. A lock with a TTL within the policy, held
+// within max hold by a process that is live or was never seen publishing
+// heartbeats, is never a finding.
+func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
+	label, rule := d.m.Match(l.Key)
+	h := &l.Holder
+	state := ""
+	if live.live(h) != nil {
+		state = "live"
+	} else if !h.Foreign && d.seen.seen(h) {
+		state = "gone"
+	}
+	immortal := l.NoTTL
+	above := false
+	redis := d.store.Backend() == "redis"
+	if l.TTLKnown && rule.MaxTTL > 0 {
+		above = l.TTL > rule.MaxTTL
+		if !redis {
+			// etcd grants whole seconds (and at least its minimum TTL): a
+			// lockgov holder that asked for a TTL within bounds is fine.
+			above = l.GrantedTTL > roundUpSecond(rule.MaxTTL) && (h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL)
+		}
+	}
+	tooLong := d.heldTooLong(l, rule, now)
+	if !immortal && !above && !tooLong && state != "gone" {
+		return // the common case: a healthy lock costs no formatting
+	}
+	holder := HolderFromValue(*h)
+	holder.Heartbeat = state
+	var age time.Duration
+	if !h.AcquiredAt.IsZero() {
+		age = max(now.Sub(h.AcquiredAt), 0)
+	}
+	f := func(kind, sev, detail, action string) {
+		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
+			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action})
+	}
+	who := holderString(*h)
+	if l.Unreadable != "" {
+		who += " (" + l.Unreadable + ")"
+	}
+	cli := d.store.cli()
+	if immortal {
+		var action string
+		if redis {
+			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
+				cli, shellQuote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
+		} else {
+			action = fmt.Sprintf("%s   # then, once its holder is confirmed gone: %s", etcdGet(d.store, l), freeCommand(d.store, l))
+		}
+		f(KindImmortal, SeverityCritical,
+			fmt.Sprintf("lock has no TTL and will never expire; held by %s", who), action)
+	}
+	if above {
+		var action string
+		if redis {
+			action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
+				cli, shellQuote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
+		} else {
+			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
+				rule.MaxTTL, freeCommand(d.store, l))
+		}
+		ttl := l.TTL
+		if !redis {
+			ttl = l.GrantedTTL
+		}
+		f(KindTTLAboveMax, SeverityWarning,
+			fmt.Sprintf("TTL %s is above the policy's max_ttl %s for %s; held by %s", ttl, rule.MaxTTL, label, who), action)
+	}
+	if tooLong {
+		f(KindHeldTooLong, SeverityWarning,
+			fmt.Sprintf("held for %s, longer than the policy's max_hold %s for %s, by %s", age.Round(time.Millisecond), rule.MaxHold, label, who),
+			fmt.Sprintf("look at what %s is doing%s; if it is stuck, restart it or free the lock: %s",
+				who, traceHint(h.TraceID), freeCommand(d.store, l)))
+	}
+	if state == "gone" {
+		rest := "it expires by itself"
+		if l.TTLKnown {
+			rest = "it expires by itself in " + l.TTL.String()
+		} else if l.NoTTL {
+			rest = "it never expires by itself"
+		}
+		f(KindHolderDead, SeverityWarning,
+			fmt.Sprintf("held by %s, whose heartbeats are gone: the holder is dead or cut off; %s", who, rest),
+			fmt.Sprintf("confirm %s is gone, then free the lock: %s", who, freeCommand(d.store, l)))
+	}
+}
+
+func roundUpSecond(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+func traceHint(trace string) string {
+	if trace == "" {
+		return ""
+	}
+	return " (trace " + trace + ")"
+}
+
+// freeCommand is the command that frees a lock now. On etcd it deletes the
+// holder's queue entry, which hands the lock to the next waiter; a holder
+// still alive sees ErrLockLost (its watch sees the deletion). etcdlock's
+// entry names hold a NUL, which no shell can pass to etcdctl: such an
+// entry is removed by revoking its lease (the 16 hex digits that end its
+// name, so nothing the store does not already show).
+func freeCommand(s Store, l *Lock) string {
+	if s.Backend() == "redis" {
+		return s.cli() + " DEL " + shellQuote(l.StoreKey)
+	}
+	if !strings.Contains(l.StoreKey, "\x00") {
+		return s.cli() + " del " + shellQuote(l.StoreKey)
+	}
+	if l.Lease != 0 {
+		return s.cli() + " lease revoke " + strconv.FormatInt(l.Lease, 16)
+	}
+	return "delete the entry through a client library or the agent's remediation API (etcdctl cannot pass the NUL in its name)"
+}
+
+// etcdGet is the etcdctl get of a lock's entry; an entry named with a NUL
+// is listed with the rest of its queue (--prefix up to the NUL).
+func etcdGet(s Store, l *Lock) string {
+	if before, _, ok := strings.Cut(l.StoreKey, "\x00"); ok {
+		return s.cli() + " get --prefix " + shellQuote(before)
+	}
+	return s.cli() + " get " + shellQuote(l.StoreKey)
+}

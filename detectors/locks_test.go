@@ -1,0 +1,295 @@
+package detectors_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/policy"
+)
+
+const testPolicy = `
+patterns:
+  - pattern: "lock:short:{id}"
+    ttl: 1s
+    max_ttl: 2s
+  - pattern: "lock:hold:{id}"
+    max_hold: 1m
+`
+
+func loadPolicy(t testing.TB) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("test.yaml", []byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func acquire(t testing.TB, ctx context.Context, l instrument.Locker, key string, opts ...instrument.AcquireOption) instrument.Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, key, append([]instrument.AcquireOption{instrument.FailFast()}, opts...)...)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", key, err)
+	}
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	return lease
+}
+
+// deadValue is a lock value in redislock's framing ("<token> <fence>
+// <json>") written by a process on another host, which this test plays.
+func deadValue(instance string, pid int) string {
+	return fmt.Sprintf(`tok%d 5 {"service":"svc","instance":%q,"host":"host-%s","pid":%d,"v":"test","ttl_ms":60000,"acquired_at_ms":%d,"fence":5}`,
+		pid, instance, instance, pid, time.Now().UnixMilli())
+}
+
+// scenario puts one lock of every kind, and healthy ones, into a store and
+// returns the expected findings of each kind after the heartbeat of
+// "pod-dead" is removed.
+type scenario struct {
+	store     detectors.Store
+	beats     any // the client heartbeats are written with
+	setup     func(t *testing.T, ctx context.Context)
+	wantByKey map[string][]string // kind -> keys
+}
+
+func redisScenario(t *testing.T, c redis.UniversalClient) scenario {
+	return scenario{
+		store: redisStore(t, c),
+		beats: c,
+		setup: func(t *testing.T, ctx context.Context) {
+			l, err := redislock.New(c, redislock.WithService("test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			// A lockgov lock whose TTL was removed (PERSIST): immortal, though its
+			// holder is live.
+			acquire(t, ctx, l, "lock:immortal:gov", instrument.WithTTL(time.Hour), instrument.WithoutWatchdog())
+			if err := c.Persist(ctx, "lock:immortal:gov").Err(); err != nil {
+				t.Fatal(err)
+			}
+			// SETNX by another library that crashed before EXPIRE.
+			if err := c.Set(ctx, "lock:immortal:foreign", "some-token", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, ctx, l, "lock:short:1", instrument.WithTTL(30*time.Second))
+			acquire(t, ctx, l, "lock:hold:1", instrument.WithTTL(30*time.Second))
+			if err := c.Set(ctx, "lock:dead:1", deadValue("pod-dead", 777), time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Healthy: a live lockgov lock, a foreign value with a TTL.
+			acquire(t, ctx, l, "lock:ok:1", instrument.WithTTL(30*time.Second))
+			if err := c.Set(ctx, "lock:foreign:ttl", "bsm-token", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+func etcdScenario(t *testing.T, c *clientv3.Client) scenario {
+	entry := func(key string, lease int64) string {
+		return etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", lease)
+	}
+	return scenario{
+		store: etcdStore(t, c),
+		beats: c,
+		setup: func(t *testing.T, ctx context.Context) {
+			l, err := etcdlock.New(c, etcdlock.WithService("test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A lockgov-format entry with no lease, and a key of another writer
+			// under the prefix without a lease: both immortal.
+			if _, err := c.Put(ctx, entry("lock:immortal:gov", 1), `{"service":"test","pid":1}`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Put(ctx, etcdlock.DefaultPrefix+"lock:immortal:foreign", "token"); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, ctx, l, "lock:short:1", instrument.WithTTL(30*time.Second))
+			acquire(t, ctx, l, "lock:hold:1", instrument.WithTTL(30*time.Second))
+			grant, err := c.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := deadValue("pod-dead", 777)
+			v = v[strings.Index(v, "{"):] // etcd values are the JSON alone
+			if _, err := c.Put(ctx, entry("lock:dead:1", int64(grant.ID)), v, clientv3.WithLease(grant.ID)); err != nil {
+				t.Fatal(err)
+			}
+			acquire(t, ctx, l, "lock:ok:1", instrument.WithTTL(30*time.Second))
+		},
+	}
+}
+
+// TestLocks_EveryKindOnRealStores creates each leaked-lock condition on a
+// real Redis, a real Redis Cluster and a real etcd, and checks that each is
+// reported with its kind, and that nothing else is: not the healthy lock,
+// not the foreign value with a TTL, not the locks of the live process.
+func TestLocks_EveryKindOnRealStores(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T) scenario
+	}{
+		{"redis", func(t *testing.T) scenario { return redisScenario(t, newRedis(t)) }},
+		{"cluster", func(t *testing.T) scenario { return redisScenario(t, newCluster(t)) }},
+		{"etcd", func(t *testing.T) scenario { return etcdScenario(t, newEtcd(t)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			sc := tc.make(t)
+			sc.setup(t, ctx)
+			putBeat(t, ctx, sc.beats, selfBeat("self"))
+			putBeat(t, ctx, sc.beats, otherBeat("pod-dead", 777))
+			later := func() time.Time { return time.Now().Add(2 * time.Minute) }
+			d, err := detectors.NewLocks(sc.store, detectors.WithPolicy(loadPolicy(t)), detectors.WithNow(later))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string][]string{
+				detectors.KindImmortal:    {"lock:immortal:foreign", "lock:immortal:gov"},
+				detectors.KindTTLAboveMax: {"lock:short:1"},
+				detectors.KindHeldTooLong: {"lock:hold:1"},
+			}
+			if tc.name == "etcd" {
+				want[detectors.KindImmortal][0] = etcdlock.DefaultPrefix + "lock:immortal:foreign"
+			}
+			check := func(fs []detectors.Finding, want map[string][]string) {
+				t.Helper()
+				got := map[string][]string{}
+				for _, f := range fs {
+					got[f.Kind] = append(got[f.Kind], f.Key)
+				}
+				for _, keys := range want {
+					sort.Strings(keys)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("findings by kind:\n got %v\nwant %v%s", got, want, describe(fs))
+				}
+			}
+			check(detect(t, ctx, d), want) // pod-dead is live: its lock is healthy
+
+			delBeat(t, ctx, sc.beats, "pod-dead")
+			fs := detect(t, ctx, d)
+			if testing.Verbose() {
+				for _, f := range fs {
+					t.Logf("%s %s: %s\n\taction: %s", f.Kind, f.Key, f.Detail, f.Action)
+				}
+			}
+			want[detectors.KindHolderDead] = []string{"lock:dead:1"}
+			check(fs, want)
+			for _, f := range fs {
+				switch f.Kind {
+				case detectors.KindImmortal:
+					if f.Severity != detectors.SeverityCritical {
+						t.Errorf("immortal severity %s", f.Severity)
+					}
+					if strings.HasSuffix(f.Key, "foreign") && (f.Holder == nil || !f.Holder.Foreign) {
+						t.Errorf("foreign immortal lock: holder %+v, want foreign", f.Holder)
+					}
+				case detectors.KindHolderDead:
+					if f.Holder == nil || f.Holder.Instance != "pod-dead" || f.Holder.Heartbeat != "gone" {
+						t.Errorf("holder_dead holder %+v", f.Holder)
+					}
+				case detectors.KindHeldTooLong:
+					if f.Age < time.Minute || f.KeyPattern != "lock:hold:{id}" {
+						t.Errorf("held_too_long age %s pattern %q", f.Age, f.KeyPattern)
+					}
+				}
+				if !strings.Contains(f.Action, "redis-cli") && !strings.Contains(f.Action, "etcdctl") {
+					t.Errorf("%s action names no command: %s", f.Kind, f.Action)
+				}
+				if f.Store != sc.store.Addr() || strings.Contains(f.Store, "@") {
+					t.Errorf("store %q", f.Store)
+				}
+			}
+		})
+	}
+}
+
+// TestLocks_HealthyStoreHasNoFinding holds 10,000 locks of a live process,
+// written the way redislock writes them (pipelined, for speed) plus real
+// locks, and checks that no finding comes out: with the process's
+// heartbeats on, and with them off (never published).
+func TestLocks_HealthyStoreHasNoFinding(t *testing.T) {
+	for _, beats := range []bool{true, false} {
+		t.Run("heartbeats="+strconv.FormatBool(beats), func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			c := newRedis(t)
+			fillHealthy(t, ctx, c, 10000)
+			l, err := redislock.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			for i := range 20 {
+				acquire(t, ctx, l, "lock:real:"+strconv.Itoa(i), instrument.WithTTL(30*time.Second))
+			}
+			if beats {
+				putBeat(t, ctx, c, selfBeat("self"))
+			}
+			d, err := detectors.NewLocks(redisStore(t, c, detectors.WithScanCount(500)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if fs := detect(t, ctx, d); len(fs) != 0 {
+					t.Fatalf("%d findings on a healthy store:%s", len(fs), describe(fs[:min(len(fs), 5)]))
+				}
+			}
+			if n := d.Scanned(); n != 10020 {
+				t.Fatalf("scanned %d locks, want 10020", n)
+			}
+		})
+	}
+}
+
+// fillHealthy writes n lock values of this process in redislock's framing,
+// under a 5-minute TTL, with pipelines of 1,000.
+func fillHealthy(t testing.TB, ctx context.Context, c redis.UniversalClient, n int) {
+	t.Helper()
+	v := liveValue()
+	for i := 0; i < n; i += 1000 {
+		pipe := c.Pipeline()
+		for j := i; j < min(i+1000, n); j++ {
+			pipe.Set(ctx, "lock:order:"+strconv.Itoa(j), v, 5*time.Minute)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLocks_Sentinel: a store over the Sentinel failover client (a
+// redis.UniversalClient) finds an immortal lock on the primary.
+func TestLocks_Sentinel(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	sn := testenv.NewSentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster,
+		SentinelAddrs: []string{sn.Sentinel.Addr()}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Set(ctx, "lock:immortal", "tok", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := detectors.NewLocks(redisStore(t, c, detectors.WithAddr("redis-sentinel://"+sn.Sentinel.Addr()+"/lockgov")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := detect(t, ctx, d)
+	if len(fs) != 1 || fs[0].Kind != detectors.KindImmortal || fs[0].Key != "lock:immortal" {
+		t.Fatalf("findings:%s", describe(fs))
+	}
+}

@@ -1,0 +1,695 @@
+package detectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/instrument/lockvalue"
+	"github.com/lockgov/lockgov/instrument/redislock"
+)
+
+// Store is one Redis or etcd deployment the detectors read. NewRedisStore
+// and NewEtcdStore make one; the interface is sealed (its scanning methods
+// are unexported) so that every detector reads a store the same way.
+type Store interface {
+	// Addr is the store's address for findings and logs, without a
+	// password.
+	Addr() string
+	// Backend is "redis" or "etcd".
+	Backend() string
+	// Heartbeats returns the fleet heartbeats stored there, sorted by
+	// instance. Values that are not heartbeats are skipped.
+	Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
+	// ScanLocks calls fn for every lock in the store whose key matches one
+	// of the glob patterns (Redis; etcd ignores them: every entry under the
+	// lock prefix is a lock), a batch at a time, never holding more than
+	// one batch. fn is never called concurrently.
+	ScanLocks(ctx context.Context, patterns []string, fn func(Lock) error) error
+
+	scan(ctx context.Context, patterns []string, needTTL func(*Lock) bool, fn func([]Lock) error) error
+	get(ctx context.Context, key string) (value []byte, found bool, err error)
+	cli() string // the command prefix an operator runs: redis-cli -h … -p … / etcdctl --endpoints=…
+}
+
+// Lock is one lock as a store holds it.
+type Lock struct {
+	// Key is the lock key (what the caller passed to Acquire).
+	Key string
+	// StoreKey is the key that holds it in the store: Key on Redis, the
+	// head queue entry on etcd.
+	StoreKey string
+	Holder   lockvalue.Holder
+	// NoTTL is true when the key never expires (Redis: no PX; etcd: no
+	// lease). Otherwise TTL is the time left, when TTLKnown.
+	NoTTL    bool
+	TTL      time.Duration
+	TTLKnown bool
+	// GrantedTTL is the TTL of the etcd lease (0 on Redis or when unknown).
+	GrantedTTL time.Duration
+	// Lease is the etcd lease ID of the holder's entry (0 on Redis).
+	Lease int64
+	// Fence is the lock's fence (etcd: the head entry's create revision).
+	Fence uint64
+	// Waiters is the number of queued etcd entries behind the holder.
+	Waiters int
+	// Unreadable is set when the value could not be read as a string (a
+	// Redis key of another type): Holder is foreign.
+	Unreadable string
+}
+
+// StoreOption configures a Store.
+type StoreOption interface{ apply(*storeConfig) }
+
+type storeConfig struct {
+	addr   string
+	count  int
+	prefix string
+}
+
+type storeOptionFunc func(*storeConfig)
+
+func (f storeOptionFunc) apply(c *storeConfig) { f(c) }
+
+// WithAddr sets the address findings name (default: derived from the client,
+// without credentials). Pass a URL through RedactURL first.
+func WithAddr(addr string) StoreOption {
+	return storeOptionFunc(func(c *storeConfig) { c.addr = addr })
+}
+
+// WithScanCount sets the SCAN COUNT hint and the batch size of pipelined
+// reads (Redis) or of a range page (etcd); default 1000.
+func WithScanCount(n int) StoreOption {
+	return storeOptionFunc(func(c *storeConfig) { c.count = n })
+}
+
+// WithLockPrefix sets the etcd lock prefix (default etcdlock.DefaultPrefix).
+func WithLockPrefix(p string) StoreOption {
+	return storeOptionFunc(func(c *storeConfig) { c.prefix = p })
+}
+
+// DefaultScanCount is the default SCAN COUNT and batch size.
+const DefaultScanCount = 1000
+
+// ErrInvalid is wrapped by errors about a detector's or store's options.
+var ErrInvalid = errors.New("detectors: invalid option")
+
+func newStoreConfig(opts []StoreOption) (storeConfig, error) {
+	c := storeConfig{count: DefaultScanCount, prefix: etcdlock.DefaultPrefix}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.count < 1 || c.count > 100000 {
+		return c, fmt.Errorf("%w: scan count %d, want 1..100000", ErrInvalid, c.count)
+	}
+	if c.prefix == "" {
+		return c, fmt.Errorf("%w: empty etcd lock prefix", ErrInvalid)
+	}
+	return c, nil
+}
+
+// RedactURL returns raw with any password removed (user names stay), for
+// WithAddr and logs. A string that does not parse as a URL is returned
+// with everything before the last '@' cut, so a password cannot leak
+// through a malformed URL either.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		if i := strings.LastIndexByte(raw, '@'); i >= 0 {
+			return raw[i+1:]
+		}
+		return raw
+	}
+	if u.User != nil {
+		if name := u.User.Username(); name != "" {
+			u.User = url.User(name)
+		} else {
+			u.User = nil
+		}
+	}
+	q := u.Query()
+	for k := range q {
+		if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "token") {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// RedisStore reads a Redis deployment: a single node, a Sentinel-managed
+// primary (the UniversalClient redis.NewFailoverClient returns), or a
+// Cluster, every primary of which is scanned.
+type RedisStore struct {
+	c      redis.UniversalClient
+	addr   string
+	cliCmd string
+	count  int
+}
+
+// NewRedisStore returns a Store over c, a *redis.Client (single node or
+// Sentinel failover client) or a *redis.ClusterClient. A Ring is refused:
+// its keys cannot be scanned shard by shard through this interface.
+func NewRedisStore(c redis.UniversalClient, opts ...StoreOption) (*RedisStore, error) {
+	cfg, err := newStoreConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &RedisStore{c: c, count: cfg.count}
+	switch cc := c.(type) {
+	case *redis.Client:
+		o := cc.Options()
+		scheme := "redis"
+		if o.TLSConfig != nil {
+			scheme = "rediss"
+		}
+		s.addr = scheme + "://" + o.Addr
+		if o.DB != 0 {
+			s.addr += "/" + strconv.Itoa(o.DB)
+		}
+		s.cliCmd = redisCLI(o.Addr, o.Username, o.Password != "", o.TLSConfig != nil, o.DB, false)
+	case *redis.ClusterClient:
+		o := cc.Options()
+		if len(o.Addrs) == 0 {
+			return nil, fmt.Errorf("%w: cluster client without addresses", ErrInvalid)
+		}
+		scheme := "redis"
+		if o.TLSConfig != nil {
+			scheme = "rediss"
+		}
+		s.addr = scheme + "://" + strings.Join(o.Addrs, ",") + "?cluster=1"
+		s.cliCmd = redisCLI(o.Addrs[0], o.Username, o.Password != "", o.TLSConfig != nil, 0, true)
+	case nil:
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalid)
+	default:
+		return nil, fmt.Errorf("%w: Redis client %T is not supported (use *redis.Client or *redis.ClusterClient)", ErrInvalid, c)
+	}
+	if cfg.addr != "" {
+		s.addr = cfg.addr
+	}
+	return s, nil
+}
+
+func redisCLI(addr, user string, pass, tls bool, db int, cluster bool) string {
+	var b strings.Builder
+	b.WriteString("redis-cli")
+	if cluster {
+		b.WriteString(" -c")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, "6379"
+	}
+	if host == "FailoverClient" { // a Sentinel client does not expose its primary's address
+		b.WriteString(" -h PRIMARY_HOST -p PRIMARY_PORT")
+	} else {
+		b.WriteString(" -h " + shellQuote(host) + " -p " + shellQuote(port))
+	}
+	if tls {
+		b.WriteString(" --tls")
+	}
+	if user != "" {
+		b.WriteString(" --user " + shellQuote(user))
+	}
+	if pass {
+		b.WriteString(" --askpass")
+	}
+	if db != 0 {
+		b.WriteString(" -n " + strconv.Itoa(db))
+	}
+	return b.String()
+}
+
+// Addr returns the redacted address.
+func (s *RedisStore) Addr() string { return s.addr }
+
+// Backend returns "redis".
+func (s *RedisStore) Backend() string { return "redis" }
+
+func (s *RedisStore) cli() string { return s.cliCmd }
+
+// eachNode runs fn on every node holding keys: the one node, or every
+// Cluster primary (concurrently).
+func (s *RedisStore) eachNode(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, s.c.(*redis.Client))
+}
+
+// scanKeys SCANs match on node c in COUNT batches and calls batch with each
+// non-empty batch of keys.
+func (s *RedisStore) scanKeys(ctx context.Context, c *redis.Client, match string, batch func([]string) error) error {
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, match, int64(s.count)).Result()
+		if err != nil {
+			return fmt.Errorf("detectors: SCAN %s on %s: %w", match, c.Options().Addr, err)
+		}
+		if len(keys) > 0 {
+			if err := batch(keys); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// Heartbeats reads every lockgov:fleet:* key (on every Cluster primary).
+func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error) {
+	var mu sync.Mutex
+	var out []*fleet.Heartbeat
+	err := s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
+		return s.scanKeys(ctx, c, globEscape(fleet.RedisPrefix)+"*", func(keys []string) error {
+			// One pipeline of GETs: MGET would fail across Cluster slots.
+			pipe := c.Pipeline()
+			cmds := make([]*redis.StringCmd, len(keys))
+			for i, k := range keys {
+				cmds[i] = pipe.Get(ctx, k)
+			}
+			_, _ = pipe.Exec(ctx)
+			vals := make([]string, 0, len(keys))
+			for _, cmd := range cmds {
+				v, err := cmd.Result()
+				switch {
+				case err == nil:
+					vals = append(vals, v)
+				case errors.Is(err, redis.Nil) || isWrongType(err):
+				default:
+					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, v := range vals {
+				if hb, err := fleet.Decode([]byte(v)); err == nil {
+					out = append(out, hb)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortBeats(out)
+	return out, nil
+}
+
+func sortBeats(hbs []*fleet.Heartbeat) {
+	sort.Slice(hbs, func(i, j int) bool { return hbs[i].Instance < hbs[j].Instance })
+}
+
+func isWrongType(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// ScanLocks implements Store.
+func (s *RedisStore) ScanLocks(ctx context.Context, patterns []string, fn func(Lock) error) error {
+	return s.scan(ctx, patterns, nil, func(ls []Lock) error {
+		for _, l := range ls {
+			if err := fn(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scan SCANs each glob on every primary and reads each batch with one
+// pipeline of PTTL + GET that also carries the next SCAN, so a batch costs
+// one round trip. A key matched by an earlier glob is skipped, so
+// overlapping globs report a key once; companion keys (fences, queues,
+// release markers) and heartbeats are skipped.
+func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) bool, fn func([]Lock) error) error {
+	globs := compileGlobs(patterns)
+	var mu sync.Mutex
+	return s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
+		addr := c.Options().Addr
+		pttls := make([]*redis.DurationCmd, 0, s.count)
+		gets := make([]*redis.StringCmd, 0, s.count)
+		keep := make([]string, 0, s.count)
+		batch := make([]Lock, 0, s.count)
+		for gi, g := range globs {
+			keys, cursor, err := c.Scan(ctx, 0, g.src, int64(s.count)).Result()
+			if err != nil {
+				return fmt.Errorf("detectors: SCAN %s on %s: %w", g.src, addr, err)
+			}
+			for {
+				keep, pttls, gets, batch = keep[:0], pttls[:0], gets[:0], batch[:0]
+				for _, k := range keys {
+					if redislock.IsCompanionKey(k) || strings.HasPrefix(k, fleet.RedisPrefix) || coveredBefore(globs[:gi], k) {
+						continue
+					}
+					keep = append(keep, k)
+				}
+				pipe := c.Pipeline()
+				for _, k := range keep {
+					pttls = append(pttls, pipe.PTTL(ctx, k))
+					gets = append(gets, pipe.Get(ctx, k))
+				}
+				var next *redis.ScanCmd
+				if cursor != 0 {
+					next = pipe.Scan(ctx, cursor, g.src, int64(s.count))
+				}
+				if pipe.Len() == 0 {
+					break
+				}
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
+					return fmt.Errorf("detectors: read locks on %s: %w", addr, err)
+				}
+				for i, k := range keep {
+					l, ok, err := lockOf(k, pttls[i], gets[i])
+					if err != nil {
+						return fmt.Errorf("detectors: read lock on %s: %w", addr, err)
+					}
+					if ok {
+						batch = append(batch, l)
+					}
+				}
+				if len(batch) > 0 {
+					mu.Lock()
+					err := fn(batch)
+					mu.Unlock()
+					if err != nil {
+						return err
+					}
+				}
+				if next == nil {
+					break
+				}
+				if keys, cursor, err = next.Result(); err != nil {
+					return fmt.Errorf("detectors: SCAN %s on %s: %w", g.src, addr, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// lockOf builds the Lock of key k from its PTTL and GET replies; ok is
+// false when the key vanished since SCAN saw it.
+func lockOf(k string, pttl *redis.DurationCmd, get *redis.StringCmd) (Lock, bool, error) {
+	ttl, err := pttl.Result()
+	if err != nil {
+		return Lock{}, false, err
+	}
+	if ttl == -2 {
+		return Lock{}, false, nil
+	}
+	l := Lock{Key: k, StoreKey: k}
+	if ttl == -1 {
+		l.NoTTL = true
+	} else {
+		l.TTL, l.TTLKnown = ttl, true
+	}
+	v, err := get.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Lock{}, false, nil
+	case isWrongType(err):
+		l.Holder, l.Unreadable = lockvalue.Foreign(), "not a string value"
+	case err != nil:
+		return Lock{}, false, err
+	default:
+		l.Holder = redislock.DecodeValue(v)
+		l.Fence = l.Holder.Fence
+	}
+	return l, true, nil
+}
+
+func (s *RedisStore) get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, err := s.c.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("detectors: GET %q on %s: %w", key, s.addr, err)
+	}
+	return v, true, nil
+}
+
+// EtcdStore reads an etcd cluster.
+type EtcdStore struct {
+	c      *clientv3.Client
+	addr   string
+	prefix string
+	count  int
+}
+
+// NewEtcdStore returns a Store over c. Locks are read under the lock prefix
+// (WithLockPrefix, default etcdlock.DefaultPrefix).
+func NewEtcdStore(c *clientv3.Client, opts ...StoreOption) (*EtcdStore, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil etcd client", ErrInvalid)
+	}
+	cfg, err := newStoreConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &EtcdStore{c: c, prefix: cfg.prefix, count: cfg.count, addr: cfg.addr}
+	if s.addr == "" {
+		eps := make([]string, 0, len(c.Endpoints()))
+		for _, e := range c.Endpoints() {
+			eps = append(eps, RedactURL(e))
+		}
+		s.addr = "etcd://" + strings.Join(eps, ",")
+	}
+	return s, nil
+}
+
+// Addr returns the redacted address.
+func (s *EtcdStore) Addr() string { return s.addr }
+
+// Backend returns "etcd".
+func (s *EtcdStore) Backend() string { return "etcd" }
+
+func (s *EtcdStore) cli() string {
+	eps := make([]string, 0, len(s.c.Endpoints()))
+	for _, e := range s.c.Endpoints() {
+		eps = append(eps, RedactURL(e))
+	}
+	cmd := "etcdctl --endpoints=" + shellQuote(strings.Join(eps, ","))
+	if s.c.Username != "" {
+		cmd += " --user " + shellQuote(s.c.Username)
+	}
+	return cmd
+}
+
+// Heartbeats reads every key under fleet.EtcdPrefix.
+func (s *EtcdStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error) {
+	var out []*fleet.Heartbeat
+	err := s.pages(ctx, fleet.EtcdPrefix, func(kvs []*kvPair) error {
+		for _, kv := range kvs {
+			if hb, err := fleet.Decode(kv.value); err == nil {
+				out = append(out, hb)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("detectors: read heartbeats on %s: %w", s.addr, err)
+	}
+	sortBeats(out)
+	return out, nil
+}
+
+type kvPair struct {
+	key, value []byte
+	createRev  int64
+	lease      int64
+}
+
+// pages ranges over prefix in pages of count keys, all at the revision of
+// the first page, so a scan sees one consistent snapshot.
+func (s *EtcdStore) pages(ctx context.Context, prefix string, fn func([]*kvPair) error) error {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(s.count))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.c.Get(ctx, from, opts...)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		page := make([]*kvPair, len(resp.Kvs))
+		for i, kv := range resp.Kvs {
+			page[i] = &kvPair{key: kv.Key, value: kv.Value, createRev: kv.CreateRevision, lease: kv.Lease}
+		}
+		if err := fn(page); err != nil {
+			return err
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// ScanLocks implements Store; it reads every holder's lease TTL.
+func (s *EtcdStore) ScanLocks(ctx context.Context, _ []string, fn func(Lock) error) error {
+	return s.scan(ctx, nil, func(*Lock) bool { return true }, func(ls []Lock) error {
+		for _, l := range ls {
+			if err := fn(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scan ranges over the lock prefix. Entries of one lock key are adjacent in
+// key order (key, NUL, lease ID), so a lock is complete once the range
+// moves past its key: only the current key's entries are kept across a
+// page boundary. The head entry (lowest create revision) holds the lock.
+// Lease TTLs cost one TimeToLive call each, so they are read only where
+// needTTL says so.
+func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bool, fn func([]Lock) error) error {
+	var cur []*kvPair
+	curKey := ""
+	batch := make([]Lock, 0, s.count)
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		head := cur[0]
+		for _, kv := range cur[1:] {
+			if kv.createRev < head.createRev {
+				head = kv
+			}
+		}
+		l := Lock{Key: curKey, StoreKey: string(head.key), Holder: etcdlock.DecodeValue(head.value),
+			Fence: uint64(head.createRev), Lease: head.lease, Waiters: len(cur) - 1}
+		l.NoTTL = head.lease == 0
+		cur = cur[:0]
+		if !l.NoTTL && needTTL != nil && needTTL(&l) {
+			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease))
+			if err != nil {
+				return fmt.Errorf("detectors: lease TTL on %s: %w", s.addr, err)
+			}
+			if ttl.TTL < 0 { // expired since the range: the entry is gone
+				return nil
+			}
+			l.TTL, l.TTLKnown = time.Duration(ttl.TTL)*time.Second, true
+			l.GrantedTTL = time.Duration(ttl.GrantedTTL) * time.Second
+		}
+		batch = append(batch, l)
+		if len(batch) >= s.count {
+			err := fn(batch)
+			batch = batch[:0]
+			return err
+		}
+		return nil
+	}
+	err := s.pages(ctx, s.prefix, func(kvs []*kvPair) error {
+		for _, kv := range kvs {
+			key, _, ok := etcdlock.ParseQueueKey(s.prefix, string(kv.key))
+			if !ok {
+				// Not etcdlock's layout (another writer's key under the
+				// prefix): a lock of its own, named by its etcd key.
+				key = string(kv.key)
+			}
+			if key != curKey || !ok {
+				if err := flush(); err != nil {
+					return err
+				}
+				curKey = key
+			}
+			cur = append(cur, kv)
+			if !ok {
+				if err := flush(); err != nil {
+					return err
+				}
+				curKey = ""
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("detectors: scan locks on %s: %w", s.addr, err)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return fn(batch)
+	}
+	return nil
+}
+
+func (s *EtcdStore) get(ctx context.Context, key string) ([]byte, bool, error) {
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return nil, false, fmt.Errorf("detectors: get %q on %s: %w", key, s.addr, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, false, nil
+	}
+	return resp.Kvs[0].Value, true, nil
+}
+
+// shellQuote quotes s for a POSIX shell: single quotes, or $'…' with \xNN
+// escapes when s holds bytes a terminal would not show (etcd queue keys
+// contain a NUL).
+func shellQuote(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_./:,=@%+", c) >= 0) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	printable := true
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			printable = false
+			break
+		}
+	}
+	if printable {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\'' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}

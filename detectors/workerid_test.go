@@ -1,0 +1,100 @@
+package detectors_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+// TestWorkerIDs_EveryKind claims a real WorkerID on Redis and etcd and
+// publishes heartbeats around it: the holder alone is healthy; a second
+// instance reporting the same id is workerid_duplicate; an instance
+// reporting an id whose slot is gone is workerid_lease_gone from its second
+// beat on; an id outside the service's range is workerid_out_of_range;
+// overlapping ranges are workerid_range_overlap.
+func TestWorkerIDs_EveryKind(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := timeout(t, time.Minute)
+			var s detectors.Store
+			var client any
+			var reg *workerid.Registry
+			var err error
+			opts := []workerid.Option{workerid.WithTTL(time.Second), workerid.WithServiceRange("auth", 0, 9)}
+			if backend == "redis" {
+				c := newRedis(t)
+				s, client = redisStore(t, c), c
+				reg, err = workerid.NewRedis(c, opts...)
+			} else {
+				c := newEtcd(t)
+				s, client = etcdStore(t, c), c
+				reg, err = workerid.NewEtcd(c, opts...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease, err := reg.Claim(ctx, "auth")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lease.Release(context.Background()) })
+			id := lease.WorkerID()
+			slot := workerid.SlotKey(workerid.DefaultKeyPrefix, id)
+			self := selfBeat("self")
+			self.WorkerIDs = []fleet.WorkerID{{Service: "auth", ID: id, Key: slot}}
+			putBeat(t, ctx, client, self)
+
+			d, err := detectors.NewWorkerIDs(s, detectors.WithServiceRange("auth", 0, 9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("the holder alone:%s", describe(fs))
+			}
+
+			twin := otherBeat("twin", 2)
+			twin.WorkerIDs = []fleet.WorkerID{{Service: "auth", ID: id, Key: slot}}
+			lost := otherBeat("lost", 3)
+			lost.WorkerIDs = []fleet.WorkerID{{Service: "auth", ID: 5}}
+			wild := otherBeat("wild", 4)
+			wild.WorkerIDs = []fleet.WorkerID{{Service: "auth", ID: 42}}
+			for _, hb := range []*fleet.Heartbeat{twin, lost, wild} {
+				putBeat(t, ctx, client, hb)
+			}
+			d2, err := detectors.NewWorkerIDs(s, detectors.WithServiceRange("auth", 0, 9), detectors.WithServiceRange("billing", 5, 15))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := func(fs []detectors.Finding) string {
+				m := map[string][]string{}
+				for _, f := range fs {
+					who := ""
+					if f.Holder != nil {
+						who = f.Holder.Instance
+					}
+					m[f.Kind] = append(m[f.Kind], who)
+				}
+				return fmt.Sprint(m)
+			}
+			// twin's slot is held by self (someone else), lost's slot is gone,
+			// wild's slot is gone too: pending until their next beat.
+			first := detect(t, ctx, d2)
+			if got, want := kinds(first), "map[workerid_duplicate:[self] workerid_out_of_range:[wild] workerid_range_overlap:[]]"; got != want {
+				t.Fatalf("first call:\n got %s\nwant %s%s", got, want, describe(first))
+			}
+			for _, hb := range []*fleet.Heartbeat{twin, lost, wild} {
+				hb.SentAt = hb.SentAt.Add(fleet.DefaultPeriod)
+				putBeat(t, ctx, client, hb)
+			}
+			fs := detect(t, ctx, d2)
+			if got, want := kinds(fs), "map[workerid_duplicate:[self] workerid_lease_gone:[twin wild lost] workerid_out_of_range:[wild] workerid_range_overlap:[]]"; got != want {
+				t.Fatalf("second call:\n got %s\nwant %s (lease_gone in key order: {0} {42} {5})%s", got, want, describe(fs))
+			}
+		})
+	}
+}
