@@ -132,12 +132,46 @@ var (
 	}
 )
 
+// Agent metrics (lockgov agent).
+var (
+	Findings = Metric{
+		Name: "lockgov_findings", Kind: Gauge, Component: "agent",
+		Help:   "Findings of the last scan by detector, kind and severity (exported by the leading agent only).",
+		Labels: []string{"detector", "kind", "severity"},
+		Values: map[string][]string{"severity": {"info", "warning", "critical"}},
+	}
+	ClockSkewSeconds = Metric{
+		Name: "lockgov_clock_skew_seconds", Kind: Gauge, Component: "agent",
+		Help:   "Clock offset of an instance to its store (local minus store), from its heartbeat (leading agent only).",
+		Labels: []string{"service", "instance"},
+	}
+	AgentScanDuration = Metric{
+		Name: "lockgov_agent_scan_duration_seconds", Kind: Histogram, Component: "agent",
+		Help:    "Time one scan of the stores took (leading agent).",
+		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}
+	AgentKeysScannedTotal = Metric{
+		Name: "lockgov_agent_keys_scanned_total", Kind: Counter, Component: "agent",
+		Help: "Keys the agent's lock inventory looked at.",
+	}
+	AgentLeader = Metric{
+		Name: "lockgov_agent_leader", Kind: Gauge, Component: "agent",
+		Help: "1 while this agent leads (scans and publishes findings), 0 while it follows.",
+	}
+	AgentStoreUp = Metric{
+		Name: "lockgov_agent_store_up", Kind: Gauge, Component: "agent",
+		Help:   "1 when the store answered the agent's last health check, 0 when not.",
+		Labels: []string{"store"},
+	}
+)
+
 // Table is every lockgov metric, in the order the README lists them.
 var Table = []Metric{
 	LockAcquireTotal, LockAcquireDuration, LockHoldDuration, LockHeld, LockWaiters,
 	LockRenewalsTotal, LockLostTotal, LeaseLeakedTotal, PolicyViolationsTotal,
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
+	Findings, ClockSkewSeconds, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
 }
 
 // Lookup returns the table row named name.
