@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -254,6 +255,31 @@ func (c *Config) validate() error {
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
+	}
+	return nil
+}
+
+// CheckConfig reports what is wrong with cfg without connecting to
+// anything: malformed store URLs (the error names the flag), a bad
+// interval or listen address.
+func CheckConfig(cfg *Config) error {
+	for _, u := range cfg.Redis {
+		if _, err := ParseRedisURL(u); err != nil {
+			return fmt.Errorf("--redis %w", err)
+		}
+	}
+	if len(cfg.Etcd) > 0 {
+		if _, err := parseEtcdEndpoints(cfg.Etcd); err != nil {
+			return fmt.Errorf("--etcd %w", err)
+		}
+	}
+	if cfg.Interval < 0 {
+		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	if cfg.Listen != "" {
+		if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %v", cfg.Listen, err)
+		}
 	}
 	return nil
 }
