@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -96,7 +95,7 @@ func (f *agentFlags) merge(cmd *cobra.Command) (*agent.Config, error) {
 		cfg.Redis = f.redis
 	}
 	if set("etcd") {
-		cfg.Etcd = splitComma(f.etcd)
+		cfg.Etcd = agent.SplitList(f.etcd)
 		if len(cfg.Etcd) == 0 {
 			return nil, Usagef("--etcd: no endpoint")
 		}
@@ -120,14 +119,4 @@ func (f *agentFlags) merge(cmd *cobra.Command) (*agent.Config, error) {
 		return nil, UsageError{err}
 	}
 	return cfg, nil
-}
-
-func splitComma(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

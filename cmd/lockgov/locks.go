@@ -101,7 +101,7 @@ func (f *locksFlags) run(cmd *cobra.Command, body func(context.Context, *agent.I
 			return UsageError{err}
 		}
 	}
-	cfg := &agent.Config{Redis: f.redis, Etcd: splitComma(f.etcd)}
+	cfg := &agent.Config{Redis: f.redis, Etcd: agent.SplitList(f.etcd)}
 	if err := agent.CheckConfig(cfg); err != nil {
 		return UsageError{err}
 	}

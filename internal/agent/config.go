@@ -160,7 +160,7 @@ func (p *cfgParser) str(k, v *yaml.Node) string {
 func (p *cfgParser) strings(k, v *yaml.Node) []string {
 	switch {
 	case v.Kind == yaml.ScalarNode && !isNull(v):
-		return splitList(v.Value)
+		return SplitList(v.Value)
 	case v.Kind == yaml.SequenceNode:
 		var out []string
 		for _, item := range v.Content {
@@ -189,8 +189,9 @@ func (p *cfgParser) duration(k, v *yaml.Node) time.Duration {
 	return d
 }
 
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
+// SplitList splits a comma-separated list (--etcd endpoints), dropping
+// empty items.
+func SplitList(s string) []string {
 	var out []string
 	for _, item := range strings.Split(s, ",") {
 		if item = strings.TrimSpace(item); item != "" {
