@@ -250,16 +250,18 @@ func (a *Agent) closeStores() {
 
 // lead runs the scans of one term: at once, then every interval.
 func (a *Agent) lead(t term) {
+	// The gauge changes with the flag, under one lock: whoever sees
+	// Leader() true scrapes lockgov_agent_leader 1.
 	a.mu.Lock()
 	a.leading, a.fence = true, t.fence
-	a.mu.Unlock()
 	a.m.leader.Set(1)
+	a.mu.Unlock()
 	a.log.Info("agent: leading", "id", a.cfg.ID, "fence", t.fence)
 	defer func() {
 		a.mu.Lock()
 		a.leading = false
-		a.mu.Unlock()
 		a.m.leader.Set(0)
+		a.mu.Unlock()
 		// Only the leader exports findings and skew: a sum over agents
 		// counts each finding once.
 		a.m.findings.Reset()

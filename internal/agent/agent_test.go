@@ -255,7 +255,7 @@ func TestStart_MalformedURLNamesTheFlag(t *testing.T) {
 }
 
 func TestParseConfig_ErrorsNameFileLineAndField(t *testing.T) {
-	src := "redis:\n  - redis://localhost:6380\ninterval: soon\nlisten: [a]\nfrobnicate: 1\netcd: ftp://x:1\n"
+	src := "redis:\n  - redis://localhost:6380\ninterval: soon\nlisten: [a]\nfrobnicate: 1\netcd: ftp://x:1\npolicy: a.yaml\npolicy: b.yaml\n"
 	_, err := ParseConfig("agent.yaml", []byte(src))
 	if err == nil {
 		t.Fatal("no error")
@@ -265,6 +265,7 @@ func TestParseConfig_ErrorsNameFileLineAndField(t *testing.T) {
 		"agent.yaml:4: listen: must be a string, got a list",
 		"agent.yaml:5: frobnicate: unknown field",
 		`agent.yaml:6: etcd: ftp://x:1: scheme "ftp"`,
+		"agent.yaml:8: policy: duplicate field (first at line 7)",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error\n%v\ndoes not contain %q", err, want)

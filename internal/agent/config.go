@@ -99,8 +99,14 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		p.fail(doc, "", "must be a mapping, got %s", kind(doc))
 		return nil, errors.Join(p.errs...)
 	}
+	seen := map[string]int{}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
+		if first, dup := seen[k.Value]; dup {
+			p.fail(k, k.Value, "duplicate field (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
 		switch k.Value {
 		case "redis":
 			cfg.Redis = p.strings(k, v)
