@@ -69,6 +69,10 @@ func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\ninterval: often\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte("defaults:\n  ttl: forever\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -77,6 +81,7 @@ func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
 		{[]string{"agent", "--redis", "redis://:hunter2@h:port"}, `--redis "redis://xxxxx@h:port": malformed URL`},
 		{[]string{"agent", "--etcd", "ftp://h:1"}, `--etcd etcd`},
 		{[]string{"agent", "--interval", "-1s"}, "--interval -1s: want > 0"},
+		{[]string{"agent", "--policy", badPolicy}, badPolicy + ":2: defaults.ttl"},
 		{[]string{"locks", "ls", "--redis", "mysql://h:1"}, `--redis mysql://h:1: scheme "mysql"`},
 		{[]string{"locks", "ls", "-o", "yaml", "--redis", "redis://h:1"}, `-o "yaml": want table or json`},
 		{[]string{"locks", "ls"}, "no store: give --redis URL or --etcd ENDPOINTS"},

@@ -116,7 +116,8 @@ type record struct {
 
 // Start opens the stores (an embedded etcd when none is given), starts the
 // election, the scans, the health checks and the HTTP server, and prints
-// the console URL on a line of its own. Close stops it.
+// the console URL on a line of its own. Close stops it; ctx only carries
+// values (the agent runs until Close, whatever happens to ctx).
 func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error) {
 	o := options{detectors: BuildDetectors}
 	for _, opt := range opts {

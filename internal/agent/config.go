@@ -268,7 +268,7 @@ func (c *Config) validate() error {
 
 // CheckConfig reports what is wrong with cfg without connecting to
 // anything: malformed store URLs (the error names the flag), a bad
-// interval or listen address.
+// interval or listen address, a policy file that does not parse.
 func CheckConfig(cfg *Config) error {
 	for _, u := range cfg.Redis {
 		if _, err := ParseRedisURL(u); err != nil {
@@ -282,6 +282,11 @@ func CheckConfig(cfg *Config) error {
 	}
 	if cfg.Interval < 0 {
 		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	if cfg.Policy != "" {
+		if _, err := policy.Load(cfg.Policy); err != nil {
+			return err // names the file, the line and the field
+		}
 	}
 	if cfg.Listen != "" {
 		if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
