@@ -133,6 +133,7 @@ type lockWriter struct {
 	tw        *tabwriter.Writer
 	withStore bool
 	header    bool
+	rows      int
 }
 
 func newLockWriter(w io.Writer, format string, withStore bool) *lockWriter {
@@ -153,6 +154,13 @@ func (w *lockWriter) write(l agent.Lock) error {
 			h = "STORE\t" + h
 		}
 		fmt.Fprintln(w.tw, h)
+	}
+	// tabwriter holds every row until Flush: flush per block, so that a
+	// listing of a million keys streams (columns align within a block).
+	if w.rows++; w.rows%1000 == 0 {
+		if err := w.tw.Flush(); err != nil {
+			return err
+		}
 	}
 	row := strings.Join([]string{l.Key, l.Pattern, holder(l), age(l.Age), ttl(l), strconv.FormatUint(l.Fence, 10)}, "\t")
 	if w.withStore {
