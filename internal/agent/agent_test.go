@@ -279,3 +279,30 @@ func TestParseConfig_ErrorsNameFileLineAndField(t *testing.T) {
 		t.Errorf("parsed %+v", cfg)
 	}
 }
+
+func TestStoreDown_Etcd_ReadyzIs503AndTheAgentLeadsAgainAfterRestart(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	cfg := testConfig("agent")
+	cfg.Etcd = e.Endpoints()
+	a := start(t, cfg)
+	waitFor(t, "the agent to lead", a.Leader)
+	e.Stop()
+	var body string
+	waitFor(t, "/readyz 503", func() bool {
+		var code int
+		code, body = get(t, a.URL()+"readyz")
+		return code == 503
+	})
+	if !strings.Contains(body, "store etcd://") {
+		t.Errorf("/readyz body %q does not name the store", body)
+	}
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "/readyz 200 after etcd returns", func() bool {
+		code, _ := get(t, a.URL()+"readyz")
+		return code == 200
+	})
+	waitFor(t, "the agent to lead after etcd returns", a.Leader)
+	waitFor(t, "a scan after etcd returns", func() bool { return findings(t, a).ScannedAt != nil })
+}
