@@ -51,6 +51,7 @@ type etcdElector struct {
 	id       string
 	interval time.Duration
 	log      *slog.Logger
+	quiet    onceLogger
 }
 
 func (e *etcdElector) run(ctx context.Context, lead func(term)) {
@@ -58,7 +59,7 @@ func (e *etcdElector) run(ctx context.Context, lead func(term)) {
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(e.s.etcd, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
 		if err != nil {
-			e.log.Warn("agent: election session", "store", e.s.name, "err", err)
+			e.quiet.warn(e.log, "agent: election session", e.s.name, err)
 			pause(ctx, e.interval)
 			continue
 		}
@@ -75,11 +76,12 @@ func (e *etcdElector) run(ctx context.Context, lead func(term)) {
 			cancel()
 			closeSession(sess)
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-				e.log.Warn("agent: campaign", "store", e.s.name, "err", err)
+				e.quiet.warn(e.log, "agent: campaign", e.s.name, err)
 			}
 			pause(ctx, e.interval)
 			continue
 		}
+		e.quiet.reset()
 		lead(term{ctx: cctx, fence: uint64(el.Rev()), etcdKey: el.Key()})
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.Background(), e.interval)
@@ -105,6 +107,7 @@ type redisElector struct {
 	locker   *redislock.Locker
 	interval time.Duration
 	log      *slog.Logger
+	quiet    onceLogger
 }
 
 func (e *redisElector) run(ctx context.Context, lead func(term)) {
@@ -117,11 +120,12 @@ func (e *redisElector) run(ctx context.Context, lead func(term)) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, instrument.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
-				e.log.Warn("agent: leader lock", "store", e.s.name, "err", err)
+				e.quiet.warn(e.log, "agent: leader lock", e.s.name, err)
 				pause(ctx, e.interval)
 			}
 			continue
 		}
+		e.quiet.reset()
 		tctx, tcancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(lease.Context(), tcancel)
 		lead(term{ctx: tctx, fence: lease.Fence()})
@@ -142,3 +146,15 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// onceLogger logs an election error once per outage, not every interval.
+type onceLogger struct{ logged bool }
+
+func (o *onceLogger) warn(log *slog.Logger, msg, store string, err error) {
+	if !o.logged {
+		o.logged = true
+		log.Warn(msg, "store", store, "err", err, "note", "retrying every interval; logged once until leadership is won")
+	}
+}
+
+func (o *onceLogger) reset() { o.logged = false }
