@@ -3,44 +3,69 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/lockgov/lockgov/snowflake"
 )
 
-func init() {
-	commands["id"] = command{
-		summary: "decode and generate Snowflake IDs (id decode <id>..., id gen --worker N -n K)",
-		run:     func(args []string) error { return idCmd(args, os.Stdout) },
-	}
-}
-
-const idUsage = `usage:
-  lockgov id decode [--layout L] [--epoch T] <id>...
-  lockgov id gen --worker N [-n K] [--layout L] [--epoch T]
+const idLong = `Decode and generate Snowflake IDs.
 
 --layout is time/worker/sequence bits (default 41/10/12; 42/8/13; 41/5/7 is the
 JavaScript-safe 53-bit layout) or a preset: default, 8x13, jssafe.
 --epoch is RFC 3339 (default 2024-01-01T00:00:00Z).`
 
+func newIDCmd() *cobra.Command {
+	id := &cobra.Command{
+		Use:   "id",
+		Short: "decode and generate Snowflake IDs (id decode <id>..., id gen --worker N -n K)",
+		Long:  idLong,
+		Args:  noCommand,
+		RunE:  showHelp,
+	}
+	var df idFlags
+	decode := &cobra.Command{
+		Use:   "decode [--layout L] [--epoch T] <id>...",
+		Short: "print the time, worker and sequence of IDs",
+		Long:  idLong,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return idDecode(&df, args, cmd.OutOrStdout())
+		},
+	}
+	df.register(decode.Flags())
+	var gf idFlags
+	var worker int64
+	var n int
+	gen := &cobra.Command{
+		Use:   "gen --worker N [-n K] [--layout L] [--epoch T]",
+		Short: "generate IDs as worker N",
+		Long:  idLong,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return idGen(&gf, worker, cmd.Flags().Changed("worker"), n, args, cmd.OutOrStdout())
+		},
+	}
+	gf.register(gen.Flags())
+	gen.Flags().Int64Var(&worker, "worker", -1, "WorkerID (required)")
+	gen.Flags().IntVarP(&n, "count", "n", 1, "number of IDs")
+	id.AddCommand(decode, gen)
+	return id
+}
+
+// idCmd runs lockgov id with args, for tests.
 func idCmd(args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return Usagef("missing subcommand\n%s", idUsage)
+	root := newRoot(stdout, io.Discard)
+	root.SetArgs(append([]string{"id"}, args...))
+	_, err := root.ExecuteC()
+	if errors.Is(err, errShownHelp) {
+		return Usagef("missing subcommand")
 	}
-	switch args[0] {
-	case "decode":
-		return idDecode(args[1:], stdout)
-	case "gen":
-		return idGen(args[1:], stdout)
-	default:
-		return Usagef("unknown subcommand %q\n%s", args[0], idUsage)
-	}
+	return err
 }
 
 // idFlags are the flags both subcommands share.
@@ -49,21 +74,43 @@ type idFlags struct {
 	epoch  time.Time
 }
 
-func (f *idFlags) register(fs *flag.FlagSet) {
+func (f *idFlags) register(fs *pflag.FlagSet) {
 	f.layout, f.epoch = snowflake.DefaultLayout, snowflake.DefaultEpoch
-	fs.Func("layout", "bit layout time/worker/sequence or preset (default 41/10/12)", func(s string) error {
-		l, err := parseLayout(s)
-		f.layout = l
-		return err
-	})
-	fs.Func("epoch", "epoch, RFC 3339 (default 2024-01-01T00:00:00Z)", func(s string) error {
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return fmt.Errorf("want RFC 3339, like 2024-01-01T00:00:00Z")
-		}
-		f.epoch = t
-		return nil
-	})
+	fs.Var(layoutValue{&f.layout}, "layout", "bit layout time/worker/sequence, or a preset")
+	fs.Var(epochValue{&f.epoch}, "epoch", "epoch, RFC 3339")
+}
+
+type layoutValue struct{ l *snowflake.Layout }
+
+func (v layoutValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return v.l.String()
+}
+func (v layoutValue) Type() string { return "layout" }
+func (v layoutValue) Set(s string) error {
+	l, err := parseLayout(s)
+	*v.l = l
+	return err
+}
+
+type epochValue struct{ t *time.Time }
+
+func (v epochValue) String() string {
+	if v.t == nil {
+		return ""
+	}
+	return v.t.Format(time.RFC3339)
+}
+func (v epochValue) Type() string { return "time" }
+func (v epochValue) Set(s string) error {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fmt.Errorf("want RFC 3339, like 2024-01-01T00:00:00Z")
+	}
+	*v.t = t
+	return nil
 }
 
 func parseLayout(s string) (snowflake.Layout, error) {
@@ -94,33 +141,11 @@ func parseLayout(s string) (snowflake.Layout, error) {
 	return l, l.Validate()
 }
 
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("id "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are returned, with idUsage
-	return fs
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return Usagef("%s", idUsage)
-		}
-		return Usagef("%v\n%s", err, idUsage)
+func idDecode(f *idFlags, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return Usagef("decode needs at least one id")
 	}
-	return nil
-}
-
-func idDecode(args []string, stdout io.Writer) error {
-	var f idFlags
-	fs := newFlagSet("decode")
-	f.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		return Usagef("decode needs at least one id\n%s", idUsage)
-	}
-	for _, a := range fs.Args() {
+	for _, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil {
 			return Usagef("%q is not a decimal 64-bit integer", a)
@@ -135,31 +160,23 @@ func idDecode(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func idGen(args []string, stdout io.Writer) error {
-	var f idFlags
-	fs := newFlagSet("gen")
-	f.register(fs)
-	worker := fs.Int64("worker", -1, "WorkerID (required)")
-	n := fs.Int("n", 1, "number of IDs")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
+func idGen(f *idFlags, worker int64, workerSet bool, n int, args []string, stdout io.Writer) error {
 	switch {
-	case fs.NArg() > 0:
-		return Usagef("unexpected argument %q\n%s", fs.Arg(0), idUsage)
-	case *worker < 0 && !flagSet(fs, "worker"):
+	case len(args) > 0:
+		return Usagef("unexpected argument %q", args[0])
+	case !workerSet:
 		return Usagef("--worker is required (0..%d for layout %s)", f.layout.MaxWorker(), f.layout)
-	case *n <= 0:
-		return Usagef("-n %d: want n > 0", *n)
+	case n <= 0:
+		return Usagef("-n %d: want n > 0", n)
 	}
-	g, err := snowflake.New(*worker, snowflake.WithLayout(f.layout), snowflake.WithEpoch(f.epoch))
+	g, err := snowflake.New(worker, snowflake.WithLayout(f.layout), snowflake.WithEpoch(f.epoch))
 	if errors.Is(err, snowflake.ErrInvalid) {
 		return UsageError{err}
 	}
 	if err != nil {
 		return err
 	}
-	ids, err := g.NextN(context.Background(), *n)
+	ids, err := g.NextN(context.Background(), n)
 	if err != nil {
 		return err
 	}
@@ -170,10 +187,4 @@ func idGen(args []string, stdout io.Writer) error {
 	}
 	_, err = stdout.Write(buf)
 	return err
-}
-
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

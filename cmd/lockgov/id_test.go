@@ -12,10 +12,10 @@ func TestIDCmd_RefusesBadInputWithClearErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{}, "missing subcommand"},
-		{[]string{"frob"}, `unknown subcommand "frob"`},
+		{[]string{"frob"}, `unknown command "frob"`},
 		{[]string{"decode"}, "needs at least one id"},
 		{[]string{"decode", "abc"}, `"abc" is not a decimal 64-bit integer`},
-		{[]string{"decode", "-5"}, "flag provided but not defined: -5"},
+		{[]string{"decode", "-5"}, "unknown shorthand flag: '5' in -5"},
 		{[]string{"decode", "--layout", "41/10/11", "1"}, "sum to 62, want 63"},
 		{[]string{"decode", "--epoch", "yesterday", "1"}, "want RFC 3339"},
 		{[]string{"gen"}, "--worker is required"},
@@ -66,16 +66,20 @@ func TestIDCmd_GenThenDecode(t *testing.T) {
 }
 
 func TestRun_ExitCodes(t *testing.T) {
-	var stderr bytes.Buffer
-	if code := run(nil, &stderr); code != 2 || !strings.Contains(stderr.String(), "id ") {
-		t.Fatalf("no args: code %d, usage %q", code, stderr.String())
+	var stdout, stderr bytes.Buffer
+	if code := run(nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "  id ") || stdout.Len() > 0 {
+		t.Fatalf("no args: code %d, stdout %q, stderr %q; want 2 and the help on stderr", code, stdout.String(), stderr.String())
 	}
 	stderr.Reset()
-	if code := run([]string{"nope"}, &stderr); code != 2 {
-		t.Fatalf("unknown command: code %d", code)
+	if code := run([]string{"nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `unknown command "nope"`) {
+		t.Fatalf("unknown command: code %d, %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := run([]string{"id", "gen", "--worker", "5000"}, &stderr); code != 2 || !strings.Contains(stderr.String(), "lockgov id: ") {
+	if code := run([]string{"id", "gen", "--worker", "5000"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "lockgov id gen: ") {
 		t.Fatalf("bad worker: code %d, %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := run([]string{"id", "gen", "--nope"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "unknown flag: --nope") {
+		t.Fatalf("unknown flag: code %d, %q", code, stderr.String())
 	}
 }

@@ -1,7 +1,9 @@
 // Command lockgov is lockgov's one binary: lockgov <command> [arguments].
 //
-// Each command lives in a file named after it and registers itself in commands from an
-// init function, so adding a command is adding a file.
+// Commands are github.com/spf13/cobra commands, one file each, added to the
+// root by newRoot. Exit status: 0 success (and --help), 1 failure, 2 bad
+// usage — including lockgov, lockgov id and lockgov locks without a
+// command, which print their help to stderr.
 package main
 
 import (
@@ -9,22 +11,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// command is one subcommand: a one-line summary for the usage text and its entry point,
-// which gets the arguments after the command name.
-type command struct {
-	summary string
-	run     func(args []string) error
-}
-
-// commands is filled by the command files' init functions.
-var commands = map[string]command{}
-
-// UsageError marks an error that is the caller's (bad arguments): exit status 2, like the
-// flag package. Commands return it through Usagef or by wrapping.
+// UsageError marks an error that is the caller's (bad arguments): exit
+// status 2, like the flag package. Commands return it through Usagef or by
+// wrapping.
 type UsageError struct{ Err error }
 
 func (e UsageError) Error() string { return e.Err.Error() }
@@ -33,50 +28,94 @@ func (e UsageError) Unwrap() error { return e.Err }
 // Usagef returns a UsageError.
 func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
 
+// errShownHelp is the UsageError of a command run without its subcommand:
+// the help is the message.
+var errShownHelp = UsageError{errors.New("")}
+
 func main() {
+	// go vet -vettool=lockgov speaks go vet's protocol, not a command line:
+	// hand over before cobra parses anything.
 	if isVetTool(os.Args[1:]) {
-		runVetTool() // go vet -vettool=lockgov: does not return
+		runVetTool() // does not return
 	}
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return 0
 	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "lockgov: unknown command %q\n", args[0])
-		usage(stderr)
+	var ue UsageError
+	if errors.As(err, &ue) {
+		if ue != errShownHelp {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+		}
 		return 2
 	}
-	if err := cmd.run(args[1:]); err != nil {
-		fmt.Fprintf(stderr, "lockgov %s: %v\n", args[0], err)
-		var ue UsageError
-		if errors.As(err, &ue) {
-			return 2
-		}
-		return 1
-	}
-	return 0
+	fmt.Fprintf(stderr, "%s: %v\n", cmd.CommandPath(), err)
+	return 1
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: lockgov <command> [arguments]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
+// newRoot builds the command tree.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "lockgov",
+		Short: "lock governance for Redis and etcd: governed locks, Snowflake IDs, the agent, vet",
+		Long: `lockgov governs the locks and Snowflake IDs of Go services on Redis and etcd.
+
+Run "lockgov agent" to watch the stores, "lockgov locks ls" to see the locks,
+"lockgov vet ./..." to check code. Flags an operator sets per deployment also
+come from the environment: LOCKGOV_REDIS, LOCKGOV_ETCD, LOCKGOV_LISTEN,
+LOCKGOV_POLICY, LOCKGOV_INTERVAL, LOCKGOV_CONFIG, LOCKGOV_REMEDIATION_TOKEN.`,
+		Args:          noCommand,
+		RunE:          showHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
-	slices.Sort(names)
-	width := 0
-	for _, n := range names {
-		width = max(width, len(n))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{err} })
+	root.AddCommand(newAgentCmd(), newDemoCmd(), newGenerateCmd(), newIDCmd(), newLocksCmd(), newVetCmd(), newVersionCmd())
+	return root
+}
+
+// noCommand refuses arguments that name no command.
+func noCommand(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return Usagef("unknown command %q (see %s --help)", args[0], cmd.CommandPath())
 	}
-	for _, n := range names {
-		fmt.Fprintf(w, "  %s%s  %s\n", n, strings.Repeat(" ", width-len(n)), commands[n].summary)
+	return nil
+}
+
+// showHelp prints the help of a command that needs a subcommand to stderr
+// and exits 2.
+func showHelp(cmd *cobra.Command, _ []string) error {
+	cmd.SetOut(cmd.ErrOrStderr())
+	_ = cmd.Help()
+	return errShownHelp
+}
+
+// envFlags fills each named flag that the command line did not set from
+// its environment variable. A list flag takes a space-separated list.
+func envFlags(fs *pflag.FlagSet, vars map[string]string) error {
+	for name, env := range vars {
+		f := fs.Lookup(name)
+		v, ok := os.LookupEnv(env)
+		if f == nil || f.Changed || !ok || v == "" {
+			continue
+		}
+		items := []string{v}
+		if strings.HasSuffix(f.Value.Type(), "Array") || strings.HasSuffix(f.Value.Type(), "Slice") {
+			items = strings.Fields(v)
+		}
+		for _, item := range items {
+			if err := fs.Set(name, item); err != nil {
+				return Usagef("%s: %v", env, err)
+			}
+		}
 	}
+	return nil
 }

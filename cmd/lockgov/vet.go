@@ -8,17 +8,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/lockgov/lockgov/policy/analysis"
 )
-
-func init() {
-	commands["vet"] = command{
-		summary: "find lock, ID and token mistakes in Go code (vet [-json] [-policy FILE] [packages])",
-		run:     func(args []string) error { return vetCmd(args, os.Stdout) },
-	}
-}
 
 const vetUsage = `usage: lockgov vet [-json] [-policy FILE] [-enable NAME,...] [-tests] [packages]
 
@@ -31,10 +27,28 @@ package, code that does not compile, a bad policy file).
 
 As go vet's tool: go vet -vettool=$(command -v lockgov) [-policy=/abs/policy.yaml] ./...`
 
+// newVetCmd keeps vet's own flag parsing (single-dash flags, as go vet's),
+// so cobra only routes to it.
+func newVetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "vet [-json] [-policy FILE] [-enable NAME,...] [-tests] [packages]",
+		Short:              "find lock, ID and token mistakes in Go code",
+		Long:               vetUsage,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+				fmt.Fprintln(cmd.OutOrStdout(), vetUsage)
+				return nil
+			}
+			return vetCmd(args, cmd.OutOrStdout())
+		},
+	}
+}
+
 // isVetTool and runVetTool let main hand the process to go vet's protocol.
 func isVetTool(args []string) bool {
 	if len(args) > 0 {
-		if _, ok := commands[args[0]]; ok {
+		if c, _, err := newRoot(io.Discard, io.Discard).Find(args[:1]); err == nil && c.Parent() != nil {
 			return false
 		}
 	}

@@ -55,7 +55,7 @@ func startPrometheus(t *testing.T, dir string, config []byte) string {
 func TestGeneratedRules_FireInARealPrometheus(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	findings := telemetry.Findings.GaugeVec(nil)
-	skew := telemetry.ClockSkew.GaugeVec(nil)
+	skew := telemetry.ClockSkewSeconds.GaugeVec(nil)
 	reg.MustRegister(findings, skew)
 	findings.WithLabelValues("leak", "immortal", "critical").Set(1)
 	findings.WithLabelValues("workerid", "workerid_duplicate", "critical").Set(1)

@@ -137,11 +137,11 @@ var (
 	}
 )
 
-// Agent metrics (lockgov agent, issue 9).
+// Agent metrics (lockgov agent).
 var (
 	Findings = Metric{
 		Name: "lockgov_findings", Kind: Gauge, Component: "agent",
-		Help:   "Open findings of the last scan, by detector, kind and severity.",
+		Help:   "Findings of the last scan by detector, kind and severity (exported by the leading agent only).",
 		Labels: []string{"detector", "kind", "severity"},
 		Values: map[string][]string{
 			"kind": {"immortal", "ttl_above_max", "held_too_long", "holder_dead", "deadlock", "lock_order_inversion",
@@ -149,27 +149,27 @@ var (
 			"severity": {"info", "warning", "critical"},
 		},
 	}
-	ClockSkew = Metric{
+	ClockSkewSeconds = Metric{
 		Name: "lockgov_clock_skew_seconds", Kind: Gauge, Component: "agent",
-		Help:   "Clock offset of an instance to its store, from its last heartbeat (round-trip corrected).",
+		Help:   "Clock offset of an instance to its store (local minus store), from its heartbeat (leading agent only).",
 		Labels: []string{"service", "instance"},
 	}
 	AgentScanDuration = Metric{
 		Name: "lockgov_agent_scan_duration_seconds", Kind: Histogram, Component: "agent",
-		Help:    "Time one agent scan of all stores took.",
+		Help:    "Time one scan of the stores took (leading agent).",
 		Buckets: scanBuckets,
 	}
 	AgentKeysScannedTotal = Metric{
 		Name: "lockgov_agent_keys_scanned_total", Kind: Counter, Component: "agent",
-		Help: "Keys the agent's scans read.",
+		Help: "Keys the agent's lock inventory looked at.",
 	}
 	AgentLeader = Metric{
 		Name: "lockgov_agent_leader", Kind: Gauge, Component: "agent",
-		Help: "1 while this agent is the leader that scans, 0 while it follows.",
+		Help: "1 while this agent leads (scans and publishes findings), 0 while it follows.",
 	}
 	AgentStoreUp = Metric{
 		Name: "lockgov_agent_store_up", Kind: Gauge, Component: "agent",
-		Help:   "1 while the agent reaches the store, 0 while it does not.",
+		Help:   "1 when the store answered the agent's last health check, 0 when not.",
 		Labels: []string{"store"},
 	}
 )
@@ -215,9 +215,9 @@ var Table = []Metric{
 	LockRenewalsTotal, LockLostTotal, LeaseLeakedTotal, PolicyViolationsTotal,
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
-	Findings, ClockSkew, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
-	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
+	Findings, ClockSkewSeconds, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
 	FleetHeartbeatsTotal, ClockOffsetSeconds,
+	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
 }
 
 // Lookup returns the table row named name.

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestCLI_VersionHelpAndCompletion(t *testing.T) {
+	out, _, code := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "lockgov ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	out, _, code = runCLI(t, "--help")
+	if code != 0 {
+		t.Errorf("--help: exit %d", code)
+	}
+	for _, c := range []string{"agent", "demo", "generate", "id", "locks", "vet", "version", "completion"} {
+		if !strings.Contains(out, "\n  "+c+" ") {
+			t.Errorf("--help does not list %s:\n%s", c, out)
+		}
+	}
+	for _, args := range [][]string{{"agent", "--help"}, {"locks", "ls", "--help"}, {"locks", "show", "--help"}, {"id", "gen", "--help"}, {"vet", "--help"}, {"help", "agent"}} {
+		if out, errOut, code := runCLI(t, args...); code != 0 || !strings.Contains(strings.ToLower(out), "usage") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	out, _, code = runCLI(t, "completion", "bash")
+	if code != 0 || !strings.Contains(out, "bash completion") {
+		t.Errorf("completion bash: %d %.80q", code, out)
+	}
+	if out, _, code = runCLI(t, "completion", "zsh"); code != 0 || !strings.Contains(out, "#compdef lockgov") {
+		t.Errorf("completion zsh: %d %.80q", code, out)
+	}
+	// Without a command: the help on stderr, exit 2 (like a missing argument).
+	for _, args := range [][]string{nil, {"locks"}, {"id"}} {
+		out, errOut, code := runCLI(t, args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "Usage:") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %.60q; want 2 and the help on stderr", args, code, out, errOut)
+		}
+	}
+}
+
+func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\ninterval: often\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badPolicy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(badPolicy, []byte("defaults:\n  ttl: forever\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "--config", cfg}, cfg + `:2: interval: "often" is not a positive duration`},
+		{[]string{"agent", "--redis", "redis://:hunter2@h:port"}, `--redis "redis://xxxxx@h:port": malformed URL`},
+		{[]string{"agent", "--etcd", "ftp://h:1"}, `--etcd etcd`},
+		{[]string{"agent", "--interval", "-1s"}, "--interval -1s: want > 0"},
+		{[]string{"agent", "--policy", badPolicy}, badPolicy + ":2: defaults.ttl"},
+		{[]string{"locks", "ls", "--redis", "mysql://h:1"}, `--redis mysql://h:1: scheme "mysql"`},
+		{[]string{"locks", "ls", "-o", "yaml", "--redis", "redis://h:1"}, `-o "yaml": want table or json`},
+		{[]string{"locks", "ls"}, "no store: give --redis URL or --etcd ENDPOINTS"},
+	} {
+		_, errOut, code := runCLI(t, tc.args...)
+		if tc.want == "--etcd etcd" {
+			tc.want = `--etcd ftp://h:1: scheme "ftp"`
+		}
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
+		}
+		if strings.Contains(errOut, "hunter2") {
+			t.Errorf("%v: the error repeats the password: %q", tc.args, errOut)
+		}
+	}
+}
+
+func TestCLI_LocksLsAndShow_HolderPatternTTLFenceAndNoToken(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := redislock.New(c, redislock.WithService("billing"), redislock.WithInstance("pod-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, "lock:order:42", instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	raw, err := c.Get(ctx, "lock:order:42").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, _ := strings.Cut(raw, " ")
+	if err := c.Set(ctx, "lock:legacy", "some-other-library", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	url := "redis://" + r.Addr()
+	out, errOut, code := runCLI(t, "locks", "ls", "--redis", url)
+	if code != 0 {
+		t.Fatalf("locks ls: %d %s", code, errOut)
+	}
+	if !strings.Contains(out, "lock:order:42") || !strings.Contains(out, "billing@pod-1") || !strings.Contains(out, "foreign") || !strings.Contains(out, "none (immortal)") {
+		t.Errorf("locks ls:\n%s", out)
+	}
+	out, _, code = runCLI(t, "locks", "ls", "--redis", url, "-o", "json", "--pattern", "lock:order:*")
+	if code != 0 {
+		t.Fatalf("locks ls -o json: %d", code)
+	}
+	var got struct {
+		Key        string  `json:"key"`
+		KeyPattern string  `json:"key_pattern"`
+		TTLSeconds float64 `json:"ttl_seconds"`
+		Fence      uint64  `json:"fence"`
+		Holder     struct{ Service string }
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &got) != nil {
+		t.Fatalf("locks ls -o json: %q", out)
+	}
+	if got.Holder.Service != "billing" || got.TTLSeconds <= 0 || got.Fence != lease.Fence() || got.KeyPattern == "" {
+		t.Errorf("json: %+v (fence want %d)", got, lease.Fence())
+	}
+	out, _, code = runCLI(t, "locks", "show", "lock:order:42", "--redis", url)
+	if code != 0 || !strings.Contains(out, "billing@pod-1") {
+		t.Errorf("locks show: %d %q", code, out)
+	}
+	if _, errOut, code := runCLI(t, "locks", "show", "lock:none", "--redis", url); code != 1 || !strings.Contains(errOut, `no lock on "lock:none"`) {
+		t.Errorf("locks show of a missing key: %d %q", code, errOut)
+	}
+	for _, o := range []string{out} {
+		if strings.Contains(o, token) {
+			t.Errorf("the owner token is in the output: %q", o)
+		}
+	}
+
+	// etcd, through the environment.
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	el, err := etcdlock.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elease, err := el.Acquire(ctx, "lock:stock:7", instrument.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elease.Release(ctx)
+	t.Setenv("LOCKGOV_ETCD", e.Endpoint())
+	out, errOut, code = runCLI(t, "locks", "ls", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"key":"lock:stock:7"`) {
+		t.Errorf("locks ls with LOCKGOV_ETCD: %d %q %q", code, out, errOut)
+	}
+}
+
+// TestCLI_Agent_PrintsTheConsoleURLAndStopsOnSignal runs the binary as an
+// operator would.
+func TestCLI_Agent_PrintsTheConsoleURLAndStopsOnSignal(t *testing.T) {
+	r := testenv.NewRedis(t)
+	bin := filepath.Join(t.TempDir(), "lockgov")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "agent", "--listen", "127.0.0.1:0", "--interval", "200ms")
+	cmd.Env = append(os.Environ(), "LOCKGOV_REDIS=redis://"+r.Addr(), "LOCKGOV_REMEDIATION_TOKEN=tok-9f8e7d")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	firstLine := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case firstLine <- sc.Text():
+			default:
+			}
+		}
+	}()
+	exited := make(chan error, 1)
+	var url string
+	select {
+	case url = <-firstLine:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no console URL within a minute; stderr:\n%s", stderr.String())
+	}
+	go func() { exited <- cmd.Wait() }()
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/") || strings.HasSuffix(url, ":0/") {
+		t.Errorf("console URL line %q", url)
+	}
+	resp, err := http.Get(url + "readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/readyz = %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, url+"api/v1/locks?key=lock:x", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("remediation without the token: %d, want 401", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("agent exit after SIGINT: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("agent did not stop within a minute of SIGINT")
+	}
+	if strings.Contains(stderr.String(), "tok-9f8e7d") {
+		t.Errorf("the remediation token is in the log:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "remediation refused") {
+		t.Errorf("the refused remediation is not logged:\n%s", stderr.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer the process's stderr copier and the test
+// may use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockgov/lockgov/internal/agent"
+	"github.com/lockgov/lockgov/policy"
+)
+
+var locksEnv = map[string]string{"redis": "LOCKGOV_REDIS", "etcd": "LOCKGOV_ETCD", "policy": "LOCKGOV_POLICY"}
+
+type locksFlags struct {
+	redis, patterns []string
+	etcd, policy    string
+	output          string
+	timeout         time.Duration
+}
+
+func (f *locksFlags) register(cmd *cobra.Command) {
+	fs := cmd.PersistentFlags()
+	fs.StringArrayVar(&f.redis, "redis", nil, "Redis URL (repeatable; see lockgov agent --help)")
+	fs.StringVar(&f.etcd, "etcd", "", "etcd endpoints, comma-separated")
+	fs.StringVar(&f.policy, "policy", "", "policy file: labels keys with its patterns")
+	fs.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
+}
+
+func newLocksCmd() *cobra.Command {
+	var f locksFlags
+	locks := &cobra.Command{
+		Use:   "locks",
+		Short: "list and show the locks in Redis or etcd (locks ls, locks show KEY)",
+		Long: `List and show lockgov's locks (and other libraries' locks under the same
+patterns) with their holder, key pattern, age, TTL and fence. Owner tokens are
+never shown. Unset --redis, --etcd and --policy come from LOCKGOV_REDIS
+(space-separated), LOCKGOV_ETCD and LOCKGOV_POLICY.`,
+		Args: noCommand,
+		RunE: showHelp,
+	}
+	f.register(locks)
+	ls := &cobra.Command{
+		Use:   "ls [--redis URL | --etcd EP] [--pattern P] [-o table|json]",
+		Short: "list locks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, func(ctx context.Context, in *agent.Inventory, out *lockWriter) error {
+				return in.List(ctx, func(l agent.Lock) bool { return out.write(l) == nil })
+			})
+		},
+	}
+	ls.Flags().StringArrayVar(&f.patterns, "pattern", nil, "Redis SCAN pattern (repeatable; default lock:*)")
+	show := &cobra.Command{
+		Use:   "show KEY",
+		Short: "show the lock on KEY",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, func(ctx context.Context, in *agent.Inventory, out *lockWriter) error {
+				ls, err := in.Show(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if len(ls) == 0 {
+					return fmt.Errorf("no lock on %q in %s", args[0], strings.Join(in.Stores(), ", "))
+				}
+				for _, l := range ls {
+					if err := out.write(l); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	locks.AddCommand(ls, show)
+	return locks
+}
+
+func (f *locksFlags) run(cmd *cobra.Command, body func(context.Context, *agent.Inventory, *lockWriter) error) error {
+	if err := envFlags(cmd.Flags(), locksEnv); err != nil {
+		return err
+	}
+	if f.output != "table" && f.output != "json" {
+		return Usagef("-o %q: want table or json", f.output)
+	}
+	var pol *policy.Policy
+	if f.policy != "" {
+		var err error
+		if pol, err = policy.Load(f.policy); err != nil {
+			return UsageError{err}
+		}
+	}
+	cfg := &agent.Config{Redis: f.redis, Etcd: agent.SplitList(f.etcd)}
+	if err := agent.CheckConfig(cfg); err != nil {
+		return UsageError{err}
+	}
+	in, err := agent.OpenInventory(cfg.Redis, cfg.Etcd, f.patterns, pol)
+	if errors.Is(err, agent.ErrNoStore) {
+		return UsageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	out := newLockWriter(cmd.OutOrStdout(), f.output, len(in.Stores()) > 1)
+	err = body(ctx, in, out)
+	if ferr := out.flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// lockWriter prints locks as a table or as JSON lines (one object a line,
+// so a listing of a million keys streams).
+type lockWriter struct {
+	json      bool
+	enc       *json.Encoder
+	tw        *tabwriter.Writer
+	withStore bool
+	header    bool
+	rows      int
+}
+
+func newLockWriter(w io.Writer, format string, withStore bool) *lockWriter {
+	if format == "json" {
+		return &lockWriter{json: true, enc: json.NewEncoder(w)}
+	}
+	return &lockWriter{tw: tabwriter.NewWriter(w, 2, 8, 2, ' ', 0), withStore: withStore}
+}
+
+func (w *lockWriter) write(l agent.Lock) error {
+	if w.json {
+		return w.enc.Encode(l)
+	}
+	if !w.header {
+		w.header = true
+		h := "KEY\tPATTERN\tHOLDER\tAGE\tTTL\tFENCE"
+		if w.withStore {
+			h = "STORE\t" + h
+		}
+		fmt.Fprintln(w.tw, h)
+	}
+	// tabwriter holds every row until Flush: flush per block, so that a
+	// listing of a million keys streams (columns align within a block).
+	if w.rows++; w.rows%1000 == 0 {
+		if err := w.tw.Flush(); err != nil {
+			return err
+		}
+	}
+	row := strings.Join([]string{l.Key, l.Pattern, holder(l), age(l.Age), ttl(l), strconv.FormatUint(l.Fence, 10)}, "\t")
+	if w.withStore {
+		row = l.Store + "\t" + row
+	}
+	_, err := fmt.Fprintln(w.tw, row)
+	return err
+}
+
+func (w *lockWriter) flush() error {
+	if w.tw != nil {
+		return w.tw.Flush()
+	}
+	return nil
+}
+
+func holder(l agent.Lock) string {
+	h := l.Holder
+	switch {
+	case h.Foreign:
+		return "foreign (not written by lockgov)"
+	case h.Instance != "" && h.Service != "":
+		return h.Service + "@" + h.Instance + " pid " + strconv.Itoa(h.PID)
+	case h.Service != "":
+		return h.Service + " pid " + strconv.Itoa(h.PID)
+	}
+	return "pid " + strconv.Itoa(h.PID)
+}
+
+func age(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func ttl(l agent.Lock) string {
+	if l.Immortal() {
+		return "none (immortal)"
+	}
+	return l.TTL.Round(time.Millisecond).String()
+}

@@ -1,0 +1,534 @@
+package agent
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/telemetry"
+	"github.com/lockgov/lockgov/policy"
+)
+
+// Limits of what one record (and so one API answer) keeps.
+const (
+	maxRecordLocks     = 1000
+	maxRecordInstances = 10000
+)
+
+// Stores are the clients of the deployments the agent watches, for the
+// detectors. Names are redacted addresses (no user, no password).
+type Stores struct {
+	Redis []RedisStore
+	Etcd  []EtcdStore
+}
+
+// RedisStore is one Redis deployment.
+type RedisStore struct {
+	Name   string
+	Client redis.UniversalClient
+}
+
+// EtcdStore is one etcd cluster.
+type EtcdStore struct {
+	Name   string
+	Client *clientv3.Client
+}
+
+// DetectorsFunc builds the detectors of one agent from its stores and policy.
+type DetectorsFunc func(Stores, *policy.Policy) ([]detectors.Detector, error)
+
+// BuildDetectors is the agent's default DetectorsFunc: every detector the
+// detectors package provides, on every store.
+func BuildDetectors(s Stores, pol *policy.Policy) ([]detectors.Detector, error) {
+	return nil, nil
+}
+
+// Option configures Start.
+type Option interface{ apply(*options) }
+
+type options struct {
+	detectors DetectorsFunc
+}
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithDetectors replaces BuildDetectors.
+func WithDetectors(f DetectorsFunc) Option {
+	return optionFunc(func(o *options) { o.detectors = f })
+}
+
+// Agent is one running agent. Start it, Close it.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	pol      *policy.Policy
+	stores   []*store
+	coord    *store // where agents elect and the leader publishes
+	embedded *embed.Etcd
+	elect    elector
+	dets     []detectors.Detector
+	lister   *lister
+	m        *metrics
+	srv      *http.Server
+	url      string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.RWMutex
+	rec      record
+	leading  bool
+	fence    uint64
+	health   map[string]error
+	lastSeen uint64 // the largest fence of a record read as a follower
+}
+
+// record is one scan as the leader publishes it and every agent serves it.
+type record struct {
+	Findings  []detectors.Finding `json:"findings"`
+	ScannedAt time.Time           `json:"scanned_at"`
+	LeaderID  string              `json:"leader_id"`
+	Fence     uint64              `json:"fence"`
+	// Errors are detectors and stores that failed in this scan.
+	Errors         []string   `json:"errors,omitempty"`
+	Locks          []Lock     `json:"locks"`
+	LocksTruncated bool       `json:"locks_truncated,omitempty"`
+	Instances      []Instance `json:"instances"`
+}
+
+// Start opens the stores (an embedded etcd when none is given), starts the
+// election, the scans, the health checks and the HTTP server, and prints
+// the console URL on a line of its own. Close stops it; ctx only carries
+// values (the agent runs until Close, whatever happens to ctx).
+func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error) {
+	o := options{detectors: BuildDetectors}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, health: map[string]error{}}
+	defer func() {
+		if err != nil {
+			a.closeStores()
+		}
+	}()
+	a.pol = policy.Default()
+	if cfg.Policy != "" {
+		if a.pol, err = policy.Load(cfg.Policy); err != nil {
+			return nil, err
+		}
+	}
+	a.lister = &lister{patterns: cfg.Patterns, match: policy.NewMatcher(a.pol), now: time.Now}
+	if a.stores, err = openRedis(cfg.Redis); err != nil {
+		return nil, err
+	}
+	if len(cfg.Etcd) > 0 {
+		s, err := openEtcd(cfg.Etcd)
+		if err != nil {
+			return nil, err
+		}
+		a.stores = append(a.stores, s)
+	}
+	if len(a.stores) == 0 {
+		if a.embedded, err = startEmbedded(cfg.DataDir, cfg.EmbedClientURL, cfg.EmbedPeerURL); err != nil {
+			return nil, err
+		}
+		ep := a.embedded.Clients[0].Addr().String()
+		s, err := openEtcd([]string{"http://" + ep})
+		if err != nil {
+			return nil, err
+		}
+		a.stores = append(a.stores, s)
+		a.log.Info("agent: no store given; started an embedded single-node etcd",
+			"endpoint", "http://"+ep, "data", a.embedded.Config().Dir,
+			"hint", "point processes at it with etcdlock on clientv3 endpoint http://"+ep+", and further agents with --etcd http://"+ep)
+	}
+	var st Stores
+	for _, s := range a.stores {
+		if s.etcd != nil {
+			st.Etcd = append(st.Etcd, EtcdStore{Name: s.name, Client: s.etcd})
+			if a.coord == nil || a.coord.redis != nil {
+				a.coord = s
+			}
+		} else {
+			st.Redis = append(st.Redis, RedisStore{Name: s.name, Client: s.redis})
+			if a.coord == nil {
+				a.coord = s
+			}
+		}
+	}
+	if a.dets, err = o.detectors(st, a.pol); err != nil {
+		return nil, fmt.Errorf("detectors: %w", err)
+	}
+	if a.coord.etcd != nil {
+		a.elect = &etcdElector{s: a.coord, id: cfg.ID, interval: cfg.Interval, log: a.log}
+	} else {
+		l, err := redislock.New(a.coord.redis, redislock.WithService("lockgov-agent"), redislock.WithInstance(cfg.ID))
+		if err != nil {
+			return nil, err
+		}
+		a.elect = &redisElector{s: a.coord, locker: l, interval: cfg.Interval, log: a.log}
+	}
+	a.m = newMetrics(a)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	a.url = "http://" + ln.Addr().String() + "/"
+	a.srv = &http.Server{Handler: a.handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	a.checkHealth(runCtx) // /readyz answers from the first request on
+	a.goRun(func() { _ = a.srv.Serve(ln) })
+	a.goRun(func() { a.healthLoop(runCtx) })
+	a.goRun(func() { a.elect.run(runCtx, a.lead) })
+	a.goRun(func() { a.followLoop(runCtx) })
+	fmt.Fprintln(cfg.Stdout, a.url)
+	a.log.Info("agent: ready", "console", a.url, "id", cfg.ID, "stores", len(a.stores), "interval", cfg.Interval,
+		"remediation", cfg.RemediationToken != "")
+	return a, nil
+}
+
+func (a *Agent) goRun(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+}
+
+// URL is the console URL, http://HOST:PORT/.
+func (a *Agent) URL() string { return a.url }
+
+// Leader reports whether the agent leads now.
+func (a *Agent) Leader() bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.leading
+}
+
+// Close stops the agent: a leader resigns, so another agent takes over at
+// once. It waits for every goroutine the agent started.
+func (a *Agent) Close() error {
+	a.cancel()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := a.srv.Shutdown(sctx)
+	cancel()
+	a.wg.Wait()
+	a.closeStores()
+	return err
+}
+
+func (a *Agent) closeStores() {
+	for _, s := range a.stores {
+		_ = s.close()
+	}
+	if a.embedded != nil {
+		a.embedded.Close()
+	}
+}
+
+// lead runs the scans of one term: at once, then every interval.
+func (a *Agent) lead(t term) {
+	// The gauge changes with the flag, under one lock: whoever sees
+	// Leader() true scrapes lockgov_agent_leader 1.
+	a.mu.Lock()
+	a.leading, a.fence = true, t.fence
+	a.m.leader.Set(1)
+	a.mu.Unlock()
+	a.log.Info("agent: leading", "id", a.cfg.ID, "fence", t.fence)
+	defer func() {
+		a.mu.Lock()
+		a.leading = false
+		a.m.leader.Set(0)
+		a.mu.Unlock()
+		// Only the leader exports findings and skew: a sum over agents
+		// counts each finding once.
+		a.m.findings.Reset()
+		a.m.skew.Reset()
+		a.log.Info("agent: no longer leading", "id", a.cfg.ID)
+	}()
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		a.scan(t)
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// scan runs the detectors and the inventory once, bounded by ScanTimeout,
+// and publishes the result.
+func (a *Agent) scan(t term) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
+	defer cancel()
+	rec := record{LeaderID: a.cfg.ID, Fence: t.fence, Findings: []detectors.Finding{}, Locks: []Lock{}, Instances: []Instance{}}
+	for _, d := range a.dets {
+		fs, err := d.Detect(ctx)
+		if err != nil {
+			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+err.Error())
+			continue
+		}
+		rec.Findings = append(rec.Findings, fs...)
+	}
+	for _, s := range a.stores {
+		n, err := a.lister.list(ctx, s, func(l Lock) bool {
+			if len(rec.Locks) < maxRecordLocks {
+				rec.Locks = append(rec.Locks, l)
+			} else {
+				rec.LocksTruncated = true
+			}
+			return true
+		})
+		a.m.keysScanned.Add(float64(n))
+		if err != nil {
+			rec.Errors = append(rec.Errors, "locks on "+s.name+": "+err.Error())
+		}
+		is, err := readInstances(ctx, s, maxRecordInstances-len(rec.Instances))
+		rec.Instances = append(rec.Instances, is...)
+		if err != nil {
+			rec.Errors = append(rec.Errors, "heartbeats on "+s.name+": "+err.Error())
+		}
+	}
+	if t.ctx.Err() != nil {
+		return // the term ended during the scan: a newer leader publishes
+	}
+	rec.ScannedAt = time.Now()
+	a.m.scanDuration.Observe(time.Since(start).Seconds())
+	a.m.setFindings(rec.Findings)
+	a.m.setSkew(rec.Instances)
+	for _, e := range rec.Errors {
+		a.log.Warn("agent: scan", "err", e)
+	}
+	a.mu.Lock()
+	a.rec = rec
+	a.mu.Unlock()
+	if err := a.publish(t, rec); err != nil {
+		a.log.Warn("agent: publish findings", "store", a.coord.name, "err", err)
+	}
+}
+
+//go:embed publish.lua
+var publishSrc string
+
+var publishScript = redis.NewScript(publishSrc)
+
+// publish writes rec for the followers, under a TTL of three intervals.
+func (a *Agent) publish(t term, rec record) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
+	defer cancel()
+	ttl := 3 * a.cfg.Interval
+	if a.coord.etcd != nil {
+		lease, err := a.coord.etcd.Grant(ctx, max(int64(ttl/time.Second), 1))
+		if err != nil {
+			return err
+		}
+		// Written only while this term's leader key stands (its create
+		// revision is the fence): a deposed leader writes nothing.
+		resp, err := a.coord.etcd.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(t.etcdKey), "=", int64(t.fence))).
+			Then(clientv3.OpPut(etcdRecordKey, string(data), clientv3.WithLease(lease.ID))).
+			Commit()
+		if err == nil && !resp.Succeeded {
+			err = errors.New("no longer the leader")
+		}
+		return err
+	}
+	fence := strconv.FormatUint(t.fence, 10)
+	n, err := publishScript.Run(ctx, a.coord.redis, []string{redisRecordKey}, fence, fence+" "+string(data), ttl.Milliseconds()).Int()
+	if err == nil && n == 0 {
+		err = errors.New("a later leader published already")
+	}
+	return err
+}
+
+// followLoop serves the leader's record while this agent follows.
+func (a *Agent) followLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if !a.Leader() {
+			if err := a.follow(ctx); err != nil && ctx.Err() == nil {
+				a.log.Debug("agent: read the leader's findings", "store", a.coord.name, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *Agent) follow(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ScanTimeout)
+	defer cancel()
+	var data []byte
+	if a.coord.etcd != nil {
+		resp, err := a.coord.etcd.Get(ctx, etcdRecordKey)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		data = resp.Kvs[0].Value
+	} else {
+		v, err := a.coord.redis.Get(ctx, redisRecordKey).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, js, _ := strings.Cut(v, " ")
+		data = []byte(js)
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Errorf("leader's record: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.leading || rec.Fence < a.lastSeen {
+		return nil
+	}
+	a.lastSeen, a.rec = rec.Fence, rec
+	return nil
+}
+
+// healthLoop checks every store every interval.
+func (a *Agent) healthLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			a.checkHealth(ctx)
+		}
+	}
+}
+
+// checkHealth pings every store at once, each bounded by ScanTimeout.
+func (a *Agent) checkHealth(ctx context.Context) {
+	errs := make([]error, len(a.stores))
+	var wg sync.WaitGroup
+	for i, s := range a.stores {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, a.cfg.ScanTimeout)
+			defer cancel()
+			errs[i] = s.ping(pctx)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, s := range a.stores {
+		was, seen := a.health[s.name]
+		a.health[s.name] = errs[i]
+		switch {
+		case errs[i] != nil:
+			a.m.storeUp.WithLabelValues(s.name).Set(0)
+			if !seen || was == nil {
+				a.log.Warn("agent: store down", "store", s.name, "err", errs[i])
+			}
+		default:
+			a.m.storeUp.WithLabelValues(s.name).Set(1)
+			if seen && was != nil {
+				a.log.Info("agent: store back", "store", s.name)
+			}
+		}
+	}
+}
+
+// notReady returns why the agent is not ready: one line per store down.
+func (a *Agent) notReady() []string {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []string
+	for _, s := range a.stores {
+		if err := a.health[s.name]; err != nil {
+			out = append(out, "store "+s.name+": "+err.Error())
+		}
+	}
+	return out
+}
+
+type metrics struct {
+	reg          *prometheus.Registry
+	findings     *prometheus.GaugeVec
+	skew         *prometheus.GaugeVec
+	scanDuration prometheus.Observer
+	keysScanned  prometheus.Counter
+	leader       prometheus.Gauge
+	storeUp      *prometheus.GaugeVec
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.findings = telemetry.Findings.GaugeVec(nil)
+	m.skew = telemetry.ClockSkewSeconds.GaugeVec(nil)
+	keys := telemetry.AgentKeysScannedTotal.CounterVec(nil)
+	m.keysScanned = keys.WithLabelValues()
+	leader := telemetry.AgentLeader.GaugeVec(nil)
+	m.leader = leader.WithLabelValues()
+	m.storeUp = telemetry.AgentStoreUp.GaugeVec(nil)
+	hist := telemetry.AgentScanDuration.HistogramVec(nil)
+	m.scanDuration = hist.WithLabelValues()
+	m.reg.MustRegister(m.findings, m.skew, hist, keys, leader, m.storeUp)
+	m.leader.Set(0)
+	for _, s := range a.stores {
+		m.storeUp.WithLabelValues(s.name).Set(0)
+	}
+	return m
+}
+
+func (m *metrics) setFindings(fs []detectors.Finding) {
+	m.findings.Reset()
+	for _, f := range fs {
+		m.findings.WithLabelValues(f.Detector, f.Kind, f.Severity).Inc()
+	}
+}
+
+func (m *metrics) setSkew(is []Instance) {
+	m.skew.Reset()
+	for _, i := range is {
+		if i.ClockOffsetSeconds != nil {
+			m.skew.WithLabelValues(i.Service, i.Instance).Set(*i.ClockOffsetSeconds)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/lockgov/lockgov/policy"
+)
+
+// Defaults of Config.
+const (
+	DefaultListen   = "127.0.0.1:9464"
+	DefaultInterval = 15 * time.Second
+	// DefaultLockPattern is what the lock inventory scans when the config
+	// names no pattern.
+	DefaultLockPattern = "lock:*"
+)
+
+// Config is what one agent runs with. Fields a file does not set keep their
+// zero value; Start applies the defaults.
+type Config struct {
+	// Redis are the Redis deployments, as URLs (see ParseRedisURL).
+	Redis []string
+	// Etcd are the endpoints of one etcd cluster, as URLs.
+	Etcd []string
+	// Policy is the policy file (patterns, max TTL and max hold, skew tiers).
+	Policy string
+	// Listen is the HTTP address (default DefaultListen); port 0 picks one.
+	Listen string
+	// Interval is the time between scans (default DefaultInterval);
+	// ScanTimeout bounds one scan (default: Interval).
+	Interval    time.Duration
+	ScanTimeout time.Duration
+	// Patterns are the key patterns the lock inventory scans on Redis
+	// (default DefaultLockPattern).
+	Patterns []string
+	// DataDir holds the embedded etcd's data when no store is given
+	// (default os.UserCacheDir()/lockgov/etcd). EmbedClientURL and
+	// EmbedPeerURL are its listen URLs (default 127.0.0.1:2379 and :2380).
+	DataDir        string
+	EmbedClientURL string
+	EmbedPeerURL   string
+	// ID names this agent in the election (default host:pid).
+	ID string
+	// RemediationToken turns remediation on: requests that present it as a
+	// bearer token may delete immortal locks. Empty: remediation is off.
+	RemediationToken string
+
+	// Logger receives the agent's log (default: slog.Default()).
+	Logger *slog.Logger `yaml:"-"`
+	// Stdout receives the console URL line when the agent is ready
+	// (default: os.Stdout).
+	Stdout io.Writer `yaml:"-"`
+}
+
+var configFields = []string{"redis", "etcd", "policy", "listen", "interval", "scan_timeout", "patterns", "data_dir", "id"}
+
+// LoadConfig reads the YAML config file at path. Errors name the file, the
+// line and the field ("agent.yaml:3: interval: ..."), like the policy's.
+// The remediation token is not read from files: give it by flag or
+// LOCKGOV_REMEDIATION_TOKEN, so that it does not sit in a config repository.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses a YAML config; name is used in error messages. Every
+// problem is reported, each a *policy.Error, joined with errors.Join.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, yamlError(name, err)
+	}
+	cfg := &Config{}
+	doc := &root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind == 0 || isNull(doc) {
+		return cfg, nil
+	}
+	p := &cfgParser{file: name}
+	if doc.Kind != yaml.MappingNode {
+		p.fail(doc, "", "must be a mapping, got %s", kind(doc))
+		return nil, errors.Join(p.errs...)
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], doc.Content[i+1]
+		if first, dup := seen[k.Value]; dup {
+			p.fail(k, k.Value, "duplicate field (first at line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		switch k.Value {
+		case "redis":
+			cfg.Redis = p.strings(k, v)
+			for _, u := range cfg.Redis {
+				if _, err := ParseRedisURL(u); err != nil {
+					p.fail(k, "redis", "%v", err)
+				}
+			}
+		case "etcd":
+			cfg.Etcd = p.strings(k, v)
+			if _, err := parseEtcdEndpoints(cfg.Etcd); err != nil {
+				p.fail(k, "etcd", "%v", err)
+			}
+		case "policy":
+			cfg.Policy = p.str(k, v)
+		case "listen":
+			cfg.Listen = p.str(k, v)
+		case "interval":
+			cfg.Interval = p.duration(k, v)
+		case "scan_timeout":
+			cfg.ScanTimeout = p.duration(k, v)
+		case "patterns":
+			cfg.Patterns = p.strings(k, v)
+		case "data_dir":
+			cfg.DataDir = p.str(k, v)
+		case "id":
+			cfg.ID = p.str(k, v)
+		default:
+			p.fail(k, k.Value, "unknown field (known: %s)", strings.Join(configFields, ", "))
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return cfg, nil
+}
+
+type cfgParser struct {
+	file string
+	errs []error
+}
+
+func (p *cfgParser) fail(n *yaml.Node, field, format string, args ...any) {
+	p.errs = append(p.errs, &policy.Error{File: p.file, Line: n.Line, Field: field, Problem: fmt.Sprintf(format, args...)})
+}
+
+func (p *cfgParser) str(k, v *yaml.Node) string {
+	if v.Kind != yaml.ScalarNode || isNull(v) {
+		p.fail(k, k.Value, "must be a string, got %s", kind(v))
+		return ""
+	}
+	return v.Value
+}
+
+// strings accepts a list of strings or one string (a comma-separated list
+// for etcd endpoints, as on the command line).
+func (p *cfgParser) strings(k, v *yaml.Node) []string {
+	switch {
+	case v.Kind == yaml.ScalarNode && !isNull(v):
+		return SplitList(v.Value)
+	case v.Kind == yaml.SequenceNode:
+		var out []string
+		for _, item := range v.Content {
+			if item.Kind != yaml.ScalarNode || isNull(item) {
+				p.fail(item, k.Value, "list items must be strings, got %s", kind(item))
+				continue
+			}
+			out = append(out, item.Value)
+		}
+		return out
+	}
+	p.fail(k, k.Value, "must be a string or a list of strings, got %s", kind(v))
+	return nil
+}
+
+func (p *cfgParser) duration(k, v *yaml.Node) time.Duration {
+	s := p.str(k, v)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		p.fail(k, k.Value, "%q is not a positive duration (use a Go duration with a unit, e.g. 15s)", s)
+		return 0
+	}
+	return d
+}
+
+// SplitList splits a comma-separated list (--etcd endpoints), dropping
+// empty items.
+func SplitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func yamlError(name string, err error) error {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &policy.Error{File: name, Line: line, Problem: "yaml: " + m[2]}
+	}
+	return &policy.Error{File: name, Problem: err.Error()}
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+func kind(n *yaml.Node) string {
+	switch {
+	case isNull(n):
+		return "null"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind == yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	}
+	return "an unsupported node"
+}
+
+// validate checks the merged config (file and flags) and fills defaults.
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Interval < 0 {
+		return fmt.Errorf("interval %v: want > 0", c.Interval)
+	}
+	if c.ScanTimeout <= 0 || c.ScanTimeout > c.Interval {
+		c.ScanTimeout = c.Interval
+	}
+	if len(c.Patterns) == 0 {
+		c.Patterns = []string{DefaultLockPattern}
+	}
+	if slices.Contains(c.Patterns, "") {
+		return errors.New("patterns: an empty pattern")
+	}
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	return nil
+}
+
+// CheckConfig reports what is wrong with cfg without connecting to
+// anything: malformed store URLs (the error names the flag), a bad
+// interval or listen address, a policy file that does not parse.
+func CheckConfig(cfg *Config) error {
+	for _, u := range cfg.Redis {
+		if _, err := ParseRedisURL(u); err != nil {
+			return fmt.Errorf("--redis %w", err)
+		}
+	}
+	if len(cfg.Etcd) > 0 {
+		if _, err := parseEtcdEndpoints(cfg.Etcd); err != nil {
+			return fmt.Errorf("--etcd %w", err)
+		}
+	}
+	if cfg.Interval < 0 {
+		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	if cfg.Policy != "" {
+		if _, err := policy.Load(cfg.Policy); err != nil {
+			return err // names the file, the line and the field
+		}
+	}
+	if cfg.Listen != "" {
+		if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %v", cfg.Listen, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+// Package agent is the runtime of `lockgov agent`: it opens the stores,
+// elects one leader among the agents that share them, runs the detectors
+// every interval, and serves what they found over HTTP.
+//
+//	a, err := agent.Start(ctx, agent.Config{Redis: []string{"redis://10.0.0.5:6379"}})
+//	...
+//	defer a.Close()
+//
+// # Stores
+//
+// --redis URL (repeatable): redis:// or rediss:// (TLS) for a single node,
+// ?cluster=1 for a Cluster (every such URL is a seed of one Cluster; more
+// seeds with &addr=host:port), redis-sentinel://h1:26379,h2:26379/MASTER for
+// Sentinel. --etcd: comma-separated http(s)://[user:pass@]host:port of one
+// etcd cluster. Credentials live in the URLs; store names in logs, metrics
+// and answers are the URLs without user, password or query. With no store
+// the agent starts an embedded single-node etcd (this is the only package
+// that links the etcd server) with its data under
+// os.UserCacheDir()/lockgov/etcd, and logs the endpoint to give processes
+// and further agents.
+//
+// # Guarantees
+//
+//   - One leader at a time per coordination store (the etcd cluster if one
+//     is given, else the first Redis): etcd's concurrency.Election, or on
+//     Redis a redislock lock renewed by its watchdog. Only the leader runs
+//     detectors and exports lockgov_findings and lockgov_clock_skew_seconds,
+//     so a sum over agents counts each finding once; lockgov_agent_leader
+//     says which agent it is.
+//   - The leader publishes each scan (findings, a bounded lock inventory,
+//     instances from heartbeats) to the coordination store under a TTL of
+//     three intervals, fenced: a write from a deposed leader is refused
+//     (etcd: a transaction on its leader key's revision; Redis: a script
+//     comparing fences). Followers serve the last record they read and
+//     answer "leader": false.
+//   - A leader that stops (Close, or its context ends) resigns: another
+//     agent leads within one interval (its wait is woken by the resignation).
+//   - Every store is pinged every interval, each ping bounded by the scan
+//     timeout: /readyz answers 503 naming the store and the error within two
+//     intervals of a store going down, and 200 again once it answers. The
+//     process stays up; lockgov_agent_store_up{store} follows the same checks.
+//   - Owner tokens are never in an answer, a log line or a metric: locks are
+//     read through redislock.DecodeValue and etcdlock.DecodeValue, which drop
+//     them. The remediation token is compared in constant time and never logged.
+//   - Remediation (DELETE /api/v1/locks?key=K) is off unless the agent has a
+//     remediation token; without a valid bearer token it answers 401. It
+//     deletes only a lock without a TTL, and only if the lock's value (etcd:
+//     the entry's revision and value) is still the one it read, so a lock
+//     taken by a new holder meanwhile is never deleted. Each deletion is
+//     logged with the key, pattern and holder.
+//
+// # Failure modes
+//
+//   - A leader that dies without resigning (SIGKILL, partition) holds its
+//     leadership until its lease runs out: max(interval, 1s), rounded up to
+//     whole seconds on etcd. Meanwhile followers serve its last record, which
+//     expires after three intervals.
+//   - A leader paused past its lease may finish a scan after another agent
+//     took over; the fenced write drops its record, but its own answers show
+//     that stale scan until it notices (at the latest, its next interval).
+//   - A store down during a scan: the scan records the error (in "errors" of
+//     /api/v1/findings) and the other stores' results; the next scan retries.
+//   - When the coordination store is down, no agent can lead or publish:
+//     every agent keeps serving the record it has, and /readyz says why.
+//   - The lock inventory scans Redis with SCAN (never KEYS) in batches of
+//     1000 with pipelined PTTL and GET, so memory is bounded by a batch; the
+//     record keeps the first 1000 locks (locks_truncated says when there were
+//     more). It scans the keyspace once per interval on top of the detectors.
+//   - The listen address is bound before Start returns: a port in use is an
+//     error naming --listen.
+package agent

@@ -1,0 +1,238 @@
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+)
+
+func (a *Agent) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if reasons := a.notReady(); len(reasons) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, strings.Join(reasons, "\n"))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /api/v1/findings", func(w http.ResponseWriter, _ *http.Request) {
+		rec, leader := a.served()
+		writeJSON(w, http.StatusOK, struct {
+			Findings  []detectors.Finding `json:"findings"`
+			ScannedAt *time.Time          `json:"scanned_at"`
+			Leader    bool                `json:"leader"`
+			LeaderID  string              `json:"leader_id,omitempty"`
+			Errors    []string            `json:"errors,omitempty"`
+		}{nonNil(rec.Findings), timeOrNil(rec.ScannedAt), leader, rec.LeaderID, rec.Errors})
+	})
+	mux.HandleFunc("GET /api/v1/locks", func(w http.ResponseWriter, _ *http.Request) {
+		rec, leader := a.served()
+		writeJSON(w, http.StatusOK, struct {
+			Locks     []Lock     `json:"locks"`
+			Truncated bool       `json:"truncated"`
+			ScannedAt *time.Time `json:"scanned_at"`
+			Leader    bool       `json:"leader"`
+		}{nonNil(rec.Locks), rec.LocksTruncated, timeOrNil(rec.ScannedAt), leader})
+	})
+	mux.HandleFunc("GET /api/v1/instances", func(w http.ResponseWriter, _ *http.Request) {
+		rec, leader := a.served()
+		writeJSON(w, http.StatusOK, struct {
+			Instances []Instance `json:"instances"`
+			ScannedAt *time.Time `json:"scanned_at"`
+			Leader    bool       `json:"leader"`
+		}{nonNil(rec.Instances), timeOrNil(rec.ScannedAt), leader})
+	})
+	mux.HandleFunc("DELETE /api/v1/locks", a.remediate)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, placeholderPage)
+	})
+	return mux
+}
+
+const placeholderPage = `<!doctype html>
+<title>lockgov agent</title>
+<h1>lockgov agent</h1>
+<p>The console comes with the next release. Meanwhile:
+<a href="/api/v1/findings">findings</a>, <a href="/api/v1/locks">locks</a>,
+<a href="/api/v1/instances">instances</a>, <a href="/metrics">metrics</a>,
+<a href="/readyz">readiness</a>.</p>
+`
+
+// served returns the record this agent serves and whether it leads.
+func (a *Agent) served() (record, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.rec, a.leading
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+//go:embed remediate.lua
+var remediateSrc string
+
+var remediateScript = redis.NewScript(remediateSrc)
+
+// remediate deletes one immortal lock: DELETE /api/v1/locks?key=K[&store=S]
+// with "Authorization: Bearer TOKEN". Only a lock with no TTL is deleted,
+// and only if its value is still the one read just before (another holder's
+// lock is never deleted).
+func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.RemediationToken == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgov"`)
+		writeJSON(w, http.StatusUnauthorized, apiError{"remediation is off: start the agent with --remediation-token (or LOCKGOV_REMEDIATION_TOKEN)"})
+		return
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.RemediationToken)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgov"`)
+		a.log.Warn("agent: remediation refused: no valid token", "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusUnauthorized, apiError{"remediation needs the agent's remediation token as a bearer token"})
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		writeJSON(w, http.StatusBadRequest, apiError{"key is required: DELETE /api/v1/locks?key=KEY[&store=STORE]"})
+		return
+	}
+	s, err := a.storeNamed(r.URL.Query().Get("store"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ScanTimeout)
+	defer cancel()
+	l, deleted, err := a.deleteImmortal(ctx, s, key)
+	switch {
+	case errors.Is(err, errNoLock):
+		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+	case errors.Is(err, errNotImmortal):
+		writeJSON(w, http.StatusConflict, apiError{err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusBadGateway, apiError{err.Error()})
+	case !deleted:
+		writeJSON(w, http.StatusConflict, apiError{"the lock changed since it was read (a new holder or a TTL): not deleted"})
+	default:
+		a.log.Warn("agent: remediation: deleted an immortal lock", "store", s.name, "key", key, "key_pattern", l.Pattern,
+			"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusOK, struct {
+			Deleted Lock `json:"deleted"`
+		}{l})
+	}
+}
+
+var (
+	errNoLock      = errors.New("no such lock")
+	errNotImmortal = errors.New("the lock has a TTL: it expires by itself, and remediation deletes only locks without one")
+)
+
+func (a *Agent) storeNamed(name string) (*store, error) {
+	if name == "" {
+		if len(a.stores) == 1 {
+			return a.stores[0], nil
+		}
+		return nil, errors.New("store is required: the agent watches several stores")
+	}
+	for _, s := range a.stores {
+		if s.name == name {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no store %q", name)
+}
+
+func (a *Agent) deleteImmortal(ctx context.Context, s *store, key string) (Lock, bool, error) {
+	if s.etcd != nil {
+		return a.deleteImmortalEtcd(ctx, s, key)
+	}
+	raw, err := s.redis.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return Lock{}, false, errNoLock
+	}
+	if err != nil {
+		return Lock{}, false, err
+	}
+	l, ok, err := a.lister.show(ctx, s, key)
+	if err != nil {
+		return l, false, err
+	}
+	if !ok {
+		return l, false, errNoLock
+	}
+	if !l.Immortal() {
+		return l, false, errNotImmortal
+	}
+	n, err := remediateScript.Run(ctx, s.redis, []string{key}, raw).Int()
+	return l, n == 1, err
+}
+
+// deleteImmortalEtcd deletes the holder's entry of key if it has no lease
+// and is unchanged since it was read.
+func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (Lock, bool, error) {
+	pfx := etcdlock.DefaultPrefix + key + "\x00"
+	resp, err := s.etcd.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return Lock{}, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return Lock{}, false, errNoLock
+	}
+	kv := resp.Kvs[0]
+	l := Lock{Store: s.name, Key: key, Holder: etcdlock.DecodeValue(kv.Value), Fence: uint64(kv.CreateRevision), TTL: NoTTL}
+	a.lister.finish(&l, time.Now())
+	if kv.Lease != 0 {
+		return l, false, errNotImmortal
+	}
+	k := string(kv.Key)
+	txn, err := s.etcd.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision),
+		clientv3.Compare(clientv3.Value(k), "=", string(kv.Value)),
+		clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.NoLease),
+	).Then(clientv3.OpDelete(k)).Commit()
+	if err != nil {
+		return l, false, err
+	}
+	return l, txn.Succeeded, nil
+}

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func TestScan_Heartbeats_BecomeInstancesAndSkewGauges(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hb := &fleet.Heartbeat{Instance: "pay-7", Service: "payments", PID: 42, SentAt: time.Now(),
+		Clock:     &fleet.ClockSample{Offset: 700 * time.Millisecond, RTT: time.Millisecond},
+		Tier:      "reject",
+		WorkerIDs: []fleet.WorkerID{{Service: "payments", ID: 17}},
+		Held:      []fleet.HeldLock{{Key: "lock:order:1", Pattern: "lock:order:{id}", Backend: "redis"}}}
+	data, err := fleet.Encode(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, fleet.RedisKey(hb.Instance), data, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, fleet.RedisKey("garbage"), "not json", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("agent")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	a := start(t, cfg)
+	var doc struct {
+		Instances []Instance `json:"instances"`
+	}
+	waitFor(t, "the instance in /api/v1/instances", func() bool {
+		_, body := get(t, a.URL()+"api/v1/instances")
+		return json.Unmarshal([]byte(body), &doc) == nil && len(doc.Instances) > 0
+	})
+	got := doc.Instances[0]
+	if len(doc.Instances) != 1 || got.Service != "payments" || got.HeldLocks != 1 || got.Tier != "reject" ||
+		got.ClockOffsetSeconds == nil || *got.ClockOffsetSeconds != 0.7 || len(got.WorkerIDs) != 1 {
+		t.Errorf("instances %+v", doc.Instances)
+	}
+	if v := metric(t, a, `lockgov_clock_skew_seconds{instance="pay-7",service="payments"}`); v != "0.7" {
+		t.Errorf("lockgov_clock_skew_seconds = %q, want 0.7", v)
+	}
+}
+
+// TestPublish_ADeposedLeadersRecordIsRefused holds the fencing of the
+// record on Redis: a write with a smaller fence than the stored one is
+// dropped, so a leader paused past its lease cannot replace its successor's.
+func TestPublish_ADeposedLeadersRecordIsRefused(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	write := func(fence, body string) int {
+		n, err := publishScript.Run(ctx, c, []string{redisRecordKey}, fence, fence+" "+body, 60000).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if write("99", `{"a":1}`) != 1 || write("100", `{"a":2}`) != 1 {
+		t.Fatal("in-order writes refused")
+	}
+	if write("99", `{"a":3}`) != 0 || write("9", `{"a":4}`) != 0 {
+		t.Error("a smaller fence replaced the record")
+	}
+	if v, _ := c.Get(ctx, redisRecordKey).Result(); !strings.HasSuffix(v, `{"a":2}`) {
+		t.Errorf("record %q", v)
+	}
+	if write("18446744073709551615", `{"a":5}`) != 1 {
+		t.Error("a larger fence (beyond 2^53) refused")
+	}
+}

@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/lockvalue"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/policy"
+)
+
+// NoTTL is Lock.TTL of a lock without an expiry.
+const NoTTL time.Duration = -1
+
+// scanBatch is how many keys one SCAN step and one pipeline of PTTL + GET
+// cover: memory stays bounded by it, whatever the key count.
+const scanBatch = 1000
+
+// Lock is one lock as the stores show it, decoded with the backends' own
+// decoders. It never carries the owner token.
+type Lock struct {
+	Store   string
+	Key     string
+	Pattern string
+	Holder  lockvalue.Holder
+	// Age is how long the holder has held it, by its acquired-at (0: not
+	// recorded). TTL is what is left of it; NoTTL when it never expires.
+	Age, TTL time.Duration
+	Fence    uint64
+	// Waiters are the sessions queued behind the holder (etcd).
+	Waiters int
+}
+
+// Immortal reports whether the lock has no TTL.
+func (l Lock) Immortal() bool { return l.TTL == NoTTL }
+
+type lockJSON struct {
+	Store      string            `json:"store"`
+	Key        string            `json:"key"`
+	KeyPattern string            `json:"key_pattern"`
+	Holder     *lockvalue.Holder `json:"holder"`
+	AgeSeconds float64           `json:"age_seconds"`
+	TTLSeconds float64           `json:"ttl_seconds"` // -1: no TTL
+	Immortal   bool              `json:"immortal"`
+	Fence      uint64            `json:"fence"`
+	Waiters    int               `json:"waiters,omitempty"`
+}
+
+// MarshalJSON writes the lock with snake_case names and durations in seconds.
+func (l Lock) MarshalJSON() ([]byte, error) {
+	h := l.Holder
+	j := lockJSON{Store: l.Store, Key: l.Key, KeyPattern: l.Pattern, Holder: &h,
+		AgeSeconds: l.Age.Seconds(), TTLSeconds: l.TTL.Seconds(), Immortal: l.Immortal(), Fence: l.Fence, Waiters: l.Waiters}
+	if l.Immortal() {
+		j.TTLSeconds = -1
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *Lock) UnmarshalJSON(data []byte) error {
+	var j lockJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*l = Lock{Store: j.Store, Key: j.Key, Pattern: j.KeyPattern, Fence: j.Fence, Waiters: j.Waiters,
+		Age: time.Duration(j.AgeSeconds * float64(time.Second)), TTL: time.Duration(j.TTLSeconds * float64(time.Second))}
+	if j.Holder != nil {
+		l.Holder = *j.Holder
+	}
+	if j.Immortal {
+		l.TTL = NoTTL
+	}
+	return nil
+}
+
+// lister reads the locks of one store.
+type lister struct {
+	patterns []string // Redis SCAN patterns
+	match    *policy.Matcher
+	now      func() time.Time
+}
+
+// list calls visit for each lock of s (until it returns false) and returns
+// how many keys it looked at.
+func (ls *lister) list(ctx context.Context, s *store, visit func(Lock) bool) (int64, error) {
+	if s.etcd != nil {
+		return ls.listEtcd(ctx, s, "", visit)
+	}
+	var scanned int64
+	stop := errors.New("stop")
+	scanNode := func(ctx context.Context, c redis.Cmdable) error {
+		for _, pat := range ls.patterns {
+			var cursor uint64
+			for {
+				keys, next, err := c.Scan(ctx, cursor, pat, scanBatch).Result()
+				if err != nil {
+					return err
+				}
+				scanned += int64(len(keys))
+				if !ls.redisBatch(ctx, c, s.name, keys, visit) {
+					return stop
+				}
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+		}
+		return nil
+	}
+	err := forEachPrimary(ctx, s.redis, func(c redis.Cmdable) error { return scanNode(ctx, c) })
+	if errors.Is(err, stop) {
+		err = nil
+	}
+	return scanned, err
+}
+
+// redisBatch reads PTTL and GET of keys in one pipeline. Keys that are not
+// strings, lockgov's companion keys, and keys gone meanwhile are skipped.
+func (ls *lister) redisBatch(ctx context.Context, c redis.Cmdable, storeName string, keys []string, visit func(Lock) bool) bool {
+	var candidates []string
+	for _, k := range keys {
+		if !redislock.IsCompanionKey(k) {
+			candidates = append(candidates, k)
+		}
+	}
+	if len(candidates) == 0 {
+		return true
+	}
+	pipe := c.Pipeline()
+	ttls := make([]*redis.DurationCmd, len(candidates))
+	vals := make([]*redis.StringCmd, len(candidates))
+	for i, k := range candidates {
+		ttls[i] = pipe.PTTL(ctx, k)
+		vals[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors below
+	now := ls.now()
+	for i, k := range candidates {
+		v, err := vals[i].Result()
+		if err != nil {
+			continue // gone, or not a string: not a lock
+		}
+		ttl, err := ttls[i].Result()
+		if err != nil || ttl == -2 {
+			continue
+		}
+		l := Lock{Store: storeName, Key: k, Holder: redislock.DecodeValue(v), TTL: ttl}
+		if ttl < 0 {
+			l.TTL = NoTTL
+		}
+		l.Fence = l.Holder.Fence
+		ls.finish(&l, now)
+		if !visit(l) {
+			return false
+		}
+	}
+	return true
+}
+
+func (ls *lister) finish(l *Lock, now time.Time) {
+	if ls.match != nil {
+		l.Pattern, _ = ls.match.Match(l.Key)
+	} else {
+		l.Pattern = policy.Normalize(l.Key)
+	}
+	if !l.Holder.AcquiredAt.IsZero() {
+		l.Age = max(now.Sub(l.Holder.AcquiredAt), 0)
+	}
+}
+
+// listEtcd lists the locks under etcdlock.DefaultPrefix (only key's when
+// key is set), page by page. The holder of a lock is its entry with the
+// lowest create revision, which is also its fence.
+func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func(Lock) bool) (int64, error) {
+	prefix := etcdlock.DefaultPrefix
+	start := prefix
+	if key != "" {
+		start = prefix + key + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(start)
+	var scanned int64
+	type entry struct {
+		kv      []byte
+		lease   int64
+		rev     int64
+		waiters int
+	}
+	byKey := map[string]*entry{}
+	var order []string
+	for {
+		resp, err := s.etcd.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(scanBatch))
+		if err != nil {
+			return scanned, err
+		}
+		for _, kv := range resp.Kvs {
+			scanned++
+			k, _, ok := etcdlock.ParseQueueKey(prefix, string(kv.Key))
+			if !ok {
+				continue
+			}
+			// The lease the entry is attached to, not the one its key
+			// names: an entry put without a lease never expires.
+			lease := kv.Lease
+			e := byKey[k]
+			switch {
+			case e == nil:
+				byKey[k] = &entry{kv: kv.Value, lease: lease, rev: kv.CreateRevision}
+				order = append(order, k)
+			case kv.CreateRevision < e.rev:
+				e.kv, e.lease, e.rev = kv.Value, lease, kv.CreateRevision
+				e.waiters++
+			default:
+				e.waiters++
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	sort.Strings(order)
+	now := ls.now()
+	for _, k := range order {
+		e := byKey[k]
+		l := Lock{Store: s.name, Key: k, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
+		if e.lease != 0 {
+			ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
+			if err != nil {
+				return scanned, err
+			}
+			if ttl.TTL < 0 {
+				continue // the lease expired meanwhile: the entry is gone
+			}
+			l.TTL = time.Duration(ttl.TTL) * time.Second
+		}
+		ls.finish(&l, now)
+		if !visit(l) {
+			break
+		}
+	}
+	return scanned, nil
+}
+
+// show returns the lock on key in s, or ok false when there is none.
+func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bool, err error) {
+	if s.etcd != nil {
+		_, err = ls.listEtcd(ctx, s, key, func(x Lock) bool { l, ok = x, true; return false })
+		return l, ok, err
+	}
+	ls.redisBatch(ctx, s.redis, s.name, []string{key}, func(x Lock) bool { l, ok = x, true; return false })
+	if !ok {
+		// Tell "no lock" from "store down".
+		if err := s.redis.Exists(ctx, key).Err(); err != nil {
+			return l, false, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return l, ok, nil
+}

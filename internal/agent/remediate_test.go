@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func del(t *testing.T, a *Agent, query, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, a.URL()+"api/v1/locks?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestRemediation_OffByDefault_401WithoutToken_DeletesOnlyAnImmortalLock(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := redislock.New(c, redislock.WithService("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Acquire(ctx, "lock:order:1", instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	raw, _ := c.Get(ctx, "lock:order:1").Result()
+	ownerToken, _, _ := strings.Cut(raw, " ")
+	// A crash between SETNX and EXPIRE leaves a lock without a TTL.
+	if err := c.Set(ctx, "lock:order:2", "tok-immortal 7 {\"service\":\"billing\",\"pid\":1}", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	off := testConfig("agent-off")
+	off.Redis = []string{"redis://" + r.Addr()}
+	a := start(t, off)
+	if code, body := del(t, a, "key=lock:order:2", "anything"); code != 401 || !strings.Contains(body, "remediation is off") {
+		t.Errorf("remediation off: %d %s", code, body)
+	}
+
+	var logs syncBuf
+	on := testConfig("agent-on")
+	on.Redis = off.Redis
+	on.RemediationToken = "s3cr3t-remediation"
+	on.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b := start(t, on)
+	for _, tok := range []string{"", "wrong"} {
+		if code, _ := del(t, b, "key=lock:order:2", tok); code != 401 {
+			t.Errorf("token %q: %d, want 401", tok, code)
+		}
+	}
+	if code, body := del(t, b, "key=lock:order:1", on.RemediationToken); code != 409 {
+		t.Errorf("a lock with a TTL: %d %s, want 409", code, body)
+	}
+	if code, _ := del(t, b, "key=lock:nosuch", on.RemediationToken); code != 404 {
+		t.Errorf("no such lock: %d, want 404", code)
+	}
+	code, body := del(t, b, "key=lock:order:2", on.RemediationToken)
+	if code != 200 || !strings.Contains(body, `"key":"lock:order:2"`) {
+		t.Fatalf("immortal lock: %d %s", code, body)
+	}
+	if n, _ := c.Exists(ctx, "lock:order:2").Result(); n != 0 {
+		t.Error("the immortal lock is still there")
+	}
+	if n, _ := c.Exists(ctx, "lock:order:1").Result(); n != 1 {
+		t.Error("the healthy lock is gone")
+	}
+	if !strings.Contains(logs.String(), "deleted an immortal lock") {
+		t.Errorf("remediation not logged:\n%s", logs.String())
+	}
+
+	// Owner tokens and the remediation token appear in no answer, log
+	// line or metric.
+	waitFor(t, "a scan listing the locks", func() bool {
+		_, body := get(t, b.URL()+"api/v1/locks")
+		return strings.Contains(body, "lock:order:1")
+	})
+	var seen []string
+	for _, p := range []string{"api/v1/locks", "api/v1/findings", "api/v1/instances", "metrics", "readyz"} {
+		_, body := get(t, b.URL()+p)
+		seen = append(seen, body)
+	}
+	seen = append(seen, body, logs.String())
+	for _, s := range seen {
+		for _, secret := range []string{ownerToken, "tok-immortal", on.RemediationToken} {
+			if strings.Contains(s, secret) {
+				t.Errorf("%q appears in %.200q", secret, s)
+			}
+		}
+	}
+}
+
+func TestRemediation_Etcd_DeletesAnEntryWithoutLeaseOnly(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := etcdlock.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, "lock:a", instrument.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	immortal := etcdlock.DefaultPrefix + "lock:b\x00" + "00000000000000ff"
+	if _, err := ec.Put(ctx, immortal, `{"service":"x","pid":2}`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("agent")
+	cfg.Etcd = e.Endpoints()
+	cfg.RemediationToken = "t0k"
+	a := start(t, cfg)
+	if code, body := del(t, a, "key=lock:a", "t0k"); code != 409 {
+		t.Errorf("leased lock: %d %s, want 409", code, body)
+	}
+	if code, body := del(t, a, "key=lock:b", "t0k"); code != 200 {
+		t.Errorf("immortal lock: %d %s", code, body)
+	}
+	if resp, _ := ec.Get(ctx, immortal); len(resp.Kvs) != 0 {
+		t.Error("the entry without lease is still there")
+	}
+}
