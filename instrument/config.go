@@ -22,14 +22,13 @@ type Option interface {
 }
 
 type config struct {
-	policy     *policy.Policy
-	backend    string
-	tp         trace.TracerProvider
-	props      propagation.TextMapPropagator
-	reg        prometheus.Registerer
-	logger     *slog.Logger
-	skew       func() (time.Duration, bool)
-	releaseTTL time.Duration
+	policy  *policy.Policy
+	backend string
+	tp      trace.TracerProvider
+	props   propagation.TextMapPropagator
+	reg     prometheus.Registerer
+	logger  *slog.Logger
+	skew    func() (time.Duration, bool)
 }
 
 type govOptionFunc func(*config)
@@ -81,7 +80,7 @@ func WithSkewSource(f func() (offset time.Duration, ok bool)) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{releaseTTL: 5 * time.Second}
+	var c config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
