@@ -3,6 +3,7 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,5 +254,36 @@ func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
 	}
 	if c.Exists(ctx, "lock:reply").Val() != 0 {
 		t.Fatal("lock not released")
+	}
+}
+
+// A FromFunc lease dropped without Release is released when the garbage
+// collector finds it, and the observer hears of it once.
+func TestFromFunc_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := withTimeout(t, 20*time.Second)
+	var leaked atomic.Int32
+	cfg, err := instrument.ApplyAcquireOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Observer = instrument.ObserverFuncs{OnLeaked: func() { leaked.Add(1) }}
+	l := instrument.FromFunc(redisLockFunc(c, 10*time.Second, nil), instrument.FuncTTL(10*time.Second))
+	func() {
+		if _, err := l.Acquire(ctx, "lock:dropped", instrument.WithConfig(cfg)); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for c.Exists(ctx, "lock:dropped").Val() == 1 {
+		if ctx.Err() != nil {
+			t.Fatal("dropped lease never released")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := leaked.Load(); n != 1 {
+		t.Fatalf("%d Leaked events, want 1", n)
 	}
 }
