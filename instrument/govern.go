@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -370,7 +371,7 @@ type leaseObserver struct {
 	exemplar   string
 	acquiredAt time.Time
 	attempts   int // written only by the acquiring goroutine, during Acquire
-	ended      sync.Once
+	ended      atomic.Bool
 
 	// What the acquire hands the backend, kept here to save allocations.
 	cfg     AcquireConfig
@@ -431,8 +432,8 @@ func (o *leaseObserver) Leaked() {
 
 // end records the hold once, whichever of release, loss or leak comes first.
 func (o *leaseObserver) end() {
-	o.ended.Do(func() {
+	if o.ended.CompareAndSwap(false, true) {
 		o.pm.held.Dec()
 		observe(o.pm.hold, time.Since(o.acquiredAt), o.exemplar)
-	})
+	}
 }
