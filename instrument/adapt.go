@@ -71,6 +71,8 @@ func FuncTTL(d time.Duration) FuncOption {
 //   - Wait strategies: FailFast and WaitUntilDeadline call acquire once (it
 //     waits the way it always did, bounded by ctx); Retry calls it up to
 //     MaxAttempts times while it returns ErrNotAcquired, with the backoff.
+//     When ctx ends during a call and the call returns ctx's error, Acquire
+//     returns ErrNotAcquired wrapping ctx's cause, as the backends do.
 //   - Fence() is 0: the wrapped code has no fencing token. Do not use
 //     FromFunc locks where a fence is needed.
 //   - Refresh returns an error wrapping errors.ErrUnsupported; TTL, max
@@ -127,6 +129,11 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		cfg.Observer.Attempt(err == nil)
 		if err == nil {
 			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Observer), nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			// The caller's context ended while the wrapped code waited or
+			// was on the wire: the wait gave up, as with any backend.
+			return nil, fmt.Errorf("instrument: acquire %q: %w: %w", key, ErrNotAcquired, context.Cause(ctx))
 		}
 		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)

@@ -287,3 +287,28 @@ func TestFromFunc_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 		t.Fatalf("%d Leaked events, want 1", n)
 	}
 }
+
+// A wrapped acquire that is still waiting (or still on the wire) when the
+// caller's context ends returns the context's error; FromFunc reports that
+// as the wait giving up, like every backend: ErrNotAcquired wrapping the
+// context's error, so Govern counts contention and callers match one error.
+func TestFromFunc_ContextEndingDuringTheWrappedAcquireIsNotAcquired(t *testing.T) {
+	waits := func(ctx context.Context, _ string) (func(context.Context) error, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	for name, wait := range map[string]instrument.AcquireOption{
+		"WaitUntilDeadline": instrument.WaitUntilDeadline(),
+		"FailFast":          instrument.FailFast(),
+		"Retry":             instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := instrument.FromFunc(waits).Acquire(ctx, "lock:waits", wait)
+			if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
+			}
+		})
+	}
+}
