@@ -71,8 +71,8 @@ func FuncTTL(d time.Duration) FuncOption {
 //   - Wait strategies: FailFast and WaitUntilDeadline call acquire once (it
 //     waits the way it always did, bounded by ctx); Retry calls it up to
 //     MaxAttempts times while it returns ErrNotAcquired, with the backoff.
-//     When ctx ends during a call and the call returns ctx's error, Acquire
-//     returns ErrNotAcquired wrapping ctx's cause, as the backends do.
+//     When a call fails after ctx has ended, Acquire returns ErrNotAcquired
+//     wrapping ctx's cause and the call's error, as the backends do.
 //   - Fence() is 0: the wrapped code has no fencing token. Do not use
 //     FromFunc locks where a fence is needed.
 //   - Refresh returns an error wrapping errors.ErrUnsupported; TTL, max
@@ -130,10 +130,11 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		if err == nil {
 			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Observer), nil
 		}
-		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		if ctx.Err() != nil {
 			// The caller's context ended while the wrapped code waited or
-			// was on the wire: the wait gave up, as with any backend.
-			return nil, fmt.Errorf("instrument: acquire %q: %w: %w", key, ErrNotAcquired, context.Cause(ctx))
+			// was on the wire (its error may be ctx's, or a read deadline
+			// taken from ctx): the wait gave up, as with any backend.
+			return nil, fmt.Errorf("instrument: acquire %q: %w: %w (last attempt: %w)", key, ErrNotAcquired, context.Cause(ctx), err)
 		}
 		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)

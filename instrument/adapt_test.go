@@ -311,4 +311,17 @@ func TestFromFunc_ContextEndingDuringTheWrappedAcquireIsNotAcquired(t *testing.T
 			}
 		})
 	}
+	// A client that turns ctx's deadline into a read deadline fails with
+	// its own timeout error, not ctx's.
+	errIOTimeout := errors.New("read tcp: i/o timeout")
+	timesOut := func(ctx context.Context, _ string) (func(context.Context) error, error) {
+		<-ctx.Done()
+		return nil, errIOTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := instrument.FromFunc(timesOut).Acquire(ctx, "lock:waits")
+	if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errIOTimeout) {
+		t.Fatalf("Acquire after a read deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded and the call's error", err)
+	}
 }
