@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/lockgov/lockgov/instrument/internal/leasecore"
 )
 
 // AcquireFunc is lock code that already exists: it takes the lock on key
@@ -64,9 +65,14 @@ func FuncTTL(d time.Duration) FuncOption {
 //     before the deadline but reaches the store after the TTL can still
 //     hit the next holder if the wrapped unlock does not check ownership:
 //     FromFunc cannot add an owner check the wrapped code does not have.
+//     A release function that reports an error wrapping ErrNotHeld (its
+//     owner check found another holder) ends the lease as lost, as the
+//     backends' releases do.
 //   - Wait strategies: FailFast and WaitUntilDeadline call acquire once (it
 //     waits the way it always did, bounded by ctx); Retry calls it up to
 //     MaxAttempts times while it returns ErrNotAcquired, with the backoff.
+//     When a call fails after ctx has ended, Acquire returns ErrNotAcquired
+//     wrapping ctx's cause and the call's error, as the backends do.
 //   - Fence() is 0: the wrapped code has no fencing token. Do not use
 //     FromFunc locks where a fence is needed.
 //   - Refresh returns an error wrapping errors.ErrUnsupported; TTL, max
@@ -124,6 +130,12 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		if err == nil {
 			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Observer), nil
 		}
+		if ctx.Err() != nil {
+			// The caller's context ended while the wrapped code waited or
+			// was on the wire (its error may be ctx's, or a read deadline
+			// taken from ctx): the wait gave up, as with any backend.
+			return nil, fmt.Errorf("instrument: acquire %q: %w: %w (last attempt: %w)", key, ErrNotAcquired, context.Cause(ctx), err)
+		}
 		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)
 		}
@@ -137,122 +149,89 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 	}
 }
 
-// funcLease is the handle; funcState is what the timer and the cleanup
-// reference, so a dropped handle can be collected and released.
+// noFuncTTL stands for "no TTL" without FuncTTL: the lease then ends only
+// at Release (its local deadline is 98 years away).
+const noFuncTTL = 100 * 365 * 24 * time.Hour
+
+// funcLease is the handle. The lease core and its callbacks reference only
+// funcState, so a dropped handle can be collected and released.
 type funcLease struct {
-	*funcState
+	key   string
+	lease *leasecore.Lease
 }
 
-type funcState struct {
-	key     string
-	release func(ctx context.Context) error
-	obs     Observer
-	ttl     time.Duration
-
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
-	timer    *time.Timer
-	deadline time.Time // acquisition + TTL - drift; zero without FuncTTL
-
-	mu       sync.Mutex
-	released bool // Release was called
-	ended    bool // released, or lost at the deadline
-}
-
-func newFuncLease(key string, release func(context.Context) error, start time.Time, ttl time.Duration, obs Observer) *funcLease {
-	st := &funcState{key: key, release: release, obs: obs, ttl: ttl}
-	st.ctx, st.cancel = context.WithCancelCause(context.Background())
-	if ttl > 0 {
-		// start is taken before the acquire call, so the store's TTL cannot
-		// have started earlier.
-		st.deadline = start.Add(ttl - 2*time.Millisecond - ttl/50)
-		st.mu.Lock()
-		st.timer = time.AfterFunc(time.Until(st.deadline), st.expire)
-		st.mu.Unlock()
-	}
-	h := &funcLease{st}
-	runtime.AddCleanup(h, (*funcState).leaked, st)
-	return h
-}
-
-func (st *funcState) Key() string              { return st.key }
-func (st *funcState) Fence() uint64            { return 0 }
-func (st *funcState) Context() context.Context { return st.ctx }
-
-func (st *funcState) Refresh(context.Context) error {
-	return fmt.Errorf("instrument: refresh %q: a FromFunc lock cannot be refreshed: %w", st.key, errors.ErrUnsupported)
-}
-
-func (st *funcState) expire() {
-	st.mu.Lock()
-	if st.ended {
-		st.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.mu.Unlock()
-	st.lose()
-}
-
-// lose ends the lease at its deadline; st.ended is already set by the caller.
-func (st *funcState) lose() {
-	cause := fmt.Errorf("%w: %q: its TTL %v has passed (the wrapped lock does not renew)", ErrLockLost, st.key, st.ttl)
-	st.cancel(cause)
-	st.obs.Lost(cause)
-}
+func (h *funcLease) Key() string                       { return h.key }
+func (h *funcLease) Fence() uint64                     { return 0 }
+func (h *funcLease) Context() context.Context          { return h.lease.Context() }
+func (h *funcLease) Refresh(ctx context.Context) error { return h.lease.Refresh(ctx) }
 
 // Release calls the wrapped release function, unless the lease has already
 // ended: after a Release, or after the TTL, when the lock may be someone
 // else's and an unlock without an owner check would delete theirs.
-func (st *funcState) Release(ctx context.Context) error {
-	st.mu.Lock()
-	if st.released {
-		st.mu.Unlock()
-		return fmt.Errorf("instrument: release %q: %w: already released", st.key, ErrNotHeld)
-	}
-	st.released = true
-	if st.ended {
-		st.mu.Unlock()
-		return fmt.Errorf("instrument: release %q: %w: %w", st.key, ErrNotHeld, context.Cause(st.ctx))
-	}
-	st.ended = true
-	if st.timer != nil {
-		st.timer.Stop()
-	}
-	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
-		// The timer has not run yet (a loaded scheduler), but the TTL is over.
-		st.mu.Unlock()
-		st.lose()
-		return fmt.Errorf("instrument: release %q: %w: %w", st.key, ErrNotHeld, context.Cause(st.ctx))
-	}
-	st.mu.Unlock()
-	if !st.deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, st.deadline)
-		defer cancel()
-	}
-	err := st.release(ctx)
-	if err != nil {
-		st.cancel(fmt.Errorf("%w: %q: release failed: %w", ErrLockLost, st.key, err))
-		return fmt.Errorf("instrument: release %q: %w", st.key, err)
-	}
-	st.cancel(ErrReleased)
-	return nil
+func (h *funcLease) Release(ctx context.Context) error { return h.lease.Release(ctx) }
+
+// funcState is what the lease core calls back: the wrapped release function
+// and the observer.
+type funcState struct {
+	release func(ctx context.Context) error
+	obs     Observer
+	ttl     bool // FuncTTL was set: the lease has a real deadline
+	lease   *leasecore.Lease
+	leaked  atomic.Bool // the core is releasing a dropped handle
 }
 
-// leaked releases a handle dropped while held; a lease that already ended
-// has nothing left to release.
-func (st *funcState) leaked() {
-	st.mu.Lock()
-	skip := st.ended
-	st.mu.Unlock()
-	if skip {
-		return
+func newFuncLease(key string, release func(context.Context) error, start time.Time, ttl time.Duration, obs Observer) *funcLease {
+	st := &funcState{release: release, obs: obs, ttl: ttl > 0}
+	if ttl <= 0 {
+		ttl = noFuncTTL
 	}
-	st.obs.Leaked()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	st.lease = leasecore.New(leasecore.Config{
+		Name: "instrument",
+		Key:  key,
+		TTL:  ttl,
+		// start is taken before the acquire call, so the store's TTL cannot
+		// have started earlier.
+		Start:  start,
+		Events: st,
+		// No Renew: the wrapped code cannot renew, so Refresh returns
+		// errors.ErrUnsupported and no watchdog runs.
+		Release:       st.unlock,
+		UnsafeRelease: true, // the wrapped unlock may be a plain DEL
+	})
+	h := &funcLease{key: key, lease: st.lease}
+	leasecore.Track(h, st.lease)
+	return h
+}
+
+// unlock runs the wrapped release function, bounded by the local deadline
+// when FuncTTL set one: past it the store may have handed the lock on, and
+// the core then reports the lease lost instead of calling it.
+func (st *funcState) unlock(ctx context.Context) error {
+	if st.leaked.Load() {
+		// The core's leak release waits up to the TTL; the wrapped code
+		// gets what Do's fallback release gets.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, releaseTimeout)
 		defer cancel()
-		_ = st.Release(ctx)
-	}()
+	}
+	if !st.ttl {
+		return st.release(ctx)
+	}
+	deadline := st.lease.Deadline()
+	if !time.Now().Before(deadline) {
+		// The expiry timer has not run yet (a loaded scheduler), but the
+		// TTL is over.
+		return fmt.Errorf("%w: its TTL has passed (the wrapped lock does not renew)", ErrNotHeld)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return st.release(ctx)
+}
+
+// Renewed, Lost and Leaked make funcState the core's leasecore.Events.
+func (st *funcState) Renewed(err error) { st.obs.Renewed(err) }
+func (st *funcState) Lost(cause error)  { st.obs.Lost(cause) }
+func (st *funcState) Leaked() {
+	st.leaked.Store(true)
+	st.obs.Leaked()
 }

@@ -3,6 +3,7 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,5 +254,74 @@ func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
 	}
 	if c.Exists(ctx, "lock:reply").Val() != 0 {
 		t.Fatal("lock not released")
+	}
+}
+
+// A FromFunc lease dropped without Release is released when the garbage
+// collector finds it, and the observer hears of it once.
+func TestFromFunc_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := withTimeout(t, 20*time.Second)
+	var leaked atomic.Int32
+	cfg, err := instrument.ApplyAcquireOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Observer = instrument.ObserverFuncs{OnLeaked: func() { leaked.Add(1) }}
+	l := instrument.FromFunc(redisLockFunc(c, 10*time.Second, nil), instrument.FuncTTL(10*time.Second))
+	func() {
+		if _, err := l.Acquire(ctx, "lock:dropped", instrument.WithConfig(cfg)); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for c.Exists(ctx, "lock:dropped").Val() == 1 {
+		if ctx.Err() != nil {
+			t.Fatal("dropped lease never released")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := leaked.Load(); n != 1 {
+		t.Fatalf("%d Leaked events, want 1", n)
+	}
+}
+
+// A wrapped acquire that is still waiting (or still on the wire) when the
+// caller's context ends returns the context's error; FromFunc reports that
+// as the wait giving up, like every backend: ErrNotAcquired wrapping the
+// context's error, so Govern counts contention and callers match one error.
+func TestFromFunc_ContextEndingDuringTheWrappedAcquireIsNotAcquired(t *testing.T) {
+	waits := func(ctx context.Context, _ string) (func(context.Context) error, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	for name, wait := range map[string]instrument.AcquireOption{
+		"WaitUntilDeadline": instrument.WaitUntilDeadline(),
+		"FailFast":          instrument.FailFast(),
+		"Retry":             instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			_, err := instrument.FromFunc(waits).Acquire(ctx, "lock:waits", wait)
+			if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
+			}
+		})
+	}
+	// A client that turns ctx's deadline into a read deadline fails with
+	// its own timeout error, not ctx's.
+	errIOTimeout := errors.New("read tcp: i/o timeout")
+	timesOut := func(ctx context.Context, _ string) (func(context.Context) error, error) {
+		<-ctx.Done()
+		return nil, errIOTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := instrument.FromFunc(timesOut).Acquire(ctx, "lock:waits")
+	if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errIOTimeout) {
+		t.Fatalf("Acquire after a read deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded and the call's error", err)
 	}
 }

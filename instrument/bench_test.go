@@ -12,8 +12,9 @@ import (
 
 // nopLease and nopLocker have no store behind them: BenchmarkGovernOverhead
 // uses them to isolate the CPU that Govern itself adds to an acquire+release
-// pair (policy match, spans with the global no-op tracer, metrics, the
-// re-entrancy context), which is the "added CPU per pair" of the issue.
+// pair (policy match, the spans it skips while the global tracer provider is
+// unset, metrics, the re-entrancy context), which is the "added CPU per
+// pair" of the issue. nopLocker's own lease value is one of the allocations.
 type nopLease struct{ ctx context.Context }
 
 func (l nopLease) Key() string                   { return "k" }

@@ -23,16 +23,15 @@ type Option interface {
 }
 
 type config struct {
-	policy     *policy.Policy
-	backend    string
-	tp         trace.TracerProvider
-	props      propagation.TextMapPropagator
-	reg        prometheus.Registerer
-	logger     *slog.Logger
-	skew       func() (time.Duration, bool)
-	releaseTTL time.Duration
-	noBeat     bool           // WithoutHeartbeat
-	beatOpts   []fleet.Option // WithHeartbeat
+	policy   *policy.Policy
+	backend  string
+	tp       trace.TracerProvider
+	props    propagation.TextMapPropagator
+	reg      prometheus.Registerer
+	logger   *slog.Logger
+	skew     func() (time.Duration, bool)
+	noBeat   bool           // WithoutHeartbeat
+	beatOpts []fleet.Option // WithHeartbeat
 }
 
 type govOptionFunc func(*config)
@@ -84,7 +83,7 @@ func WithSkewSource(f func() (offset time.Duration, ok bool)) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{releaseTTL: 5 * time.Second}
+	var c config
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)

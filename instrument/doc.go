@@ -15,6 +15,14 @@
 //		return deduct(ctx, merchantID, amount)
 //	})
 //
+// What a service uses: Locker and Lease, Govern (NewGoverned to see a
+// configuration error up front), Do, ContextWithLease, FromFunc for lock
+// code it already has, the AcquireOptions (WithTTL, FailFast, Retry,
+// WaitUntilDeadline, WithMaxHold, WithoutWatchdog, WithMeta, ...), the
+// Options of Govern (WithPolicy, WithRegisterer, WithTracerProvider, ...)
+// and the errors. The rest of the package is for whoever implements a
+// Locker: see "Writing a backend" below.
+//
 // # The three rules
 //
 // Timeout: an Acquire whose context has no deadline is refused with
@@ -34,7 +42,12 @@
 // the caller's span; renewals and loss are events on the caller's span; the
 // trace id (and whatever the configured propagators inject) is written into
 // the lock value so an operator can find the holder's trace; histograms carry
-// a trace_id exemplar when the caller's span is sampled.
+// a trace_id exemplar when the caller's span is sampled. While the tracer
+// provider is a no-op (noop.TracerProvider, or the otel global provider
+// before otel.SetTracerProvider) and the caller's span is not recording,
+// Govern starts no spans at all, since nothing would record them; the trace
+// id and propagated headers in the lock value are still the caller's, taken
+// from its span context.
 //
 // # Metrics
 //
@@ -115,4 +128,39 @@
 // that deadline, but an unlock sent just before the deadline can still
 // reach the store after the TTL and, without an owner check, delete the
 // next holder's lock.
+//
+// # Writing a backend
+//
+// A backend implements Locker; its Acquire:
+//
+//   - calls ValidateKey before any round trip, and ApplyAcquireOptions to
+//     resolve the options (defaults applied, validated; the resulting
+//     AcquireConfig's Observer is never nil);
+//   - waits as AcquireConfig.Wait says (woken by release notifications,
+//     polling at most every PollInterval), renews every TTL/3 unless
+//     NoWatchdog, stops renewing at MaxHold;
+//   - writes TraceID and Meta into the lock value (instrument/lockvalue),
+//     never the owner token anywhere else;
+//   - tells the Observer about each attempt, waiting, renewal, loss and
+//     leak, and returns leases whose Context ends with ErrLockLost or
+//     ErrReleased and whose Release and Refresh are owner-checked
+//     (ErrNotHeld otherwise);
+//   - may report its metric label through a Backend() string method.
+//
+// Govern hands a backend the configuration it resolved from the policy
+// through WithConfig; ObserverFuncs is an Observer for backends' tests.
+// lockgov's own backends build their leases on one lease lifecycle
+// (instrument/internal/leasecore) and run the conformance suite
+// (internal/locktest); a backend outside this module adapts its lock with
+// FromFunc, which runs on that lifecycle too. The doc comment of each of
+// these identifiers (AcquireConfig, Observer, ObserverFuncs, WithConfig,
+// ApplyAcquireOptions, ValidateKey, LockerFunc) starts by saying it is for
+// backend authors.
+//
+// Decision: they stay in package instrument, in this section, rather than
+// in a package of their own. AcquireOption's unexported apply method ties
+// them together: only instrument can resolve the options users pass to a
+// backend, so a separate package would need AcquireOption and
+// AcquireConfig re-exported as type aliases, which users would then see in
+// both places anyway.
 package instrument

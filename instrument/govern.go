@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/policy"
@@ -26,6 +30,11 @@ type Governed struct {
 	matcher *policy.Matcher
 	metrics *metrics
 	tracer  trace.Tracer
+	// Spans are skipped while they could not record (see spansOff): the
+	// provider is noop's, or the otel global one while nothing has been
+	// set through otel.SetTracerProvider (globalTP is that provider).
+	noopTP   bool
+	globalTP trace.TracerProvider
 
 	auditMu   sync.Mutex
 	auditLast map[string]time.Time // rule+pattern -> last audit log line
@@ -73,10 +82,43 @@ func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
 		tracer:    cfg.tp.Tracer(ScopeName),
 		auditLast: make(map[string]time.Time),
 	}
+	switch cfg.tp.(type) {
+	case noop.TracerProvider, *noop.TracerProvider:
+		g.noopTP = true
+	default:
+		if isUnsetGlobal(cfg.tp) {
+			g.globalTP = cfg.tp
+		}
+	}
 	if err := g.attachFleet(l); err != nil {
 		return nil, err
 	}
 	return g, nil
+}
+
+// isUnsetGlobal reports whether tp is the otel global provider as it is
+// before otel.SetTracerProvider: its tracers start non-recording spans
+// until a provider is set, and then delegate to it. Its type is internal to
+// otel, so it is recognised by name.
+func isUnsetGlobal(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t != nil && t.Kind() == reflect.Pointer &&
+		t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" && t.Elem().Name() == "tracerProvider" &&
+		otel.GetTracerProvider() == tp
+}
+
+// spansOff reports whether a span started now with ctx would record
+// nothing, so that Govern skips starting it (as go-redis's redisotel skips
+// its span work): the provider is a no-op, and the caller's span is not
+// recording either (a recording one may come from auto-instrumentation,
+// which the global provider then follows). A skipped span changes nothing
+// the caller can see: a no-op span carries the caller's span context, which
+// is what the trace id and the propagators then read from ctx directly.
+func (g *Governed) spansOff(ctx context.Context) bool {
+	if !g.noopTP && (g.globalTP == nil || otel.GetTracerProvider() != g.globalTP) {
+		return false
+	}
+	return !trace.SpanFromContext(ctx).IsRecording()
 }
 
 // Backend returns the backend label of the governed Locker.
@@ -108,82 +150,106 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		}
 	}
 
-	cfg, err := g.resolve(ctx, rule, label, opts)
-	if err != nil {
+	// One allocation for the observer, the configuration the backend gets,
+	// the option that hands it over and the propagators' carrier.
+	obs := &leaseObserver{g: g, pm: pm, parent: trace.SpanFromContext(ctx), key: key}
+	if err := g.resolve(ctx, rule, label, opts, &obs.cfg); err != nil {
 		pm.refused.Inc()
 		return nil, err
 	}
-
-	parent := trace.SpanFromContext(ctx)
-	ctx, span := g.tracer.Start(ctx, "acquire lock", spanKindClient)
-	recording := span.IsRecording()
+	var span trace.Span
+	recording := false
+	if !g.spansOff(ctx) {
+		ctx, span = g.tracer.Start(ctx, "acquire lock", clientSpan...)
+		recording = span.IsRecording()
+	}
 	if recording {
 		span.SetAttributes(
 			attribute.String("lock.key_pattern", label),
 			attribute.String("lock.backend", g.backend),
-			attribute.String("lock.wait_strategy", cfg.Wait.String()),
+			attribute.String("lock.wait_strategy", obs.cfg.Wait.String()),
 			attribute.String("db.system.name", g.backend),
 		)
 	}
-	sc := span.SpanContext()
-	var exemplar string
+	sc := trace.SpanContextFromContext(ctx)
 	if sc.IsValid() {
-		cfg.TraceID = sc.TraceID().String()
+		obs.cfg.TraceID = sc.TraceID().String()
 		if sc.IsSampled() {
-			exemplar = cfg.TraceID
+			obs.exemplar = obs.cfg.TraceID
 		}
-		carrier := propagation.MapCarrier{}
-		g.cfg.props.Inject(ctx, carrier)
-		if len(carrier) > 0 {
-			meta := make(map[string]string, len(cfg.Meta)+len(carrier))
-			for k, v := range cfg.Meta {
+		g.cfg.props.Inject(ctx, &obs.carrier)
+		if len(obs.carrier.m) > 0 {
+			meta := make(map[string]string, len(obs.cfg.Meta)+len(obs.carrier.m))
+			for k, v := range obs.cfg.Meta {
 				meta[k] = v
 			}
-			for k, v := range carrier {
+			for k, v := range obs.carrier.m {
 				meta[k] = v
 			}
-			cfg.Meta = meta
+			obs.cfg.Meta = meta
 		}
 	}
-
-	obs := &leaseObserver{g: g, pm: pm, parent: parent, exemplar: exemplar, key: key}
+	obs.cfg.Observer = obs
 	g.beforeWait(ctx, obs)
-	cfg.Observer = obs
+	obs.opt[0] = (*resolvedConfig)(&obs.cfg)
 
-	inner, err := g.inner.Acquire(ctx, key, WithConfig(cfg))
-	now := time.Now()
-	dur := now.Sub(start)
+	inner, err := g.inner.Acquire(ctx, key, obs.opt[:]...)
+	// One wall clock read per acquire: durations need only the monotonic
+	// clock, which time.Since reads alone.
+	dur := time.Since(start)
 	if recording {
 		span.SetAttributes(attribute.Int("lock.attempts", obs.attempts))
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotAcquired) {
 			pm.notAcquired.Inc()
-			observe(pm.durNotAcquired, dur, exemplar)
+			observe(pm.durNotAcquired, dur, obs.exemplar)
 		} else {
 			pm.failed.Inc()
-			observe(pm.durFailed, dur, exemplar)
+			observe(pm.durFailed, dur, obs.exemplar)
 		}
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "lock not acquired")
-		span.End()
+		if span != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "lock not acquired")
+			span.End()
+		}
 		return nil, err
 	}
 	pm.acquired.Inc()
-	observe(pm.durAcquired, dur, exemplar)
+	observe(pm.durAcquired, dur, obs.exemplar)
 	pm.held.Inc()
-	obs.acquiredAt = now
+	obs.acquiredAt = start.Add(dur)
 	g.trackHeld(obs, inner.Fence())
-	if recording {
-		span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+	if span != nil {
+		if recording {
+			span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+		}
+		span.End()
 	}
-	span.End()
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
-	gl.top.free = make(chan struct{})
 	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
-	gl.ctx = context.WithValue(inner.Context(), heldKey{}, &gl.self)
+	gl.ctx = leaseContext{Context: inner.Context(), node: &gl.self}
 	return gl, nil
+}
+
+// resolvedConfig hands a configuration Govern resolved to the backend, as
+// WithConfig does, without allocating: it lives in the lease observer.
+type resolvedConfig AcquireConfig
+
+func (r *resolvedConfig) apply(c *AcquireConfig) { *c = AcquireConfig(*r) }
+
+// lazyCarrier is a propagation.MapCarrier made on the first Set, so that a
+// propagator that writes nothing costs no map.
+type lazyCarrier struct{ m propagation.MapCarrier }
+
+func (c *lazyCarrier) Get(k string) string { return c.m.Get(k) }
+func (c *lazyCarrier) Keys() []string      { return c.m.Keys() }
+func (c *lazyCarrier) Set(k, v string) {
+	if c.m == nil {
+		c.m = make(propagation.MapCarrier, 2)
+	}
+	c.m[k] = v
 }
 
 // reentryFailsFast reports whether a re-entrant Acquire gives up at once
@@ -202,10 +268,10 @@ func reentryFailsFast(rule *policy.Rule, opts []AcquireOption) bool {
 	return cfg.Wait == WaitFailFast
 }
 
-// resolve builds the acquire configuration from the rule and the caller's
-// options and judges it against the rule.
-func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string, opts []AcquireOption) (AcquireConfig, error) {
-	cfg := AcquireConfig{
+// resolve builds the acquire configuration into cfg from the rule and the
+// caller's options and judges it against the rule.
+func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string, opts []AcquireOption, cfg *AcquireConfig) error {
+	*cfg = AcquireConfig{
 		TTL:          rule.TTL,
 		PollInterval: rule.Wait.PollInterval,
 		MaxHold:      rule.MaxHold,
@@ -221,31 +287,31 @@ func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string,
 	}
 	for _, o := range opts {
 		if o != nil {
-			o.apply(&cfg)
+			o.apply(cfg)
 		}
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, err
+		return err
 	}
 
 	if _, ok := ctx.Deadline(); !ok {
 		if err := g.violate(rule, label, "timeout", "ctx has no deadline: use context.WithTimeout"); err != nil {
-			return cfg, err
+			return err
 		}
 	}
 	if cfg.TTL > rule.MaxTTL || cfg.TTL < rule.MinTTL {
 		msg := fmt.Sprintf("TTL %v is outside the policy bounds [%v, %v]", cfg.TTL, rule.MinTTL, rule.MaxTTL)
 		if err := g.violate(rule, label, "ttl", msg); err != nil {
-			return cfg, err
+			return err
 		}
 	}
 	if rule.MaxHold > 0 && cfg.MaxHold > rule.MaxHold {
 		msg := fmt.Sprintf("max hold %v is above the policy's %v", cfg.MaxHold, rule.MaxHold)
 		if err := g.violate(rule, label, "max_hold", msg); err != nil {
-			return cfg, err
+			return err
 		}
 	}
 	if g.cfg.skew != nil {
@@ -253,14 +319,14 @@ func (g *Governed) resolve(ctx context.Context, rule *policy.Rule, label string,
 			switch g.cfg.policy.Skew.Tier(off) {
 			case policy.TierReject:
 				g.metrics.violations.WithLabelValues("clock_skew", policy.ModeEnforce.String(), label).Inc()
-				return cfg, fmt.Errorf("instrument: acquire (pattern %s): %w: offset %v is above %v",
+				return fmt.Errorf("instrument: acquire (pattern %s): %w: offset %v is above %v",
 					label, ErrClockSkew, off, g.cfg.policy.Skew.Reject)
 			case policy.TierDegrade:
 				cfg.TTL = degradeTTL(g.cfg.policy.Skew, rule, cfg.TTL)
 			}
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // minBackendTTL is the shortest TTL AcquireConfig.Validate accepts.
@@ -303,7 +369,9 @@ func (g *Governed) violate(rule *policy.Rule, label, name, msg string) error {
 
 // leaseObserver turns backend hooks into metrics, log lines and events on
 // the caller's span. It never references the lease handle, so a dropped
-// handle can be garbage-collected.
+// handle can be garbage-collected: that is why it is an allocation of its
+// own and not part of governedLease (the backend's lease keeps its observer
+// reachable, and the handle references the backend's lease).
 type leaseObserver struct {
 	g          *Governed
 	pm         *patternMetrics
@@ -311,41 +379,58 @@ type leaseObserver struct {
 	exemplar   string
 	acquiredAt time.Time
 	attempts   int // written only by the acquiring goroutine, during Acquire
-	ended      sync.Once
+	ended      atomic.Bool
 	key        string
 	holds      []string // keys the acquiring context already holds, for the heartbeat
+
+	// What the acquire hands the backend, kept here to save allocations.
+	cfg     AcquireConfig
+	opt     [1]AcquireOption
+	carrier lazyCarrier
 }
 
-var spanKindClient = trace.WithSpanKind(trace.SpanKindClient)
+// clientSpan is the start option of every span Govern starts, in a slice
+// so that passing it does not allocate one.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 func (o *leaseObserver) Attempt(bool) { o.attempts++ }
 
 func (o *leaseObserver) Waiting(w bool) {
+	o.g.trackWaiting(o, w)
 	if w {
 		o.pm.waiters.Inc()
 	} else {
 		o.pm.waiters.Dec()
 	}
-	o.g.trackWaiting(o, w)
 }
 
 func (o *leaseObserver) Renewed(err error) {
 	switch {
 	case err == nil:
 		o.pm.renewOK.Inc()
-		o.parent.AddEvent("lock renewed")
+		if o.parent.IsRecording() {
+			o.parent.AddEvent("lock renewed")
+		}
 	case errors.Is(err, ErrNotHeld):
 		o.pm.renewLost.Inc()
+		if !o.parent.IsRecording() {
+			return
+		}
 		o.parent.AddEvent("lock renewal refused", trace.WithAttributes(attribute.String("error", err.Error())))
 	default:
 		o.pm.renewError.Inc()
+		if !o.parent.IsRecording() {
+			return
+		}
 		o.parent.AddEvent("lock renewal failed", trace.WithAttributes(attribute.String("error", err.Error())))
 	}
 }
 
 func (o *leaseObserver) Lost(cause error) {
 	o.pm.lost.Inc()
-	o.parent.AddEvent("lock lost", trace.WithAttributes(attribute.String("error", cause.Error())))
+	if o.parent.IsRecording() {
+		o.parent.AddEvent("lock lost", trace.WithAttributes(attribute.String("error", cause.Error())))
+	}
 	o.end()
 }
 
@@ -358,9 +443,9 @@ func (o *leaseObserver) Leaked() {
 
 // end records the hold once, whichever of release, loss or leak comes first.
 func (o *leaseObserver) end() {
-	o.ended.Do(func() {
+	if o.ended.CompareAndSwap(false, true) {
 		o.g.untrackHeld(o)
 		o.pm.held.Dec()
 		observe(o.pm.hold, time.Since(o.acquiredAt), o.exemplar)
-	})
+	}
 }

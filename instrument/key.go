@@ -8,10 +8,11 @@ import (
 // MaxKeyLen is the longest lock key accepted, in bytes.
 const MaxKeyLen = 512
 
-// ValidateKey reports why key cannot be a lock key: empty, longer than
-// MaxKeyLen bytes, not UTF-8, or containing control characters (which break
-// log lines and terminal output of the agent). Backends call it before any
-// round trip, so a bad key never leaves anything behind in the store.
+// ValidateKey is for backend authors: it reports why key cannot be a lock
+// key: empty, longer than MaxKeyLen bytes, not UTF-8, or containing control
+// characters (which break log lines and terminal output of the agent).
+// Backends call it before any round trip, so a bad key never leaves
+// anything behind in the store.
 func ValidateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: key is empty", ErrInvalidKey)

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// TestLayering_LibrariesLinkNoServerAndPolicyNoClient holds DESIGN.md's
-// dependency rules: a service that imports instrument or snowflake links
-// no database server and no test harness, and policy imports no backend
-// client.
+// TestLayering_LibrariesLinkNoServerAndPolicyNoClient holds the dependency
+// rules of docs/ARCHITECTURE.md (its layers section): a service that imports
+// instrument or snowflake links no database server and no test harness,
+// instrument links no snowflake code, and policy imports no backend client.
 func TestLayering_LibrariesLinkNoServerAndPolicyNoClient(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {

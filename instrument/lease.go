@@ -16,7 +16,7 @@ type governedLease struct {
 	g     *Governed
 	obs   *leaseObserver
 	label string
-	ctx   context.Context
+	ctx   leaseContext
 	self  heldNode // the node ctx carries; part of the lease to save an allocation
 	top   hold     // the level the root handle holds; re-entrant holds open below it
 
@@ -27,7 +27,7 @@ type governedLease struct {
 
 func (l *governedLease) Key() string              { return l.inner.Key() }
 func (l *governedLease) Fence() uint64            { return l.inner.Fence() }
-func (l *governedLease) Context() context.Context { return l.ctx }
+func (l *governedLease) Context() context.Context { return &l.ctx }
 
 func (l *governedLease) Refresh(ctx context.Context) error { return l.inner.Refresh(ctx) }
 
@@ -65,7 +65,7 @@ func (l *governedLease) reenter(ctx context.Context, at *hold, failFast bool) (L
 	l.mu.Unlock()
 	r := &reentrantLease{root: l, h: h}
 	r.self = heldNode{owner: l.g, key: l.Key(), lease: l, at: h, next: heldChain(ctx)}
-	r.ctx = context.WithValue(l.inner.Context(), heldKey{}, &r.self)
+	r.ctx = leaseContext{Context: l.inner.Context(), node: &r.self}
 	return r, nil
 }
 
@@ -78,7 +78,12 @@ func (l *governedLease) drop(ctx context.Context) error {
 	if !last {
 		return nil
 	}
-	ctx, span := l.g.tracer.Start(ctx, "release lock", spanKindClient)
+	if l.g.spansOff(ctx) {
+		err := l.inner.Release(ctx)
+		l.obs.end()
+		return err
+	}
+	ctx, span := l.g.tracer.Start(ctx, "release lock", clientSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("lock.key_pattern", l.label),
@@ -103,14 +108,14 @@ func (l *governedLease) drop(ctx context.Context) error {
 type reentrantLease struct {
 	root *governedLease
 	h    *hold
-	ctx  context.Context
+	ctx  leaseContext
 	self heldNode
 	once sync.Once
 }
 
 func (r *reentrantLease) Key() string                       { return r.root.Key() }
 func (r *reentrantLease) Fence() uint64                     { return r.root.Fence() }
-func (r *reentrantLease) Context() context.Context          { return r.ctx }
+func (r *reentrantLease) Context() context.Context          { return &r.ctx }
 func (r *reentrantLease) Refresh(ctx context.Context) error { return r.root.Refresh(ctx) }
 
 func (r *reentrantLease) Release(ctx context.Context) error {
@@ -134,11 +139,11 @@ type hold struct {
 	mu    sync.Mutex
 	child bool          // a re-entrant hold directly below is open
 	done  bool          // released (re-entrant holds only)
-	free  chan struct{} // closed when child becomes false
+	free  chan struct{} // closed when child becomes false; made by the first waiter
 }
 
 func newHold(parent *hold) *hold {
-	return &hold{parent: parent, free: make(chan struct{})}
+	return &hold{parent: parent}
 }
 
 // enter opens a hold below h (below the nearest unreleased hold above it,
@@ -158,6 +163,9 @@ func (h *hold) enter(ctx context.Context, lease context.Context, failFast bool) 
 			h.child = true
 			h.mu.Unlock()
 			return newHold(h), nil
+		}
+		if h.free == nil {
+			h.free = make(chan struct{})
 		}
 		free := h.free
 		h.mu.Unlock()
@@ -190,8 +198,10 @@ func (h *hold) release() {
 func (h *hold) leave() {
 	h.mu.Lock()
 	h.child = false
-	close(h.free)
-	h.free = make(chan struct{})
+	if h.free != nil {
+		close(h.free)
+		h.free = nil
+	}
 	up := h.done && h.parent != nil
 	h.mu.Unlock()
 	if up {
@@ -201,6 +211,21 @@ func (h *hold) leave() {
 
 // heldKey is the context key of the chain of leases a context holds.
 type heldKey struct{}
+
+// leaseContext is a lease handle's Context: the backend lease's context
+// carrying the handle's place in the chain under heldKey. It is
+// context.WithValue without the allocation, as it lives in the handle.
+type leaseContext struct {
+	context.Context
+	node *heldNode
+}
+
+func (c *leaseContext) Value(key any) any {
+	if key == (heldKey{}) {
+		return c.node
+	}
+	return c.Context.Value(key)
+}
 
 type heldNode struct {
 	owner *Governed

@@ -35,7 +35,8 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// LockerFunc adapts a function to the Locker interface.
+// LockerFunc is for backend authors: it adapts a function to the Locker
+// interface.
 type LockerFunc func(ctx context.Context, key string, opts ...AcquireOption) (Lease, error)
 
 // Acquire calls f.

@@ -83,9 +83,9 @@ func (b expBackoff) validate() error {
 	return nil
 }
 
-// Observer is told what a backend does with one acquire call and the lease
-// it produced; Govern's observer turns it into metrics, log lines and span
-// events. Backends call every method (AcquireConfig.Observer is never nil
+// Observer is for backend authors: it is told what a backend does with one
+// acquire call and the lease it produced; Govern's observer turns it into
+// metrics, log lines and span events. Backends call every method (AcquireConfig.Observer is never nil
 // after ApplyAcquireOptions); methods must be fast and must not block.
 type Observer interface {
 	// Attempt follows each acquire attempt that reached the backend.
@@ -104,8 +104,8 @@ type Observer interface {
 	Leaked()
 }
 
-// ObserverFuncs is an Observer made of optional functions, for tests and
-// small adapters.
+// ObserverFuncs is for backend authors: an Observer made of optional
+// functions, for backends' tests and small adapters.
 type ObserverFuncs struct {
 	OnAttempt func(acquired bool)
 	OnWaiting func(waiting bool)
@@ -159,8 +159,9 @@ func (nopObserver) Renewed(error) {}
 func (nopObserver) Lost(error)    {}
 func (nopObserver) Leaked()       {}
 
-// AcquireConfig is the resolved form of a list of AcquireOptions. Backends
-// obtain it with ApplyAcquireOptions; Govern builds it from the policy.
+// AcquireConfig is for backend authors: the resolved form of a list of
+// AcquireOptions. Backends obtain it with ApplyAcquireOptions; Govern builds
+// it from the policy.
 type AcquireConfig struct {
 	TTL          time.Duration // lease TTL; the watchdog renews at TTL/3
 	Wait         WaitStrategy
@@ -244,14 +245,16 @@ func WithMeta(kv map[string]string) AcquireOption {
 	})
 }
 
-// WithConfig replaces the whole configuration; options after it still apply.
-// Governing layers use it to hand a resolved configuration to a backend.
+// WithConfig is for backend authors and governing layers: it replaces the
+// whole configuration (options after it still apply), to hand a resolved
+// configuration to a backend.
 func WithConfig(cfg AcquireConfig) AcquireOption {
 	return optionFunc(func(c *AcquireConfig) { *c = cfg })
 }
 
-// ApplyAcquireOptions resolves opts over the defaults (TTL DefaultTTL,
-// WaitDeadline, poll DefaultPollInterval) and validates the result.
+// ApplyAcquireOptions is for backend authors: it resolves opts over the
+// defaults (TTL DefaultTTL, WaitDeadline, poll DefaultPollInterval, a no-op
+// Observer) and validates the result.
 func ApplyAcquireOptions(opts ...AcquireOption) (AcquireConfig, error) {
 	c := AcquireConfig{TTL: DefaultTTL, PollInterval: DefaultPollInterval}
 	for _, o := range opts {
@@ -268,7 +271,8 @@ func ApplyAcquireOptions(opts ...AcquireOption) (AcquireConfig, error) {
 	return c, c.Validate()
 }
 
-// Validate reports the first value that cannot work.
+// Validate is for backend authors: it reports the first value that cannot
+// work.
 func (c *AcquireConfig) Validate() error {
 	if c.TTL <= 0 {
 		return fmt.Errorf("%w: TTL %v must be > 0", ErrInvalidOption, c.TTL)

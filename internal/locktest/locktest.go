@@ -39,6 +39,8 @@ type config struct {
 	leakOptions []goleak.Option
 	noFences    bool
 	noExpiry    bool
+	waitOpts    []instrument.AcquireOption
+	noRefresh   bool
 }
 
 // WithLoser gives the suite a way to take a held lock away behind its
@@ -80,6 +82,25 @@ func WithoutExpiry() Option {
 	return func(c *config) { c.noExpiry = true }
 }
 
+// WithWaitOptions gives the options the suite adds to every Acquire that
+// must wait for another holder to release (mutual exclusion, the shared
+// Locker, the waiter, the new holder after an expiry, and the wait past a
+// deadline, where they replace WaitUntilDeadline), for a Locker that cannot
+// wait by itself: FromFunc around a one-shot lock calls it once for
+// WaitUntilDeadline, so its suite passes Retry. The other cases keep the
+// Locker's default wait.
+func WithWaitOptions(opts ...instrument.AcquireOption) Option {
+	return func(c *config) { c.waitOpts = append(c.waitOpts, opts...) }
+}
+
+// WithoutRefresh is for a Locker whose leases cannot be refreshed (FromFunc:
+// the wrapped code does not renew). The ownership case then checks that
+// Refresh returns errors.ErrUnsupported, for the expired holder and the
+// live one alike, instead of ErrNotHeld and a successful refresh.
+func WithoutRefresh() Option {
+	return func(c *config) { c.noRefresh = true }
+}
+
 // WithLeakOptions adds goleak options (for example IgnoreTopFunction of a
 // client's long-lived goroutine) to the leak cases.
 func WithLeakOptions(opts ...goleak.Option) Option {
@@ -113,6 +134,12 @@ func Run(t *testing.T, newLocker func(t *testing.T) instrument.Locker, opts ...O
 type suite struct {
 	c         config
 	newLocker func(t *testing.T) instrument.Locker
+}
+
+// wait returns opts followed by the Locker's wait options, for an Acquire
+// that must wait for another holder.
+func (s *suite) wait(opts ...instrument.AcquireOption) []instrument.AcquireOption {
+	return append(opts, s.c.waitOpts...)
 }
 
 var keySeq atomic.Int64
@@ -201,7 +228,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 			wg.Go(func() {
 				for range s.c.iterations {
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-					lease, err := l.Acquire(ctx, k, instrument.WithTTL(10*time.Second))
+					lease, err := l.Acquire(ctx, k, s.wait(instrument.WithTTL(10*time.Second))...)
 					cancel()
 					if err != nil {
 						t.Errorf("Acquire: %v", err)
@@ -244,7 +271,7 @@ func (s *suite) sharedLocker(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 5 {
-				lease, err := l.Acquire(ctxFor(t, 30*time.Second), k)
+				lease, err := l.Acquire(ctxFor(t, 30*time.Second), k, s.wait()...)
 				if err != nil {
 					t.Errorf("Acquire: %v", err)
 					return
@@ -275,7 +302,7 @@ func (s *suite) ownership(t *testing.T) {
 	if s.c.noExpiry {
 		s.c.loser(t, k)
 	}
-	b := mustAcquire(t, lb, ctxFor(t, 10*s.c.expiryTTL+10*time.Second), k, instrument.WithTTL(10*time.Second))
+	b := mustAcquire(t, lb, ctxFor(t, 10*s.c.expiryTTL+10*time.Second), k, s.wait(instrument.WithTTL(10*time.Second))...)
 	defer mustRelease(t, b)
 	if cause := waitDone(t, a, 5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
 		t.Fatalf("A's context cause after the loss: %v, want ErrLockLost", cause)
@@ -286,12 +313,21 @@ func (s *suite) ownership(t *testing.T) {
 	if err := a.Release(ctxFor(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
 		t.Fatalf("A.Release after B took the lock: %v, want ErrNotHeld", err)
 	}
-	if err := a.Refresh(ctxFor(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
-		t.Fatalf("A.Refresh after B took the lock: %v, want ErrNotHeld", err)
-	}
-	s.assertHeldByOther(t, lc, k)
-	if err := b.Refresh(ctxFor(t, 5*time.Second)); err != nil {
-		t.Fatalf("B.Refresh: %v", err)
+	if s.c.noRefresh {
+		for name, l := range map[string]instrument.Lease{"A": a, "B": b} {
+			if err := l.Refresh(ctxFor(t, 5*time.Second)); !errors.Is(err, errors.ErrUnsupported) {
+				t.Fatalf("%s.Refresh: %v, want errors.ErrUnsupported", name, err)
+			}
+		}
+		s.assertHeldByOther(t, lc, k)
+	} else {
+		if err := a.Refresh(ctxFor(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
+			t.Fatalf("A.Refresh after B took the lock: %v, want ErrNotHeld", err)
+		}
+		s.assertHeldByOther(t, lc, k)
+		if err := b.Refresh(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("B.Refresh: %v", err)
+		}
 	}
 	if err := b.Context().Err(); err != nil {
 		t.Fatalf("B's context ended: %v", context.Cause(b.Context()))
@@ -322,7 +358,7 @@ func (s *suite) expiry(t *testing.T) {
 	if cause := waitDone(t, lease, 3*s.c.expiryTTL+5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
 		t.Fatalf("cause after expiry: %v, want ErrLockLost", cause)
 	}
-	next := mustAcquire(t, s.newLocker(t), ctxFor(t, 3*s.c.expiryTTL+5*time.Second), k)
+	next := mustAcquire(t, s.newLocker(t), ctxFor(t, 3*s.c.expiryTTL+5*time.Second), k, s.wait()...)
 	mustRelease(t, next)
 }
 
@@ -382,7 +418,11 @@ func (s *suite) waitDeadline(t *testing.T) {
 	defer mustRelease(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := s.newLocker(t).Acquire(ctx, k, instrument.WaitUntilDeadline())
+	wait := []instrument.AcquireOption{instrument.WaitUntilDeadline()}
+	if len(s.c.waitOpts) > 0 {
+		wait = s.c.waitOpts
+	}
+	_, err := s.newLocker(t).Acquire(ctx, k, wait...)
 	if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait on a held key past the deadline: %v, want ErrNotAcquired wrapping DeadlineExceeded", err)
 	}
@@ -395,7 +435,7 @@ func (s *suite) waitRelease(t *testing.T) {
 	h := mustAcquire(t, l, ctxFor(t, 5*time.Second), k)
 	got := make(chan error, 1)
 	go func() {
-		lease, err := s.newLocker(t).Acquire(ctxFor(t, 20*time.Second), k)
+		lease, err := s.newLocker(t).Acquire(ctxFor(t, 20*time.Second), k, s.wait()...)
 		if err == nil {
 			if lease.Fence() <= h.Fence() && !s.c.noFences {
 				err = errors.New("waiter's fence is not above the holder's")
