@@ -53,10 +53,55 @@ type EtcdStore struct {
 // DetectorsFunc builds the detectors of one agent from its stores and policy.
 type DetectorsFunc func(Stores, *policy.Policy) ([]detectors.Detector, error)
 
-// BuildDetectors is the agent's default DetectorsFunc: every detector the
-// detectors package provides, on every store.
+// BuildDetectors is the agent's default DetectorsFunc: the leaked-lock
+// detector on every store, and the detectors that read heartbeats (clock
+// skew, deadlocks, WorkerIDs) once, over the heartbeats of every store, so a
+// fleet whose processes publish into several stores is one fleet and no
+// finding is reported once per store. WorkerID slots are looked up in the
+// first store (etcd before Redis).
 func BuildDetectors(s Stores, pol *policy.Policy) ([]detectors.Detector, error) {
-	return nil, nil
+	var all []detectors.Store
+	for _, e := range s.Etcd {
+		st, err := detectors.NewEtcdStore(e.Client, detectors.WithAddr(e.Name))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, st)
+	}
+	for _, r := range s.Redis {
+		st, err := detectors.NewRedisStore(r.Client, detectors.WithAddr(r.Name))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, st)
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	var ds []detectors.Detector
+	add := func(d detectors.Detector, err error) error {
+		if err == nil {
+			ds = append(ds, d)
+		}
+		return err
+	}
+	for i, st := range all {
+		others := append(append([]detectors.Store{}, all[:i]...), all[i+1:]...)
+		if err := add(detectors.NewLocks(st, detectors.WithPolicy(pol), detectors.WithHeartbeatsFrom(others...))); err != nil {
+			return nil, err
+		}
+	}
+	first, rest := all[0], all[1:]
+	if err := add(detectors.NewClock(first, detectors.WithPolicy(pol), detectors.WithHeartbeatsFrom(rest...))); err != nil {
+		return nil, err
+	}
+	if err := add(detectors.NewDeadlock(first, detectors.WithHeartbeatsFrom(rest...))); err != nil {
+		return nil, err
+	}
+	if err := add(detectors.NewWorkerIDs(first, detectors.WithHeartbeatsFrom(rest...))); err != nil {
+		return nil, err
+	}
+	return ds, nil
 }
 
 // Option configures Start.
