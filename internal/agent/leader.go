@@ -126,15 +126,23 @@ func (e *redisElector) run(ctx context.Context, lead func(term)) {
 			continue
 		}
 		e.quiet.reset()
-		tctx, tcancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(lease.Context(), tcancel)
-		lead(term{ctx: tctx, fence: lease.Fence()})
-		stop()
-		tcancel()
+		e.hold(ctx, lease, lead)
+	}
+}
+
+// hold leads for as long as lease lives, and releases the lease however
+// lead returns (a panic included).
+func (e *redisElector) hold(ctx context.Context, lease instrument.Lease, lead func(term)) {
+	defer func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), e.interval)
 		_ = lease.Release(rctx)
 		rcancel()
-	}
+	}()
+	tctx, tcancel := context.WithCancel(ctx)
+	defer tcancel()
+	stop := context.AfterFunc(lease.Context(), tcancel)
+	defer stop()
+	lead(term{ctx: tctx, fence: lease.Fence()})
 }
 
 // pause waits d or until ctx ends.
