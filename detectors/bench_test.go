@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,4 +72,23 @@ func BenchmarkScan(b *testing.B) {
 	close(stop)
 	<-sampled
 	b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MB")
+	if kb := vmHWMKiB(); kb > 0 {
+		b.ReportMetric(float64(kb)/1024, "peak-rss-MB")
+	}
+}
+
+// vmHWMKiB is this process's peak resident set (VmHWM), setup included, or
+// 0 where /proc is not there.
+func vmHWMKiB() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return 0
 }
