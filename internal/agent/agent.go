@@ -194,7 +194,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error
 		}
 		a.stores = append(a.stores, s)
 	}
-	if len(a.stores) == 0 {
+	if len(a.stores) == 0 || cfg.EmbedEtcd {
 		if a.embedded, err = startEmbedded(cfg.DataDir, cfg.EmbedClientURL, cfg.EmbedPeerURL); err != nil {
 			return nil, err
 		}
