@@ -12,7 +12,8 @@
 //   - a skewed instance: a heartbeat of instance billing-skewed, whose clock
 //     runs 700 ms ahead (SentAt stamped by that clock, offset 700 ms): skew_reject;
 //   - a WorkerID collision: two heartbeats (orders-a, orders-b) that both
-//     list WorkerID 7 of service orders: workerid_duplicate;
+//     list WorkerID 7 of service orders: workerid_duplicate (and, since
+//     neither claimed the slot in the store, workerid_lease_gone for each);
 //   - a deadlock: inventory-a holds lock:demo:stock:apple and waits for
 //     lock:demo:stock:pear, which inventory-b holds while it waits for apple.
 //     Both locks and both waits are real etcdlock acquisitions (the waits end
