@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument/redislock"
@@ -127,7 +126,7 @@ type Agent struct {
 	pol      *policy.Policy
 	stores   []*store
 	coord    *store // where agents elect and the leader publishes
-	embedded *embed.Etcd
+	embedded *embeddedEtcd
 	elect    elector
 	dets     []detectors.Detector
 	lister   *lister
