@@ -1,23 +1,39 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/lockgov/lockgov/internal/demo"
 )
 
-// newDemoCmd is a placeholder: the flags are the contract of DESIGN.md, the
-// demo itself is the next issue's.
 func newDemoCmd() *cobra.Command {
+	var cfg demo.Config
 	cmd := &cobra.Command{
 		Use:   "demo [--duration D] [--listen ADDR]",
-		Short: "run a demo fleet with the agent and its console (not yet: the next issue's)",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("not available yet: the demo and the console come with the next issue; run lockgov agent meanwhile")
+		Short: "run the agent and its console on an embedded etcd, with a workload that shows every kind of finding",
+		Long: `demo starts the agent on an embedded etcd (and on a private redis-server when
+one is on PATH), runs a small workload through instrument.Govern (contention,
+an immortal lock, a skewed clock, two instances on one WorkerID, a deadlock),
+prints the console URL, and at the end a summary of what the agent found.
+Ctrl-C (or SIGTERM) stops it; everything it started is removed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Stdout = cmd.OutOrStdout()
+			_, err := demo.Run(ctx, cfg)
+			return err
 		},
 	}
-	cmd.Flags().Duration("duration", 0, "how long the demo runs (0: until interrupted)")
-	cmd.Flags().String("listen", "127.0.0.1:0", "HTTP address of the console")
+	cmd.Flags().DurationVar(&cfg.Duration, "duration", 0, "how long the demo runs (0: until interrupted)")
+	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "HTTP address of the console")
+	cmd.Flags().DurationVar(&cfg.Interval, "interval", 2*time.Second, "the agent's scan interval")
+	_ = cmd.Flags().MarkHidden("interval")
 	return cmd
 }

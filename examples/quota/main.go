@@ -10,7 +10,7 @@
 // releases on panic, and counts everything in Prometheus metrics.
 //
 // Without -redis it starts a private redis-server on a free port (Debian's
-// redis-server package must be installed; ./scripts/demo installs it).
+// redis-server package must be installed; ./scripts/test installs it).
 package main
 
 import (

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument/redislock"
@@ -127,7 +126,7 @@ type Agent struct {
 	pol      *policy.Policy
 	stores   []*store
 	coord    *store // where agents elect and the leader publishes
-	embedded *embed.Etcd
+	embedded *embeddedEtcd
 	elect    elector
 	dets     []detectors.Detector
 	lister   *lister
@@ -194,7 +193,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error
 		}
 		a.stores = append(a.stores, s)
 	}
-	if len(a.stores) == 0 {
+	if len(a.stores) == 0 || cfg.EmbedEtcd {
 		if a.embedded, err = startEmbedded(cfg.DataDir, cfg.EmbedClientURL, cfg.EmbedPeerURL); err != nil {
 			return nil, err
 		}

@@ -52,6 +52,9 @@ type Config struct {
 	DataDir        string
 	EmbedClientURL string
 	EmbedPeerURL   string
+	// EmbedEtcd starts the embedded etcd even when stores are given, as one
+	// more store (`lockgov demo` runs on it and on a Redis).
+	EmbedEtcd bool `yaml:"-"`
 	// ID names this agent in the election (default host:pid).
 	ID string
 	// RemediationToken turns remediation on: requests that present it as a

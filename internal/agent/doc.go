@@ -19,6 +19,18 @@
 // os.UserCacheDir()/lockgov/etcd, and logs the endpoint to give processes
 // and further agents.
 //
+// # Console
+//
+// / is the console: one embedded page, script and stylesheet (no framework,
+// nothing loaded from elsewhere) that reads /api/v1/findings, /api/v1/locks
+// and /api/v1/instances every 3 seconds and shows findings by severity with
+// their action, live locks, instances with their skew tier and offset,
+// WorkerIDs per service and the wait-for cycle of a deadlock, filtered by
+// store, service and pattern. /api/v1/findings says "remediation": true
+// when the agent has a remediation token; only then does the console show
+// delete buttons on immortal locks, each asking for confirmation and for the
+// token (kept in the tab's sessionStorage).
+//
 // # Guarantees
 //
 //   - One leader at a time per coordination store (the etcd cluster if one

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Default listen URLs of the embedded etcd.
@@ -18,9 +20,23 @@ const (
 
 const embedReadyTimeout = 60 * time.Second
 
+// embeddedEtcd is the embedded etcd with the level of its log, which Close
+// raises: a closing etcd logs its listeners' "server closed" errors, which
+// are not errors of a shutdown the agent asked for.
+type embeddedEtcd struct {
+	*embed.Etcd
+	level zap.AtomicLevel
+}
+
+// Close stops the etcd without logging its expected shutdown errors.
+func (e *embeddedEtcd) Close() {
+	e.level.SetLevel(zapcore.FatalLevel)
+	e.Etcd.Close()
+}
+
 // startEmbedded starts a single-node etcd with its data under dir (default
 // os.UserCacheDir()/lockgov/etcd), for an agent given no store.
-func startEmbedded(dir, clientURL, peerURL string) (*embed.Etcd, error) {
+func startEmbedded(dir, clientURL, peerURL string) (*embeddedEtcd, error) {
 	if dir == "" {
 		cache, err := os.UserCacheDir()
 		if err != nil {
@@ -53,16 +69,19 @@ func startEmbedded(dir, clientURL, peerURL string) (*embed.Etcd, error) {
 	cfg.ListenPeerUrls = []url.URL{*pu}
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	level := zap.NewAtomicLevelAt(zapcore.ErrorLevel)
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewCore(
+		zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), level)))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd (data in %s): %w", dir, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return e, nil
+		return &embeddedEtcd{Etcd: e, level: level}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: %w", err)

@@ -37,7 +37,7 @@ func TestStart_NoStore_StartsEmbeddedEtcdAndSaysHowToUseIt(t *testing.T) {
 	if code, body := get(t, a.URL()+"readyz"); code != 200 {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
-	if code, body := get(t, a.URL()); code != 200 || !strings.Contains(body, "lockgov agent") {
+	if code, body := get(t, a.URL()); code != 200 || !strings.Contains(body, "<title>lockgov console</title>") {
 		t.Errorf("/: %d %s", code, body)
 	}
 }

@@ -43,7 +43,10 @@ func (a *Agent) handler() http.Handler {
 			Leader    bool                `json:"leader"`
 			LeaderID  string              `json:"leader_id,omitempty"`
 			Errors    []string            `json:"errors,omitempty"`
-		}{nonNil(rec.Findings), timeOrNil(rec.ScannedAt), leader, rec.LeaderID, rec.Errors})
+			// Remediation says whether this agent deletes immortal locks
+			// (it has a remediation token): the console shows its buttons.
+			Remediation bool `json:"remediation"`
+		}{nonNil(rec.Findings), timeOrNil(rec.ScannedAt), leader, rec.LeaderID, rec.Errors, a.cfg.RemediationToken != ""})
 	})
 	mux.HandleFunc("GET /api/v1/locks", func(w http.ResponseWriter, _ *http.Request) {
 		rec, leader := a.served()
@@ -63,21 +66,9 @@ func (a *Agent) handler() http.Handler {
 		}{nonNil(rec.Instances), timeOrNil(rec.ScannedAt), leader})
 	})
 	mux.HandleFunc("DELETE /api/v1/locks", a.remediate)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, placeholderPage)
-	})
+	consoleHandler(mux)
 	return mux
 }
-
-const placeholderPage = `<!doctype html>
-<title>lockgov agent</title>
-<h1>lockgov agent</h1>
-<p>The console comes with the next release. Meanwhile:
-<a href="/api/v1/findings">findings</a>, <a href="/api/v1/locks">locks</a>,
-<a href="/api/v1/instances">instances</a>, <a href="/metrics">metrics</a>,
-<a href="/readyz">readiness</a>.</p>
-`
 
 // served returns the record this agent serves and whether it leads.
 func (a *Agent) served() (record, bool) {
