@@ -49,9 +49,9 @@ func startPrometheus(t *testing.T, dir string, config []byte) string {
 // LockgovClockSkewReject fire in /api/v1/alerts — the last for the skewed
 // instance, not the exporter's.
 //
-// It stands in for the issue's end-to-end test against `lockgov demo` or a
-// running agent, which do not exist yet: the metric values here are set by
-// the test, not found by detectors.
+// The metric values here are set by the test, not found by detectors, so
+// each alert's labels are pinned; TestGeneratedRules_FireAgainstLockgovDemo
+// runs the same chain against a real `lockgov demo`.
 func TestGeneratedRules_FireInARealPrometheus(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	findings := telemetry.Findings.GaugeVec(nil)
