@@ -183,9 +183,10 @@ var (
 		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
 	}
 	QuotaDeductTotal = Metric{
-		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota", Planned: "issue 13",
-		Help:   "Quota deductions by result.",
+		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
+		Help:   "Quota deductions by result (applied, insufficient, a retried request id answered from its record, a store error, bad input).",
 		Labels: []string{"result"},
+		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid"}},
 	}
 	StoreDegradedTotal = Metric{
 		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store", Planned: "issue 13",

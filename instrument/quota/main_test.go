@@ -1,0 +1,69 @@
+package quota_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func newClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          5 * time.Second,
+		MaxRetries:            1,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 addrs,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           5 * time.Second,
+		WriteTimeout:          5 * time.Second,
+		MaxRetries:            1,
+		PoolSize:              64,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newQuota(t testing.TB, c redis.UniversalClient, opts ...quota.Option) *quota.Quota {
+	t.Helper()
+	q, err := quota.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func timeout(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// single starts a private redis-server and returns a client to it.
+func single(t testing.TB) *redis.Client {
+	t.Helper()
+	return newClient(t, testenv.NewRedis(t).Addr())
+}
