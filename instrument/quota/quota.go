@@ -190,8 +190,9 @@ func (q *Quota) Remaining(ctx context.Context, key string) (int64, error) {
 	return sum, nil
 }
 
-// Rebalance evens out the shards of key, so that a deduction larger than
-// the richest shard can succeed again. It moves only the excess of the
+// Rebalance evens out the shards of key, so that deductions stop falling
+// back from drained shards to the few that still hold units, and an
+// amount up to the mean fits any shard again. It moves only the excess of the
 // shards above the mean (each take is atomic, so no shard goes negative)
 // and needs no global lock; deductions keep running meanwhile. Units in
 // transit are lost if the process dies between a take and the credit that
