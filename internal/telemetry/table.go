@@ -177,7 +177,7 @@ var (
 // Idempotency, quota and store-failure metrics (issue 13).
 var (
 	IdempotencyRequestsTotal = Metric{
-		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency", Planned: "issue 13",
+		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
 		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).",
 		Labels: []string{"outcome"},
 		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
