@@ -196,7 +196,7 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 			}
 		}
 	}()
-	body, ferr := fn(fctx, Attempt{N: int(n), Fence: uint64(n)})
+	body, panicked, ferr := call(fctx, fn, Attempt{N: int(n), Fence: uint64(n)})
 	close(stop)
 	<-renewed
 	lost := errors.Is(context.Cause(fctx), ErrLeaseLost)
@@ -205,9 +205,12 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	// run now instead of after the lease.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
 	defer wcancel()
-	if ferr != nil {
+	if ferr != nil || panicked != nil {
 		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
 		s.outcome["error"].Inc()
+		if panicked != nil {
+			panic(panicked)
+		}
 		return Result{}, ferr
 	}
 	big := "0"
@@ -229,6 +232,18 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	}
 	s.outcome["first"].Inc()
 	return Result{Body: body}, nil
+}
+
+// call runs fn and returns its panic value instead of unwinding, so that
+// run stops the renewal and releases the key before re-panicking.
+func call(ctx context.Context, fn func(ctx context.Context, a Attempt) ([]byte, error), a Attempt) (body []byte, panicked any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	body, err = fn(ctx, a)
+	return body, nil, err
 }
 
 func checkArgs(key string, fingerprint []byte, nilFn bool) error {

@@ -222,3 +222,23 @@ func TestDo_MismatchAndBadInput(t *testing.T) {
 		t.Fatalf("bad input wrote keys: DBSIZE %d -> %d", n0, n)
 	}
 }
+
+// TestDo_PanickingFnReleasesTheKey: a panic in fn propagates, stops the
+// lease renewal (goleak) and releases the key for the next attempt.
+func TestDo_PanickingFnReleasesTheKey(t *testing.T) {
+	s := newStore(t, single(t))
+	ctx := timeout(t, time.Minute)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not propagate")
+			}
+		}()
+		_, _ = s.Do(ctx, "k", nil, func(context.Context, idempotency.Attempt) ([]byte, error) { panic("boom") })
+	}()
+	res, err := s.Do(ctx, "k", nil, func(context.Context, idempotency.Attempt) ([]byte, error) { return []byte("ran"), nil },
+		idempotency.NoWait())
+	if err != nil || string(res.Body) != "ran" {
+		t.Fatalf("Do after a panic = %q, %v; want fn run again", res.Body, err)
+	}
+}
