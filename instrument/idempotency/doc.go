@@ -35,6 +35,22 @@
 //   - Bad input (empty or oversized key, oversized fingerprint, nil fn)
 //     returns an error wrapping ErrInvalid and writes nothing.
 //
+// # HTTP middleware
+//
+// Middleware applies Do to POST and PATCH requests carrying an
+// Idempotency-Key header (IETF httpapi draft, Stripe's behaviour): the
+// key, scoped by WithPrincipal so one tenant can never replay another's
+// response, and a fingerprint of method, path, query and body. The first
+// response's status, headers (Date included) and body are stored and
+// replayed byte for byte; 409 while the first request is in progress
+// (NoWait), 422 for a key reused with another request, 400 for a
+// malformed key or, with RequireKey, a missing one; 5xx responses are not
+// stored (the key is released, a retry runs the handler), 4xx are. When
+// the store fails the middleware fails closed: 503 with Retry-After. A
+// handler that streams (Flush, hijack) is not supported: the response is
+// buffered until the handler returns. Request bodies over
+// DefaultMaxRequestBytes are refused with 413.
+//
 // Metrics: lockgov_idempotency_requests_total{outcome} (first, replay,
 // in_progress, mismatch, error), on the registry given with WithRegisterer
 // only.

@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,4 +63,41 @@ func ExampleNoWait() {
 		return []byte("done"), nil
 	})
 	// Output: true
+}
+
+func ExampleMiddleware() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, _ := idempotency.New(rdb)
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "payment accepted")
+	})
+	h := idempotency.Middleware(s,
+		idempotency.RequireKey(),
+		idempotency.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
+	)(pay)
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":10}`))
+		req.Header.Set("Idempotency-Key", "7f3a")
+		req.Header.Set("X-Tenant", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Body.String())
+	}
+	// Output:
+	// 201 payment accepted
+	// 201 payment accepted
+}
+
+func ExampleNew() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, err := idempotency.New(rdb,
+		idempotency.WithLease(10*time.Second),   // a dead owner blocks the key at most this long
+		idempotency.WithResultTTL(24*time.Hour), // how long a retry is answered from the record
+		idempotency.WithRegisterer(prometheus.NewRegistry()),
+	)
+	fmt.Println(s != nil, err)
+	// Output: true <nil>
 }
