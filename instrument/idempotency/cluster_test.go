@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockgov/lockgov/instrument/idempotency"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -20,11 +18,7 @@ import (
 // of 20 keys (spread over the nodes) run each fn once.
 func TestDo_Cluster(t *testing.T) {
 	cl := testenv.NewRedisCluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cl.Addrs(), ContextTimeoutEnabled: true, DialTimeout: time.Second,
-		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: 1,
-	})
-	t.Cleanup(func() { _ = c.Close() })
+	c := cl.Client(t)
 	s := newStore(t, c)
 	ctx := timeout(t, 3*time.Minute)
 	var runs [20]atomic.Int64
@@ -60,7 +54,7 @@ func TestDo_Cluster(t *testing.T) {
 // middleware answers 503 with Retry-After and never runs the handler.
 func TestMiddleware_FailsClosedWhenRedisIsDown(t *testing.T) {
 	r := testenv.NewRedis(t)
-	s := newStore(t, newClient(t, r.Addr()))
+	s := newStore(t, r.Client(t))
 	var runs atomic.Int64
 	h := idempotency.Middleware(s)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { runs.Add(1) }))
 	if err := r.Kill(); err != nil {

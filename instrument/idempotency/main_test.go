@@ -16,21 +16,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func newClient(t testing.TB, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           5 * time.Second,
-		WriteTimeout:          5 * time.Second,
-		MaxRetries:            1,
-		PoolSize:              64,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func newStore(t testing.TB, c redis.UniversalClient, opts ...idempotency.Option) *idempotency.Store {
 	t.Helper()
 	s, err := idempotency.New(c, opts...)
@@ -49,5 +34,5 @@ func timeout(t testing.TB, d time.Duration) context.Context {
 
 func single(t testing.TB) *redis.Client {
 	t.Helper()
-	return newClient(t, testenv.NewRedis(t).Addr())
+	return testenv.NewRedis(t).Client(t)
 }

@@ -207,7 +207,7 @@ func TestRebalance_EvensOutShards(t *testing.T) {
 // own hash slot and a bucket's request records share its slot.
 func TestCluster_ShardsSpreadOverSlots(t *testing.T) {
 	cl := testenv.NewRedisCluster(t, 3)
-	c := newClusterClient(t, cl.Addrs())
+	c := cl.Client(t)
 	q := newQuota(t, c, quota.WithShards(8))
 	ctx := timeout(t, time.Minute)
 	if err := q.Set(ctx, "hot", 80); err != nil {

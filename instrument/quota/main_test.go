@@ -16,36 +16,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func newClient(t testing.TB, addr string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           5 * time.Second,
-		WriteTimeout:          5 * time.Second,
-		MaxRetries:            1,
-		PoolSize:              64,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
-	t.Helper()
-	c := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 addrs,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           5 * time.Second,
-		WriteTimeout:          5 * time.Second,
-		MaxRetries:            1,
-		PoolSize:              64,
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 func newQuota(t testing.TB, c redis.UniversalClient, opts ...quota.Option) *quota.Quota {
 	t.Helper()
 	q, err := quota.New(c, opts...)
@@ -65,5 +35,5 @@ func timeout(t testing.TB, d time.Duration) context.Context {
 // single starts a private redis-server and returns a client to it.
 func single(t testing.TB) *redis.Client {
 	t.Helper()
-	return newClient(t, testenv.NewRedis(t).Addr())
+	return testenv.NewRedis(t).Client(t)
 }

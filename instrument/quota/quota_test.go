@@ -153,5 +153,5 @@ func TestDeduct_NeverOversells_EightShards(t *testing.T) {
 
 func TestDeduct_NeverOversells_Cluster(t *testing.T) {
 	cl := testenv.NewRedisCluster(t, 3)
-	noOversell(t, newClusterClient(t, cl.Addrs()), quota.WithShards(8))
+	noOversell(t, cl.Client(t), quota.WithShards(8))
 }
