@@ -10,13 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/lockgov/lockgov/instrument/idempotency"
 )
 
 // TestDo_ThousandConcurrentCallsRunFnOnce: 1,000 concurrent Do calls with
 // one key; fn runs exactly once and every caller gets its result.
 func TestDo_ThousandConcurrentCallsRunFnOnce(t *testing.T) {
-	s := newStore(t, single(t))
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, single(t), idempotency.WithRegisterer(reg))
 	ctx := timeout(t, 3*time.Minute)
 	var runs atomic.Int64
 	var wg sync.WaitGroup
@@ -45,6 +49,18 @@ func TestDo_ThousandConcurrentCallsRunFnOnce(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("fn ran %d times, want 1", n)
+	}
+	want := `
+# HELP lockgov_idempotency_requests_total Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).
+# TYPE lockgov_idempotency_requests_total counter
+lockgov_idempotency_requests_total{outcome="error"} 0
+lockgov_idempotency_requests_total{outcome="first"} 1
+lockgov_idempotency_requests_total{outcome="in_progress"} 0
+lockgov_idempotency_requests_total{outcome="mismatch"} 0
+lockgov_idempotency_requests_total{outcome="replay"} 999
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lockgov_idempotency_requests_total"); err != nil {
+		t.Fatal(err)
 	}
 }
 

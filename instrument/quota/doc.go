@@ -51,6 +51,8 @@
 //     takes units from rich shards before it credits poor ones: a process
 //     that dies in between loses the units in transit, and a deduction
 //     running meanwhile may see less than the total.
+//   - A key containing '}' ends the hash tag early: all its shards then
+//     share one slot (still correct, no longer spread over a Cluster).
 //   - Request-id records expire after the request TTL: a retry after that
 //     is a new request. A different WithShards or WithPrefix for the same
 //     key reads other buckets.
