@@ -258,3 +258,28 @@ func TestDo_PanickingFnReleasesTheKey(t *testing.T) {
 		t.Fatalf("Do after a panic = %q, %v; want fn run again", res.Body, err)
 	}
 }
+
+// TestDo_OwnerThatLosesItsKeyIsCancelled: when a successor owns the key,
+// the next renewal fails, fn's context ends with cause ErrLeaseLost and
+// its result is not stored.
+func TestDo_OwnerThatLosesItsKeyIsCancelled(t *testing.T) {
+	c := single(t)
+	s := newStore(t, c, idempotency.WithLease(300*time.Millisecond))
+	ctx := timeout(t, time.Minute)
+	_, err := s.Do(ctx, "k", nil, func(fctx context.Context, _ idempotency.Attempt) ([]byte, error) {
+		if err := idempotency.TakeOver(ctx, s, c, "k"); err != nil {
+			return nil, err
+		}
+		<-fctx.Done()
+		if cause := context.Cause(fctx); !errors.Is(cause, idempotency.ErrLeaseLost) {
+			return nil, fmt.Errorf("fn's context ended with %v, want ErrLeaseLost", cause)
+		}
+		return []byte("late"), nil
+	})
+	if !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("Do = %v, want ErrLeaseLost", err)
+	}
+	if v, _ := c.HGet(ctx, idempotency.DefaultPrefix+"{k}", "body").Result(); v != "" {
+		t.Fatalf("the lost owner's result was stored: %q", v)
+	}
+}
