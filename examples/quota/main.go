@@ -3,9 +3,11 @@
 // OpenAPI orders for one merchant may arrive at the same time.
 //
 // The per-merchant lock lock:quota:{merchant_id} serialises the deductions
-// of one merchant (not of all merchants); the deduction itself is one Lua
-// script (check the remainder, HINCRBY, or ErrQuotaNotEnough), so even a
-// holder that lost its lock cannot drive the quota below zero. The lock is a
+// of one merchant (not of all merchants); the deduction itself is
+// instrument/quota's Deduct, one Lua script that checks the remainder and
+// deducts (or returns quota.ErrInsufficient), keyed by the order id, so even
+// a holder that lost its lock cannot drive the quota below zero and a
+// retried order is deducted once. The lock is a
 // governed redislock: it refuses calls without a deadline, renews itself,
 // releases on panic, and counts everything in Prometheus metrics.
 //
@@ -15,7 +17,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,18 +30,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/policy"
 )
 
 // ErrQuotaNotEnough means the merchant's remaining quota is below the amount.
-var ErrQuotaNotEnough = errors.New("quota not enough")
-
-//go:embed deduct.lua
-var deductSrc string
-
-var deductScript = redis.NewScript(deductSrc)
+var ErrQuotaNotEnough = quota.ErrInsufficient
 
 const policyYAML = `
 version: 1
@@ -56,17 +53,17 @@ func main() {
 	addr := flag.String("redis", "", "Redis address (default: start a private redis-server)")
 	merchants := flag.Int("merchants", 3, "merchants")
 	orders := flag.Int("orders", 40, "orders per merchant, from three channels at once")
-	quota := flag.Int64("quota", 100, "initial quota per merchant")
+	initial := flag.Int64("quota", 100, "initial quota per merchant")
 	flag.Parse()
-	if err := run(*addr, *merchants, *orders, *quota); err != nil {
+	if err := run(*addr, *merchants, *orders, *initial); err != nil {
 		fmt.Fprintln(os.Stderr, "quota:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, merchants, orders int, quota int64) error {
-	if merchants < 1 || orders < 1 || quota < 0 {
-		return fmt.Errorf("need merchants >= 1, orders >= 1, quota >= 0; got %d, %d, %d", merchants, orders, quota)
+func run(addr string, merchants, orders int, initial int64) error {
+	if merchants < 1 || orders < 1 || initial < 0 {
+		return fmt.Errorf("need merchants >= 1, orders >= 1, quota >= 0; got %d, %d, %d", merchants, orders, initial)
 	}
 	if addr == "" {
 		srv, err := testenv.StartRedis()
@@ -95,9 +92,14 @@ func run(addr string, merchants, orders int, quota int64) error {
 		return err
 	}
 
+	q, err := quota.New(rdb, quota.WithRegisterer(reg))
+	if err != nil {
+		return err
+	}
+
 	ctx := context.Background()
 	for m := 1; m <= merchants; m++ {
-		if err := rdb.HSet(ctx, quotaKey(m), "remain", quota).Err(); err != nil {
+		if err := q.Set(ctx, quotaKey(m), initial); err != nil {
 			return fmt.Errorf("seed quota: %w", err)
 		}
 	}
@@ -119,7 +121,7 @@ func run(addr string, merchants, orders int, quota int64) error {
 				// Rules 2 and 3: Do releases on return and on panic; the span and
 				// the lock value carry the caller's trace.
 				err := instrument.Do(octx, locker, fmt.Sprintf("lock:quota:%d", m), func(ctx context.Context) error {
-					_, err := deduct(ctx, rdb, m, amount)
+					_, err := deduct(ctx, q, m, amount, fmt.Sprintf("order-%d-%d", m, o))
 					return err
 				}, meta)
 				mu.Lock()
@@ -138,7 +140,7 @@ func run(addr string, merchants, orders int, quota int64) error {
 	wg.Wait()
 
 	for m := 1; m <= merchants; m++ {
-		remain, err := rdb.HGet(ctx, quotaKey(m), "remain").Int64()
+		remain, err := q.Remaining(ctx, quotaKey(m))
 		if err != nil {
 			return err
 		}
@@ -153,25 +155,23 @@ func run(addr string, merchants, orders int, quota int64) error {
 
 func quotaKey(merchant int) string { return fmt.Sprintf("quota:%d", merchant) }
 
-// deduct runs the check-and-deduct script: one round trip, atomic in Redis.
-func deduct(ctx context.Context, rdb redis.Scripter, merchant int, amount int64) (int64, error) {
-	left, err := deductScript.Run(ctx, rdb, []string{quotaKey(merchant)}, amount).Int64()
+// deduct checks and deducts in one round trip, atomic in Redis, at most
+// once per order id.
+func deduct(ctx context.Context, q *quota.Quota, merchant int, amount int64, orderID string) (int64, error) {
+	left, err := q.Deduct(ctx, quotaKey(merchant), amount, orderID)
 	if err != nil {
-		return 0, fmt.Errorf("deduct merchant %d: %w", merchant, err)
-	}
-	if left < 0 {
-		return 0, fmt.Errorf("merchant %d, amount %d: %w", merchant, amount, ErrQuotaNotEnough)
+		return 0, fmt.Errorf("merchant %d, amount %d: %w", merchant, amount, err)
 	}
 	return left, nil
 }
 
-// printMetrics prints the lock metrics a Prometheus scrape would see.
+// printMetrics prints the lock and quota metrics a Prometheus scrape would see.
 func printMetrics(reg *prometheus.Registry) error {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return err
 	}
-	fmt.Println("\nlock metrics (as scraped):")
+	fmt.Println("\nlock and quota metrics (as scraped):")
 	var b strings.Builder
 	for _, mf := range mfs {
 		if strings.HasSuffix(mf.GetName(), "_seconds") {

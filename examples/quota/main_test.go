@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -21,10 +22,9 @@ func TestRun_NeverOverdrawsAndUsesTheWholeQuota(t *testing.T) {
 	if err := run(r.Addr(), 3, 60, 100); err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
-	defer c.Close()
+	q := newQuota(t, r.Addr())
 	for m := 1; m <= 3; m++ {
-		remain, err := c.HGet(context.Background(), quotaKey(m), "remain").Int64()
+		remain, err := q.Remaining(context.Background(), quotaKey(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,26 +35,40 @@ func TestRun_NeverOverdrawsAndUsesTheWholeQuota(t *testing.T) {
 }
 
 func TestDeduct_RefusesWhatIsNotThere(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
-	defer c.Close()
+	q := newQuota(t, testenv.NewRedis(t).Addr())
 	ctx := context.Background()
-	c.HSet(ctx, quotaKey(9), "remain", 3)
-	if left, err := deduct(ctx, c, 9, 2); err != nil || left != 1 {
+	if err := q.Set(ctx, quotaKey(9), 3); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := deduct(ctx, q, 9, 2, "o1"); err != nil || left != 1 {
 		t.Fatalf("deduct 2 of 3 = %d, %v", left, err)
 	}
-	if _, err := deduct(ctx, c, 9, 2); !errors.Is(err, ErrQuotaNotEnough) {
+	if left, err := deduct(ctx, q, 9, 2, "o1"); err != nil || left != 1 {
+		t.Fatalf("retried order o1 = %d, %v; want the first answer 1, nil", left, err)
+	}
+	if _, err := deduct(ctx, q, 9, 2, "o2"); !errors.Is(err, ErrQuotaNotEnough) {
 		t.Fatalf("deduct 2 of 1 = %v, want ErrQuotaNotEnough", err)
 	}
-	if _, err := deduct(ctx, c, 404, 1); !errors.Is(err, ErrQuotaNotEnough) {
+	if _, err := deduct(ctx, q, 404, 1, "o3"); !errors.Is(err, ErrQuotaNotEnough) {
 		t.Fatalf("unknown merchant = %v, want ErrQuotaNotEnough", err)
 	}
-	if _, err := deduct(ctx, c, 9, 0); err == nil {
+	if _, err := deduct(ctx, q, 9, 0, "o4"); err == nil {
 		t.Fatal("amount 0 accepted")
 	}
-	if v := c.HGet(ctx, quotaKey(9), "remain").Val(); v != "1" {
-		t.Fatalf("remain %s after refusals, want 1", v)
+	if v, err := q.Remaining(ctx, quotaKey(9)); err != nil || v != 1 {
+		t.Fatalf("remain %d, %v after refusals, want 1", v, err)
 	}
+}
+
+func newQuota(t *testing.T, addr string) *quota.Quota {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	q, err := quota.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
 }
 
 func TestRun_BadInput(t *testing.T) {

@@ -177,15 +177,16 @@ var (
 // Idempotency, quota and store-failure metrics (issue 13).
 var (
 	IdempotencyRequestsTotal = Metric{
-		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency", Planned: "issue 13",
+		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
 		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).",
 		Labels: []string{"outcome"},
 		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
 	}
 	QuotaDeductTotal = Metric{
-		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota", Planned: "issue 13",
-		Help:   "Quota deductions by result.",
+		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
+		Help:   "Quota deductions by result (applied, insufficient, a retried request id answered from its record, a store error, bad input).",
 		Labels: []string{"result"},
+		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid"}},
 	}
 	StoreDegradedTotal = Metric{
 		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store", Planned: "issue 13",

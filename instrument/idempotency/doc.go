@@ -1,0 +1,77 @@
+// Package idempotency runs a request's effect once per idempotency key:
+// retries, retransmits and a second click replay the first result instead
+// of running it again.
+//
+//	s, err := idempotency.New(rdb, idempotency.WithRegisterer(reg))
+//	...
+//	res, err := s.Do(ctx, key, fingerprint, func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+//		return charge(ctx, a.Fence) // the effect; its result is stored
+//	})
+//
+// A key's record moves through three states, each change one Lua script
+// (one round trip): absent -> in progress (an owner token and a lease,
+// renewed every third of the lease while fn runs; begin.lua, renew.lua) ->
+// completed (result and fingerprint kept for the result TTL; finish.lua),
+// or released when fn returns an error (finish.lua), so the next attempt
+// runs fn. The record is one hash under one hash tag, so it is Cluster-safe.
+//
+// # Guarantees
+//
+//   - While the record lives, fn has completed successfully at most once
+//     for a key, unless an owner outlives its lease (see below), and every
+//     later Do with the same fingerprint returns that result with Replayed
+//     true without running fn.
+//   - The marker is never set before the effect succeeded: an fn that
+//     fails releases the key, so a retry runs it again.
+//   - Do waits for an in-flight key until it completes (then replays),
+//     is released (then runs fn) or ctx ends (ErrInProgress). It polls with
+//     a backoff from 5ms to 250ms, bounded by the owner's remaining lease.
+//     NoWait returns ErrInProgress at once.
+//   - A key reused with another fingerprint returns ErrFingerprintMismatch,
+//     whatever its state.
+//   - A result over the size limit (WithMaxResultBytes) is not stored: the
+//     key is completed without a body, and this and every later Do return
+//     ErrResultTooLarge, since fn's effect happened and must not run twice.
+//   - Bad input (empty or oversized key, oversized fingerprint, nil fn)
+//     returns an error wrapping ErrInvalid and writes nothing.
+//
+// # HTTP middleware
+//
+// Middleware applies Do to POST and PATCH requests carrying an
+// Idempotency-Key header (IETF httpapi draft, Stripe's behaviour): the
+// key, scoped by WithPrincipal so one tenant can never replay another's
+// response, and a fingerprint of method, path, query and body. The first
+// response's status, headers (Date included) and body are stored and
+// replayed byte for byte; 409 while the first request is in progress
+// (NoWait), 422 for a key reused with another request, 400 for a
+// malformed key or, with RequireKey, a missing one; 5xx responses are not
+// stored (the key is released, a retry runs the handler), 4xx are. When
+// the store fails the middleware fails closed: 503 with Retry-After. A
+// handler that streams (Flush, hijack) is not supported: the response is
+// buffered until the handler returns. Request bodies over
+// DefaultMaxRequestBytes are refused with 413.
+//
+// Metrics: lockgov_idempotency_requests_total{outcome} (first, replay,
+// in_progress, mismatch, error), on the registry given with WithRegisterer
+// only.
+//
+// # Failure modes
+//
+//   - An owner that dies (process killed, partition) stops renewing: its
+//     key stays in progress until the lease ends, by the Redis server's
+//     clock, then the next attempt runs fn with a higher N and Fence.
+//   - An owner that is only slow (paused longer than its lease) may still
+//     be running when a successor starts: both fns run. Its renewal then
+//     fails and fn's context ends with cause ErrLeaseLost, and its result
+//     is discarded, but an effect already made is not undone: guard your
+//     own write with Attempt.Fence (keep the highest fence seen, refuse
+//     lower ones) or a unique constraint.
+//   - Redis unreachable: Do returns the transport error. If the result
+//     could not be stored after fn succeeded, Do returns that error and
+//     the key stays in progress until the lease ends; a retry then runs fn
+//     again — the fence or a unique constraint must catch it.
+//   - Failover with asynchronous replication can lose a completed record
+//     not yet replicated: a retry then runs fn again.
+//   - A record expires after the result TTL (WithResultTTL): a retry after
+//     that runs fn again.
+package idempotency

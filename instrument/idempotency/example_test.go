@@ -1,0 +1,103 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+func exampleRedis() (*redis.Client, func()) {
+	r, err := testenv.StartRedis()
+	if err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	return c, func() { _ = c.Close(); _ = r.Close() }
+}
+
+func ExampleStore_Do() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, err := idempotency.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	charge := func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+		return []byte("charged 10 EUR"), nil
+	}
+	for range 2 { // the client retries
+		res, err := s.Do(ctx, "payment-7f3a", []byte("sha256-of-request"), charge)
+		fmt.Println(string(res.Body), res.Replayed, err)
+	}
+	_, err = s.Do(ctx, "payment-7f3a", []byte("another-request"), charge)
+	fmt.Println(errors.Is(err, idempotency.ErrFingerprintMismatch))
+	// Output:
+	// charged 10 EUR false <nil>
+	// charged 10 EUR true <nil>
+	// true
+}
+
+func ExampleNoWait() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, _ := idempotency.New(rdb)
+	ctx := context.Background()
+	_, _ = s.Do(ctx, "job-1", nil, func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+		// While the first attempt runs, a second one gives up at once.
+		_, err := s.Do(ctx, "job-1", nil, func(context.Context, idempotency.Attempt) ([]byte, error) {
+			return nil, nil
+		}, idempotency.NoWait())
+		fmt.Println(errors.Is(err, idempotency.ErrInProgress))
+		return []byte("done"), nil
+	})
+	// Output: true
+}
+
+func ExampleMiddleware() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, _ := idempotency.New(rdb)
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "payment accepted")
+	})
+	h := idempotency.Middleware(s,
+		idempotency.RequireKey(),
+		idempotency.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
+	)(pay)
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":10}`))
+		req.Header.Set("Idempotency-Key", "7f3a")
+		req.Header.Set("X-Tenant", "acme")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Println(w.Code, w.Body.String())
+	}
+	// Output:
+	// 201 payment accepted
+	// 201 payment accepted
+}
+
+func ExampleNew() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	s, err := idempotency.New(rdb,
+		idempotency.WithLease(10*time.Second),   // a dead owner blocks the key at most this long
+		idempotency.WithResultTTL(24*time.Hour), // how long a retry is answered from the record
+		idempotency.WithRegisterer(prometheus.NewRegistry()),
+	)
+	fmt.Println(s != nil, err)
+	// Output: true <nil>
+}

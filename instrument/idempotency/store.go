@@ -1,0 +1,267 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/internal/telemetry"
+)
+
+var (
+	//go:embed begin.lua
+	beginSrc string
+	//go:embed renew.lua
+	renewSrc string
+	//go:embed finish.lua
+	finishSrc string
+
+	beginScript  = redis.NewScript(beginSrc)
+	renewScript  = redis.NewScript(renewSrc)
+	finishScript = redis.NewScript(finishSrc)
+)
+
+var (
+	// ErrInProgress is returned when another attempt owns the key: at once
+	// with NoWait, or when ctx ends while Do waits for it.
+	ErrInProgress = errors.New("idempotency: request in progress")
+	// ErrFingerprintMismatch is returned when a key is reused with another
+	// fingerprint than its first use.
+	ErrFingerprintMismatch = errors.New("idempotency: key reused with another request")
+	// ErrResultTooLarge is returned when fn's result is over the size
+	// limit. fn ran, so the key is completed without a body and every retry
+	// gets this error instead of running fn again.
+	ErrResultTooLarge = errors.New("idempotency: result over the size limit")
+	// ErrLeaseLost is the cause of fn's context when the attempt lost its
+	// key (its lease ran out and another attempt claimed it); its result is
+	// not stored.
+	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrInvalid is wrapped by bad-input errors; nothing is written.
+	ErrInvalid = errors.New("idempotency: invalid argument")
+)
+
+// Attempt describes one run of fn.
+type Attempt struct {
+	// N counts the attempts at the key, from 1.
+	N int
+	// Fence increases with every attempt at the key while its record
+	// lives: guard your own write with it so that an owner presumed dead
+	// cannot overwrite a successor's.
+	Fence uint64
+}
+
+// Result is what Do returns: fn's result, run now or replayed.
+type Result struct {
+	Body     []byte
+	Replayed bool
+}
+
+// Store runs a function at most once per key (see the package doc). It is
+// safe for concurrent use.
+type Store struct {
+	c       redis.UniversalClient
+	cfg     config
+	leaseMS string
+	ttlMS   string
+	outcome map[string]prometheus.Counter
+}
+
+// New returns a Store on c (a single node, Sentinel or Cluster client).
+func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("idempotency: nil client")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.resultTTL <= cfg.lease {
+		return nil, fmt.Errorf("idempotency: result TTL %v must be longer than the lease %v", cfg.resultTTL, cfg.lease)
+	}
+	vec := telemetry.IdempotencyRequestsTotal.CounterVec(nil)
+	var err error
+	telemetry.Register(cfg.reg, &vec, &err)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: register metrics: %w", err)
+	}
+	s := &Store{
+		c:       c,
+		cfg:     cfg,
+		leaseMS: strconv.FormatInt(cfg.lease.Milliseconds(), 10),
+		ttlMS:   strconv.FormatInt(cfg.resultTTL.Milliseconds(), 10),
+		outcome: map[string]prometheus.Counter{},
+	}
+	for _, o := range telemetry.IdempotencyRequestsTotal.Values["outcome"] {
+		s.outcome[o] = vec.WithLabelValues(o)
+	}
+	return s, nil
+}
+
+// Do runs fn once for key: the first call runs it and stores its result;
+// later calls with the same fingerprint get that result (Replayed true)
+// for the result TTL. While another attempt owns the key, Do waits until
+// it ends or ctx ends (then ErrInProgress), or returns ErrInProgress at
+// once with NoWait. If fn returns an error the key is released, so the
+// next call runs fn again; Do returns fn's error. fn's context ends when
+// ctx does or when the attempt loses the key (cause ErrLeaseLost).
+func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
+	fn func(ctx context.Context, a Attempt) ([]byte, error), opts ...DoOption) (Result, error) {
+	var dc doConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyDo(&dc)
+		}
+	}
+	if err := checkArgs(key, fingerprint, fn == nil); err != nil {
+		s.outcome["error"].Inc()
+		return Result{}, err
+	}
+	rec := s.cfg.prefix + "{" + key + "}"
+	owner := token()
+	wait := 5 * time.Millisecond
+	for {
+		res, err := beginScript.Run(ctx, s.c, []string{rec}, owner, s.leaseMS, fingerprint, s.ttlMS).Slice()
+		if err != nil {
+			s.outcome["error"].Inc()
+			return Result{}, fmt.Errorf("idempotency: begin %q: %w", key, err)
+		}
+		switch res[0].(string) {
+		case "mismatch":
+			s.outcome["mismatch"].Inc()
+			return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrFingerprintMismatch)
+		case "done":
+			s.outcome["replay"].Inc()
+			if res[2].(string) == "1" {
+				return Result{Replayed: true}, fmt.Errorf("idempotency: key %q: %w", key, ErrResultTooLarge)
+			}
+			return Result{Body: []byte(res[1].(string)), Replayed: true}, nil
+		case "run":
+			return s.run(ctx, key, rec, owner, res[1].(int64), fn)
+		}
+		// busy: another attempt owns the key.
+		if dc.noWait {
+			s.outcome["in_progress"].Inc()
+			return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrInProgress)
+		}
+		left := time.Duration(res[1].(int64)) * time.Millisecond
+		t := time.NewTimer(min(wait, left+time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.outcome["in_progress"].Inc()
+			return Result{}, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, context.Cause(ctx))
+		case <-t.C:
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// run executes fn as the owner of rec, renewing its lease meanwhile, and
+// stores the result or releases the key.
+func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
+	fn func(ctx context.Context, a Attempt) ([]byte, error)) (Result, error) {
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(s.cfg.lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease/3)
+			ok, err := renewScript.Run(rctx, s.c, []string{rec}, owner, s.leaseMS).Int()
+			rcancel()
+			if err == nil && ok == 0 {
+				cancel(ErrLeaseLost)
+				return
+			}
+		}
+	}()
+	body, panicked, ferr := call(fctx, fn, Attempt{N: int(n), Fence: uint64(n)})
+	close(stop)
+	<-renewed
+	lost := errors.Is(context.Cause(fctx), ErrLeaseLost)
+
+	// Finish even when ctx has ended: a released key lets the next attempt
+	// run now instead of after the lease.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
+	defer wcancel()
+	if ferr != nil || panicked != nil {
+		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
+		s.outcome["error"].Inc()
+		if panicked != nil {
+			panic(panicked)
+		}
+		return Result{}, ferr
+	}
+	big := "0"
+	stored := body
+	if len(body) > s.cfg.maxResultBytes {
+		big, stored = "1", nil
+	}
+	ok, err := finishScript.Run(wctx, s.c, []string{rec}, owner, "done", stored, big, s.ttlMS).Int()
+	switch {
+	case err != nil:
+		s.outcome["error"].Inc()
+		return Result{}, fmt.Errorf("idempotency: store the result of %q: %w", key, err)
+	case ok == 0 || lost:
+		s.outcome["error"].Inc()
+		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrLeaseLost)
+	case big == "1":
+		s.outcome["error"].Inc()
+		return Result{}, fmt.Errorf("idempotency: key %q: %d bytes, limit %d: %w", key, len(body), s.cfg.maxResultBytes, ErrResultTooLarge)
+	}
+	s.outcome["first"].Inc()
+	return Result{Body: body}, nil
+}
+
+// call runs fn and returns its panic value instead of unwinding, so that
+// run stops the renewal and releases the key before re-panicking.
+func call(ctx context.Context, fn func(ctx context.Context, a Attempt) ([]byte, error), a Attempt) (body []byte, panicked any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	body, err = fn(ctx, a)
+	return body, nil, err
+}
+
+func checkArgs(key string, fingerprint []byte, nilFn bool) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("%w: key of %d bytes: at most %d", ErrInvalid, len(key), MaxKeyBytes)
+	case len(fingerprint) > MaxFingerprintBytes:
+		return fmt.Errorf("%w: fingerprint of %d bytes: at most %d (pass a hash)", ErrInvalid, len(fingerprint), MaxFingerprintBytes)
+	case nilFn:
+		return fmt.Errorf("%w: nil fn", ErrInvalid)
+	}
+	return nil
+}
+
+func token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,61 @@
+// Package quota deducts from integer balances (stock, quota, credit) kept
+// in Redis, atomically and at most once per request id.
+//
+//	q, err := quota.New(rdb, quota.WithShards(8), quota.WithRegisterer(reg))
+//	...
+//	_ = q.Set(ctx, "stock:sku-1", 10_000)
+//	left, err := q.Deduct(ctx, "stock:sku-1", 1, orderID)
+//	if errors.Is(err, quota.ErrInsufficient) { /* sold out */ }
+//
+// # Guarantees
+//
+//   - No oversell: a deduction checks and takes in one Lua script
+//     (deduct.lua), so a balance never goes below zero, whatever the
+//     concurrency, on one node, in sharded mode and on a Cluster.
+//   - One effect per request id: Deduct and Refund record each request id
+//     (with its amount and answer) in the same script and the same hash
+//     slot as the balance it changed. A retry within the request TTL
+//     (WithRequestTTL, 24h by default) changes nothing and returns the
+//     first answer, ErrInsufficient included; the same id with another
+//     amount is ErrRequestIDReused.
+//   - Hot keys scale: WithShards(n) keeps a key in n buckets, each in its
+//     own Cluster hash slot. A deduction starts at a shard chosen from its
+//     request id (no global lock) and falls back across every shard before
+//     it reports ErrInsufficient, so with amounts of 1 nothing is refused
+//     while any unit is left. A retry visits the shards in the same order
+//     and finds the record of the shard that served it.
+//   - Bad input (amount <= 0 or over MaxAmount, an empty or oversized key
+//     or request id) returns an error wrapping ErrInvalid and writes
+//     nothing; a credit past MaxAmount returns ErrOverflow and writes
+//     nothing.
+//
+// Metrics: lockgov_quota_deduct_total{result} (ok, insufficient, replay,
+// replay_insufficient, error, invalid), on the registry given with
+// WithRegisterer only.
+//
+// # Failure modes
+//
+//   - Redis unreachable or a timeout: Deduct returns the transport error.
+//     The script may or may not have run; retry with the same request id
+//     and it applies at most once.
+//   - Failover with asynchronous replication: a deduction acknowledged by
+//     the old primary and not yet replicated is lost with its request-id
+//     record, so the units come back and a retry of that id deducts again.
+//     The balance never goes negative, but an application that needs an
+//     exact ledger must reconcile against its own (a unique request id in
+//     a database).
+//   - Sharded mode: an amount larger than every single shard's balance is
+//     ErrInsufficient even when the shards add up to more (no deduction
+//     spans shards). Remaining sums the shards in one pipeline, not one
+//     atomic read. Set and Add write the shards one by one. Rebalance
+//     takes units from rich shards before it credits poor ones: a process
+//     that dies in between loses the units in transit, and a deduction
+//     running meanwhile may see less than the total.
+//   - A key containing '}' ends the hash tag early: all its shards then
+//     share one slot (still correct, no longer spread over a Cluster).
+//   - Request-id records expire after the request TTL: a retry after that
+//     is a new request. A different WithShards or WithPrefix for the same
+//     key reads other buckets.
+//   - Every record costs memory until its TTL: size the TTL to the retry
+//     window of your clients.
+package quota

@@ -1,0 +1,100 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// exampleRedis starts a private redis-server for an Example.
+func exampleRedis() (*redis.Client, func()) {
+	r, err := testenv.StartRedis()
+	if err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	return c, func() { _ = c.Close(); _ = r.Close() }
+}
+
+func ExampleNew() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	reg := prometheus.NewRegistry()
+	q, err := quota.New(rdb, quota.WithShards(8), quota.WithRegisterer(reg))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_ = q.Set(ctx, "stock:sku-1", 100)
+	left, _ := q.Remaining(ctx, "stock:sku-1")
+	fmt.Println(left)
+	// Output: 100
+}
+
+func ExampleQuota_Deduct() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	q, _ := quota.New(rdb)
+	ctx := context.Background()
+	_ = q.Set(ctx, "stock:sku-1", 3)
+
+	left, err := q.Deduct(ctx, "stock:sku-1", 2, "order-17")
+	fmt.Println(left, err)
+	// The client retries order-17: nothing more is deducted.
+	left, err = q.Deduct(ctx, "stock:sku-1", 2, "order-17")
+	fmt.Println(left, err)
+	_, err = q.Deduct(ctx, "stock:sku-1", 2, "order-18")
+	fmt.Println(errors.Is(err, quota.ErrInsufficient))
+	// Output:
+	// 1 <nil>
+	// 1 <nil>
+	// true
+}
+
+func ExampleQuota_Refund() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	q, _ := quota.New(rdb)
+	ctx := context.Background()
+	_ = q.Set(ctx, "stock:sku-1", 3)
+	_, _ = q.Deduct(ctx, "stock:sku-1", 2, "order-17")
+	// Order 17 is cancelled; the refund has its own request id and is
+	// applied once however often it is retried.
+	_, _ = q.Refund(ctx, "stock:sku-1", 2, "cancel-order-17")
+	left, _ := q.Refund(ctx, "stock:sku-1", 2, "cancel-order-17")
+	fmt.Println(left)
+	// Output: 3
+}
+
+func ExampleQuota_Add() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	q, _ := quota.New(rdb)
+	ctx := context.Background()
+	_ = q.Set(ctx, "api:tenant-a", 10)
+	_ = q.Add(ctx, "api:tenant-a", 5)
+	left, _ := q.Remaining(ctx, "api:tenant-a")
+	fmt.Println(left)
+	// Output: 15
+}
+
+func ExampleQuota_Rebalance() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	q, _ := quota.New(rdb, quota.WithShards(2))
+	ctx := context.Background()
+	_ = q.Set(ctx, "stock:hot", 4) // 2 per shard
+	_, _ = q.Deduct(ctx, "stock:hot", 2, "a")
+	// One shard is empty and the other holds 2: deductions that start at
+	// the empty one fall back every time. Rebalance gives each shard 1.
+	_ = q.Rebalance(ctx, "stock:hot")
+	left, _ := q.Remaining(ctx, "stock:hot")
+	fmt.Println(left)
+	// Output: 2
+}

@@ -1,0 +1,391 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/internal/telemetry"
+)
+
+// Limits of the input, checked before anything is sent to Redis.
+const (
+	// MaxAmount is the largest amount and the largest balance: the scripts
+	// compare in Lua numbers (doubles), exact up to 2^53-1.
+	MaxAmount = 1<<53 - 1
+	// MaxKeyBytes bounds a quota key.
+	MaxKeyBytes = 512
+	// MaxRequestIDBytes bounds a request id.
+	MaxRequestIDBytes = 256
+)
+
+var (
+	// ErrInsufficient is returned by Deduct when the balance (in sharded
+	// mode: every shard's balance) is smaller than the amount.
+	ErrInsufficient = errors.New("quota: insufficient")
+	// ErrRequestIDReused is returned when a request id comes back with
+	// another amount than the one it was first used with.
+	ErrRequestIDReused = errors.New("quota: request id reused with another amount")
+	// ErrOverflow is returned when a credit would take a balance over
+	// MaxAmount; nothing is written.
+	ErrOverflow = errors.New("quota: balance would overflow")
+	// ErrInvalid is wrapped by every bad-input error (amount, key, request
+	// id); nothing is written.
+	ErrInvalid = errors.New("quota: invalid argument")
+)
+
+// Quota deducts from integer balances kept in Redis. It is safe for
+// concurrent use.
+type Quota struct {
+	c       redis.UniversalClient
+	cfg     config
+	ttlMS   string
+	metrics *metrics
+}
+
+// New returns a Quota on c. c may be a single node, a Sentinel failover
+// client or a Cluster client.
+func New(c redis.UniversalClient, opts ...Option) (*Quota, error) {
+	if c == nil {
+		return nil, errors.New("quota: nil client")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	m, err := newMetrics(cfg.reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Quota{
+		c:       c,
+		cfg:     cfg,
+		ttlMS:   strconv.FormatInt(cfg.requestTTL.Milliseconds(), 10),
+		metrics: m,
+	}, nil
+}
+
+// Set makes amount the balance of key (split evenly over the shards in
+// sharded mode). amount may be 0. Set is not atomic with deductions running
+// at the same time across shards: use it to initialise a key, Add to top
+// one up.
+func (q *Quota) Set(ctx context.Context, key string, amount int64) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if amount < 0 || amount > MaxAmount {
+		return fmt.Errorf("%w: Set amount %d: want 0..%d", ErrInvalid, amount, int64(MaxAmount))
+	}
+	parts := split(amount, q.cfg.shards)
+	_, err := q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, a := range parts {
+			p.HSet(ctx, q.bucket(key, i), "remain", a)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("quota: set %q: %w", key, err)
+	}
+	return nil
+}
+
+// Add credits amount (> 0) to key, split evenly over the shards in sharded
+// mode. It is not idempotent: use Refund with a request id for a credit
+// that may be retried.
+func (q *Quota) Add(ctx context.Context, key string, amount int64) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkAmount(amount); err != nil {
+		return err
+	}
+	for i, a := range split(amount, q.cfg.shards) {
+		if a == 0 {
+			continue
+		}
+		if _, _, err := q.credit(ctx, q.bucket(key, i), "", a); err != nil {
+			return fmt.Errorf("quota: add %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// Deduct takes amount (> 0) from key in one atomic step, or returns
+// ErrInsufficient and takes nothing. A requestID that was already applied
+// (a retry) deducts nothing and returns the first call's answer, including
+// ErrInsufficient, for the request TTL.
+//
+// remaining is the balance after the deduction; in sharded mode it is the
+// balance of the shard that served it (Remaining sums the shards).
+func (q *Quota) Deduct(ctx context.Context, key string, amount int64, requestID string) (remaining int64, err error) {
+	if err := checkArgs(key, amount, requestID); err != nil {
+		q.metrics.invalid.Inc()
+		return 0, err
+	}
+	a := strconv.FormatInt(amount, 10)
+	n := q.cfg.shards
+	start := q.shardOf(requestID)
+	replayed := true
+	// The order of the shards depends on the request id only, so a retry
+	// visits them in the first call's order and finds its records.
+	for j := range n {
+		b := q.bucket(key, (start+j)%n)
+		res, err := deductScript.Run(ctx, q.c, []string{b, b + ":d:" + requestID}, a, q.ttlMS).Int64Slice()
+		if err != nil {
+			q.metrics.errs.Inc()
+			return 0, fmt.Errorf("quota: deduct %q: %w", key, scriptErr(err))
+		}
+		replayed = replayed && res[0] == 1
+		if res[1] >= 0 {
+			q.metrics.count(replayed, true)
+			return res[1], nil
+		}
+	}
+	q.metrics.count(replayed, false)
+	return 0, fmt.Errorf("quota: deduct %d from %q: %w", amount, key, ErrInsufficient)
+}
+
+// Refund credits amount (> 0) back to key at most once per requestID (use
+// a request id of its own, not the deduction's) and returns the balance
+// after it (in sharded mode, the balance of the shard credited).
+func (q *Quota) Refund(ctx context.Context, key string, amount int64, requestID string) (int64, error) {
+	if err := checkArgs(key, amount, requestID); err != nil {
+		return 0, err
+	}
+	b := q.bucket(key, q.shardOf(requestID))
+	rem, _, err := q.credit(ctx, b, b+":r:"+requestID, amount)
+	if err != nil {
+		return 0, fmt.Errorf("quota: refund %q: %w", key, err)
+	}
+	return rem, nil
+}
+
+// Remaining returns the balance of key: the sum of its shards in sharded
+// mode, read in one pipeline but not one atomic step, so under concurrent
+// deductions it is a value each shard had at some instant. A key never set
+// reads 0.
+func (q *Quota) Remaining(ctx context.Context, key string) (int64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	vals, err := q.balances(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, v := range vals {
+		sum += v
+	}
+	return sum, nil
+}
+
+// Rebalance evens out the shards of key, so that deductions stop falling
+// back from drained shards to the few that still hold units, and an
+// amount up to the mean fits any shard again. It moves only the excess of the
+// shards above the mean (each take is atomic, so no shard goes negative)
+// and needs no global lock; deductions keep running meanwhile. Units in
+// transit are lost if the process dies between a take and the credit that
+// follows it. With one shard it does nothing.
+func (q *Quota) Rebalance(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	n := q.cfg.shards
+	if n == 1 {
+		return nil
+	}
+	vals, err := q.balances(ctx, key)
+	if err != nil {
+		return err
+	}
+	var sum int64
+	for _, v := range vals {
+		sum += v
+	}
+	target := split(sum, n)
+	var pool int64
+	for i, v := range vals {
+		if v <= target[i] {
+			continue
+		}
+		took, err := takeScript.Run(ctx, q.c, []string{q.bucket(key, i)}, v-target[i]).Int64()
+		if err != nil {
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+		}
+		pool += took
+	}
+	for i, v := range vals {
+		if pool == 0 {
+			break
+		}
+		if v >= target[i] {
+			continue
+		}
+		give := min(target[i]-v, pool)
+		if _, _, err := q.credit(ctx, q.bucket(key, i), "", give); err != nil {
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+		}
+		pool -= give
+	}
+	if pool > 0 { // deductions emptied shards meanwhile: the rest goes to the first
+		if _, _, err := q.credit(ctx, q.bucket(key, 0), "", pool); err != nil {
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+		}
+	}
+	return nil
+}
+
+func (q *Quota) credit(ctx context.Context, bucket, record string, amount int64) (int64, bool, error) {
+	keys := []string{bucket}
+	args := []any{amount, int64(MaxAmount)}
+	if record != "" {
+		keys = append(keys, record)
+		args = append(args, q.ttlMS)
+	}
+	res, err := creditScript.Run(ctx, q.c, keys, args...).Int64Slice()
+	if err != nil {
+		return 0, false, scriptErr(err)
+	}
+	return res[1], res[0] == 1, nil
+}
+
+func (q *Quota) balances(ctx context.Context, key string) ([]int64, error) {
+	cmds := make([]*redis.StringCmd, q.cfg.shards)
+	_, err := q.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.HGet(ctx, q.bucket(key, i), "remain")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("quota: read %q: %w", key, err)
+	}
+	vals := make([]int64, len(cmds))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("quota: read %q: %w", key, err)
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// bucket is the Redis key of shard i of key. The hash tag holds the key
+// and, in sharded mode, the shard number, so each shard has its own slot
+// while its request-id records (bucket + suffix) share it.
+func (q *Quota) bucket(key string, i int) string {
+	if q.cfg.shards == 1 {
+		return q.cfg.prefix + "{" + key + "}"
+	}
+	return q.cfg.prefix + "{" + key + "#" + strconv.Itoa(i) + "}"
+}
+
+func (q *Quota) shardOf(requestID string) int {
+	if q.cfg.shards == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(requestID))
+	return int(h.Sum32() % uint32(q.cfg.shards))
+}
+
+// split divides amount into n parts differing by at most one.
+func split(amount int64, n int) []int64 {
+	parts := make([]int64, n)
+	for i := range parts {
+		parts[i] = amount / int64(n)
+		if int64(i) < amount%int64(n) {
+			parts[i]++
+		}
+	}
+	return parts
+}
+
+func scriptErr(err error) error {
+	switch {
+	case strings.Contains(err.Error(), "request id reused"):
+		return ErrRequestIDReused
+	case strings.Contains(err.Error(), "would overflow"):
+		return ErrOverflow
+	}
+	return err
+}
+
+func checkArgs(key string, amount int64, requestID string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if err := checkAmount(amount); err != nil {
+		return err
+	}
+	if requestID == "" {
+		return fmt.Errorf("%w: empty request id", ErrInvalid)
+	}
+	if len(requestID) > MaxRequestIDBytes {
+		return fmt.Errorf("%w: request id of %d bytes: at most %d", ErrInvalid, len(requestID), MaxRequestIDBytes)
+	}
+	return nil
+}
+
+func checkKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if len(key) > MaxKeyBytes {
+		return fmt.Errorf("%w: key of %d bytes: at most %d", ErrInvalid, len(key), MaxKeyBytes)
+	}
+	return nil
+}
+
+func checkAmount(amount int64) error {
+	if amount <= 0 || amount > MaxAmount {
+		return fmt.Errorf("%w: amount %d: want 1..%d", ErrInvalid, amount, int64(MaxAmount))
+	}
+	return nil
+}
+
+type metrics struct {
+	ok, insufficient, replay, replayInsufficient, errs, invalid prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	vec := telemetry.QuotaDeductTotal.CounterVec(nil)
+	var err error
+	telemetry.Register(reg, &vec, &err)
+	if err != nil {
+		return nil, fmt.Errorf("quota: register metrics: %w", err)
+	}
+	return &metrics{
+		ok:                 vec.WithLabelValues("ok"),
+		insufficient:       vec.WithLabelValues("insufficient"),
+		replay:             vec.WithLabelValues("replay"),
+		replayInsufficient: vec.WithLabelValues("replay_insufficient"),
+		errs:               vec.WithLabelValues("error"),
+		invalid:            vec.WithLabelValues("invalid"),
+	}, nil
+}
+
+func (m *metrics) count(replayed, ok bool) {
+	switch {
+	case replayed && ok:
+		m.replay.Inc()
+	case replayed:
+		m.replayInsufficient.Inc()
+	case ok:
+		m.ok.Inc()
+	default:
+		m.insufficient.Inc()
+	}
+}
