@@ -376,12 +376,14 @@ func (w *workload) fleet(ctx context.Context, wg *sync.WaitGroup) error {
 	since := time.Now()
 	// Each waits for the other's key until the demo stops: a real deadlock.
 	wait := func(l instrument.Locker, key string, held instrument.Lease) {
-		if lease, err := l.Acquire(ctx, key, instrument.WithTTL(10*time.Second)); err == nil {
-			_ = lease.Release(context.Background())
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_ = held.Release(rctx)
-		cancel()
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			_ = held.Release(rctx)
+			cancel()
+		}()
+		// Never granted while the other side holds key: this waits until
+		// the demo's context ends. Do releases it should it be granted.
+		_ = instrument.Do(ctx, l, key, func(context.Context) error { return nil }, instrument.WithTTL(10*time.Second))
 	}
 	wg.Go(func() { wait(la, pear, ha) })
 	wg.Go(func() { wait(lb, apple, hb) })
