@@ -136,6 +136,7 @@ type Agent struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	clocks clocks // offsets of etcd-only processes (tier.go)
 
 	mu       sync.RWMutex
 	rec      record
@@ -248,6 +249,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error
 	a.goRun(func() { a.healthLoop(runCtx) })
 	a.goRun(func() { a.elect.run(runCtx, a.lead) })
 	a.goRun(func() { a.followLoop(runCtx) })
+	for _, s := range a.stores {
+		if s.etcd != nil {
+			a.goRun(func() { a.watchClocks(runCtx, s) })
+		}
+	}
 	fmt.Fprintln(cfg.Stdout, a.url)
 	a.log.Info("agent: ready", "console", a.url, "id", cfg.ID, "stores", len(a.stores), "interval", cfg.Interval,
 		"remediation", cfg.RemediationToken != "")
@@ -362,6 +368,7 @@ func (a *Agent) scan(t term) {
 	if t.ctx.Err() != nil {
 		return // the term ended during the scan: a newer leader publishes
 	}
+	rec.Errors = append(rec.Errors, a.writeTiers(ctx)...)
 	rec.ScannedAt = time.Now()
 	a.m.scanDuration.Observe(time.Since(start).Seconds())
 	a.m.setFindings(rec.Findings)
