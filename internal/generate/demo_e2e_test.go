@@ -3,9 +3,7 @@ package generate
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,31 +106,7 @@ scrape_configs:
 	defer cancel()
 	var firing []string
 	for {
-		firing = firing[:0]
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/alerts", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			var got struct {
-				Data struct {
-					Alerts []struct {
-						Labels map[string]string `json:"labels"`
-						State  string            `json:"state"`
-					} `json:"alerts"`
-				} `json:"data"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&got)
-			resp.Body.Close()
-			for _, a := range got.Data.Alerts {
-				if a.State != "firing" {
-					continue
-				}
-				switch name := a.Labels["alertname"]; name {
-				case "LockgovClockSkewReject":
-					firing = append(firing, name+" instance="+a.Labels["instance"])
-				default:
-					firing = append(firing, name+" kind="+a.Labels["kind"])
-				}
-			}
-		}
+		firing = firingAlerts(ctx, base)
 		missing := slices.DeleteFunc(slices.Clone(want), func(w string) bool { return slices.Contains(firing, w) })
 		if len(missing) == 0 {
 			return

@@ -98,32 +98,7 @@ scrape_configs:
 	defer cancel()
 	var firing []string
 	for {
-		firing = firing[:0]
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/alerts", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			var got struct {
-				Data struct {
-					Alerts []struct {
-						Labels map[string]string `json:"labels"`
-						State  string            `json:"state"`
-					} `json:"alerts"`
-				} `json:"data"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&got)
-			resp.Body.Close()
-			for _, a := range got.Data.Alerts {
-				if a.State != "firing" {
-					continue
-				}
-				switch name := a.Labels["alertname"]; name {
-				case "LockgovClockSkewReject":
-					firing = append(firing, name+" instance="+a.Labels["instance"])
-				default:
-					firing = append(firing, name+" kind="+a.Labels["kind"])
-				}
-			}
-		}
-		slices.Sort(firing)
+		firing = firingAlerts(ctx, base)
 		if slices.Equal(firing, want) {
 			return
 		}
@@ -133,4 +108,39 @@ scrape_configs:
 		case <-time.After(200 * time.Millisecond): // polling the condition, with a deadline
 		}
 	}
+}
+
+// firingAlerts lists the alerts Prometheus at base reports firing, as
+// "name kind=K", or "name instance=I" for the clock-skew alerts, which are
+// per instance. An unanswered query lists nothing; callers poll.
+func firingAlerts(ctx context.Context, base string) []string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/alerts", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	var firing []string
+	for _, a := range got.Data.Alerts {
+		if a.State != "firing" {
+			continue
+		}
+		switch name := a.Labels["alertname"]; name {
+		case "LockgovClockSkewReject":
+			firing = append(firing, name+" instance="+a.Labels["instance"])
+		default:
+			firing = append(firing, name+" kind="+a.Labels["kind"])
+		}
+	}
+	slices.Sort(firing)
+	return firing
 }
