@@ -116,14 +116,25 @@ func BenchmarkClusterHotKey(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deductions/s")
 			// How the deductions spread over the primaries: the busiest
 			// one's share of the script calls (100 when one slot serves all).
+			// And what they cost the servers: CPU of all primaries together
+			// per deduction (on a machine with fewer cores than primaries,
+			// this total is what bounds throughput, not one primary's core).
 			var total, busiest int64
-			for addr, n := range scriptCalls(b, cc) {
-				d := n - before[addr]
+			// The busiest primary's CPU over the run's wall time says
+			// whether one primary's core was the bottleneck (near 100) that
+			// sharding removes.
+			var cpu, hottest float64
+			for addr, st := range scriptCalls(b, cc) {
+				d := st.calls - before[addr].calls
 				total += d
 				busiest = max(busiest, d)
+				cpu += st.cpu - before[addr].cpu
+				hottest = max(hottest, st.cpu-before[addr].cpu)
 			}
 			if total > 0 {
 				b.ReportMetric(100*float64(busiest)/float64(total), "busiest-primary-%")
+				b.ReportMetric(cpu*1e6/float64(b.N), "redis-cpu-µs/op")
+				b.ReportMetric(100*hottest/b.Elapsed().Seconds(), "hottest-primary-cpu-%")
 			}
 			left, err := q.Remaining(ctx, key)
 			if err != nil {
@@ -136,19 +147,33 @@ func BenchmarkClusterHotKey(b *testing.B) {
 	}
 }
 
-// scriptCalls returns the EVALSHA and EVAL calls each primary has served
-// (INFO commandstats), by address.
-func scriptCalls(b *testing.B, cc *redis.ClusterClient) map[string]int64 {
+type primaryStats struct {
+	calls int64   // EVALSHA and EVAL calls served
+	cpu   float64 // used_cpu_user + used_cpu_sys, seconds
+}
+
+// scriptCalls returns the script calls each primary has served (INFO
+// commandstats) and the CPU it has used (INFO cpu), by address.
+func scriptCalls(b *testing.B, cc *redis.ClusterClient) map[string]primaryStats {
 	b.Helper()
 	var mu sync.Mutex
-	calls := map[string]int64{}
+	stats := map[string]primaryStats{}
 	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "commandstats").Result()
+		info, err := c.Info(ctx, "commandstats", "cpu").Result()
 		if err != nil {
 			return err
 		}
-		var n int64
+		var st primaryStats
 		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return fmt.Errorf("cpu line %q: %w", line, err)
+				}
+				st.cpu += f
+				continue
+			}
 			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
 				continue
 			}
@@ -158,15 +183,15 @@ func scriptCalls(b *testing.B, cc *redis.ClusterClient) map[string]int64 {
 			if err != nil {
 				return fmt.Errorf("commandstats line %q: %w", line, err)
 			}
-			n += k
+			st.calls += k
 		}
 		mu.Lock()
-		calls[c.Options().Addr] = n
+		stats[c.Options().Addr] = st
 		mu.Unlock()
 		return nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return calls
+	return stats
 }
