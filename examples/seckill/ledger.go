@@ -185,7 +185,9 @@ func (q *QuotaLedger) Reconcile(ctx context.Context) (Reconciliation, error) {
 	q.mu.Unlock()
 	for _, e := range batch {
 		// The replay proves the deduction happened: a retried request id
-		// returns its first answer.
+		// returns its first answer. That holds within the quota's request
+		// TTL (a day by default); reconcile well inside it, or a replay
+		// becomes a new deduction.
 		if _, err := q.Quota.Deduct(ctx, q.key(), e.amount, e.requestID); err != nil {
 			return rec, fmt.Errorf("confirm pending %s: %w", e.requestID, err)
 		}
