@@ -177,3 +177,34 @@ func TestRun_RefusesABadWorkload(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaLedger_20000AttemptsOn10000Stock_LedgerEqualsRedis is issue 13's
+// workload through the quota way: 64 goroutines make 20,000 attempts to
+// deduct 1 from a stock of 10,000 while every fifth ledger batch fails.
+// Exactly 10,000 succeed, Redis ends at 0, and after reconciliation the
+// PostgreSQL ledger holds exactly those 10,000 orders.
+func TestQuotaLedger_20000AttemptsOn10000Stock_LedgerEqualsRedis(t *testing.T) {
+	env := openEnv(t, 64)
+	q := &QuotaLedger{DB: env.DB, Quota: env.Quota, Item: "must-show", BatchSize: 64}
+	q.insertHook = func(batch int) error {
+		if batch%5 == 0 {
+			return errors.New("injected: ledger insert failed")
+		}
+		return nil
+	}
+	w := Workload{Stock: 10_000, Attempts: 20_000, Workers: 64, Amount: 1, Timeout: 30 * time.Second}
+	r, err := Run(context.Background(), q, w) // Audit reconciles
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed != 0 || r.Deducted != 10_000 || r.SoldOut != 10_000 || r.Oversold != 0 || !r.Consistent {
+		t.Fatalf("result %+v (first error %v): want 10,000 deducted, 10,000 sold out, oversold 0, consistent", r, r.FirstErr)
+	}
+	var rows int
+	if err := env.DB.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE item_id = $1`, q.Item).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if sold, left, eq := ledgerEqualsRedis(t, q, 10_000); !eq || left != 0 || sold != 10_000 || rows != 10_000 {
+		t.Fatalf("after reconciliation: ledger %d units in %d rows, Redis left %d; want 10,000, 10,000 and 0", sold, rows, left)
+	}
+}
