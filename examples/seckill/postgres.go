@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -155,10 +154,4 @@ func (o *Optimistic) Deduct(ctx context.Context, amount int64, requestID string)
 
 func (o *Optimistic) Audit(ctx context.Context) (int64, int64, error) {
 	return auditItem(ctx, o.DB, o.Item)
-}
-
-// isUniqueViolation reports a duplicate key (SQLSTATE 23505).
-func isUniqueViolation(err error) bool {
-	var pe interface{ SQLState() string }
-	return errors.As(err, &pe) && pe.SQLState() == "23505"
 }
