@@ -97,6 +97,17 @@ func TestStoreFailure_FailOpenFallsBackToAProcessLocalLock(t *testing.T) {
 	if n := degradedLocks(t, f.reg); n != 4 {
 		t.Fatalf("degraded = %v, want 4 (acquire, fail-fast retry, waiter, Do)", n)
 	}
+	marked := 0
+	for _, sp := range f.spans.Ended() {
+		for _, kv := range sp.Attributes() {
+			if kv.Key == "lock.degraded" && kv.Value.AsBool() {
+				marked++
+			}
+		}
+	}
+	if marked != 3 {
+		t.Fatalf("%d acquire spans marked lock.degraded, want 3 (the granted ones)", marked)
+	}
 
 	if err := f.redis.Restart(); err != nil {
 		t.Fatal(err)
