@@ -153,7 +153,10 @@
 // taken during the outage is not seen by a Redis lease taken after the
 // store returns (each new Acquire goes to the store again at once). Use it
 // for work where a duplicate is caught further down (a unique constraint,
-// reconciliation), never for money or stock without such a net.
+// reconciliation), never for money or stock without such a net. An etcd
+// client retries an unreachable cluster until the context ends, so under
+// etcdlock FailOpen applies only where the client gives up first (a dial
+// timeout shorter than the caller's deadline).
 //
 // # Writing a backend
 //

@@ -150,3 +150,37 @@ func TestStoreFailure_RedisKilled(t *testing.T) {
 		t.Fatalf(`lockgov_idempotency_requests_total{outcome="degraded"} = %v, want 4`, got)
 	}
 }
+
+// TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot: a Redis
+// that stops answering (blackholed behind the fault proxy) makes the
+// client's read time out, and fail open runs fn; a caller whose own
+// context ends first gets its error and fn does not run.
+func TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(instrument.FailOpen))
+	ctx := timeout(t, time.Minute)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	var runs atomic.Int64
+	fn := func(context.Context, idempotency.Attempt) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
+
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Do(short, "k1", nil, fn); err == nil || runs.Load() != 0 {
+		t.Fatalf("caller's context already ended: %v, fn runs %d; want an error and no run", err, runs.Load())
+	}
+	res, err := s.Do(ctx, "k2", nil, fn)
+	if err != nil || !res.Degraded || runs.Load() != 1 {
+		t.Fatalf("read timeout under fail open: %+v, %v, fn runs %d; want fn run, Degraded", res, err, runs.Load())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 1 {
+		t.Fatalf("degraded = %v, want 1", n)
+	}
+}
