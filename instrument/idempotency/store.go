@@ -57,11 +57,13 @@ var (
 
 // Attempt describes one run of fn.
 type Attempt struct {
-	// N counts the attempts at the key, from 1.
+	// N counts the attempts at the key, from 1; 0 when fn runs without
+	// the store (fail open).
 	N int
 	// Fence increases with every attempt at the key while its record
 	// lives: guard your own write with it so that an owner presumed dead
-	// cannot overwrite a successor's.
+	// cannot overwrite a successor's. It is 0 when fn runs without the
+	// store, below every fence the store issues.
 	Fence uint64
 }
 
