@@ -110,6 +110,11 @@ func cases() []ruleCase {
 			input: []series{{`lockgov_idempotency_requests_total{` + svc + `,outcome="first"}`, "0+100x20"}, {`lockgov_idempotency_requests_total{` + svc + `,outcome="error"}`, "0x20"},
 				{`lockgov_store_degraded_total{` + svc + `,component="quota"}`, "0+1x20"}}},
 
+		ruleCase{alert: "LockgovLockStoreDegraded", fires: true, at: "10m", labels: job,
+			input: []series{{`lockgov_store_degraded_total{` + svc + `,component="lock"}`, "0+1x20"}}},
+		ruleCase{alert: "LockgovLockStoreDegraded", at: "10m",
+			input: []series{{`lockgov_store_degraded_total{` + svc + `,component="lock"}`, "5x20"}, {`lockgov_store_degraded_total{` + svc + `,component="quota"}`, "0+1x20"}}},
+
 		// Fail open: no errors, but deductions decided without the store.
 		ruleCase{alert: "LockgovQuotaDeductErrors", fires: true, at: "15m", labels: job,
 			input: []series{{`lockgov_quota_deduct_total{` + svc + `,result="ok"}`, "0+100x20"}, {`lockgov_store_degraded_total{` + svc + `,component="quota"}`, "0+1x20"}}},

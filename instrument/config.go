@@ -32,6 +32,8 @@ type config struct {
 	skew     func() (time.Duration, bool)
 	noBeat   bool           // WithoutHeartbeat
 	beatOpts []fleet.Option // WithHeartbeat
+
+	storeFailure StoreFailurePolicy // WithStoreFailure
 }
 
 type govOptionFunc func(*config)
@@ -94,6 +96,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if err := c.policy.Validate(); err != nil {
 		return c, fmt.Errorf("%w: policy: %w", ErrInvalidOption, err)
+	}
+	if !c.storeFailure.Valid() {
+		return c, fmt.Errorf("%w: WithStoreFailure(%v)", ErrInvalidOption, c.storeFailure)
 	}
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()

@@ -129,6 +129,35 @@
 // reach the store after the TTL and, without an owner check, delete the
 // next holder's lock.
 //
+// # Store failure
+//
+// What Acquire does when the governed Locker's store cannot be reached (a
+// refused or reset connection, a timeout, a server answering LOADING or
+// CLUSTERDOWN) is the caller's choice, set with WithStoreFailure:
+//
+//   - FailClosed (the default): Acquire returns the transport error. Do
+//     does not run fn.
+//   - FailOpen: Acquire falls back to a process-local lock on the key, with
+//     the same wait strategy (FailFast, Retry, WaitUntilDeadline), metrics
+//     and spans (attribute lock.degraded). Its lease has Fence 0, so a write
+//     guarded by the fence refuses it; Release and the release of a dropped
+//     handle work as for any lease. Every such decision is counted in
+//     lockgov_store_degraded_total{component="lock"} (LockgovLockStoreDegraded
+//     pages on it) and logged at most once a minute with the count and the
+//     transport error (never the key or a token).
+//
+// Only transport failures degrade: ErrNotAcquired, a policy refusal and the
+// caller's own context ending are returned as they are. FailOpen keeps
+// mutual exclusion only inside one process: two instances may both enter
+// the critical section while the store is down, and a process-local lease
+// taken during the outage is not seen by a Redis lease taken after the
+// store returns (each new Acquire goes to the store again at once). Use it
+// for work where a duplicate is caught further down (a unique constraint,
+// reconciliation), never for money or stock without such a net. An etcd
+// client retries an unreachable cluster until the context ends, so under
+// etcdlock FailOpen applies only where the client gives up first (a dial
+// timeout shorter than the caller's deadline).
+//
 // # Writing a backend
 //
 // A backend implements Locker; its Acquire:

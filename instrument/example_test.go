@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,4 +78,34 @@ patterns:
 	_, err = locker.Acquire(ctx, "lock:quota:42", instrument.WithTTL(5*time.Minute))
 	fmt.Println(err)
 	// Output: instrument: acquire (pattern lock:quota:{merchant_id}): lockgov: policy violation: ttl rule: TTL 5m0s is outside the policy bounds [10ms, 1m0s]
+}
+
+// With its Redis down, a fail-open Governed grants a process-local lock
+// (fence 0) instead of returning the transport error.
+func ExampleWithStoreFailure() {
+	srv, err := testenv.StartRedis()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	raw, err := redislock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer raw.Close()
+	locker := instrument.Govern(raw, instrument.WithStoreFailure(instrument.FailOpen),
+		instrument.WithLogger(slog.New(slog.DiscardHandler)), instrument.WithoutHeartbeat())
+	_ = srv.Kill() // Redis goes down
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := locker.Acquire(ctx, "lock:order:1")
+	if err != nil {
+		panic(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("held locally, fence", lease.Fence())
+	// Output: held locally, fence 0
 }

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -40,6 +41,10 @@ type Governed struct {
 	auditLast map[string]time.Time // rule+pattern -> last audit log line
 
 	beat *fleet.Attachment // nil: no heartbeat (see heartbeat.go)
+
+	// FailOpen: the process-local fallback and its count and log.
+	local    localLocks
+	degraded *storefail.Reporter
 }
 
 // Govern wraps l with policy, spans and metrics. A configuration error (nil
@@ -73,6 +78,10 @@ func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: instrument.Govern: register metrics: %w", ErrInvalidOption, err)
 	}
+	degraded, err := storefail.NewReporter(storefail.Lock, cfg.reg, cfg.logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: instrument.Govern: %w", ErrInvalidOption, err)
+	}
 	g := &Governed{
 		inner:     l,
 		cfg:       cfg,
@@ -81,6 +90,7 @@ func NewGoverned(l Locker, opts ...Option) (*Governed, error) {
 		metrics:   m,
 		tracer:    cfg.tp.Tracer(ScopeName),
 		auditLast: make(map[string]time.Time),
+		degraded:  degraded,
 	}
 	switch cfg.tp.(type) {
 	case noop.TracerProvider, *noop.TracerProvider:
@@ -194,6 +204,17 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	obs.opt[0] = (*resolvedConfig)(&obs.cfg)
 
 	inner, err := g.inner.Acquire(ctx, key, obs.opt[:]...)
+	degraded := false
+	if err != nil && g.cfg.storeFailure == FailOpen && ctx.Err() == nil && storefail.Unavailable(err) {
+		// The store is unreachable: a process-local lock on the key, with
+		// the same wait strategy and observer, stands in for it.
+		g.degraded.Degraded(err)
+		degraded = true
+		if recording {
+			span.AddEvent("store unreachable: process-local lock", trace.WithAttributes(attribute.String("error", err.Error())))
+		}
+		inner, err = g.local.Acquire(ctx, key, obs.opt[:]...)
+	}
 	// One wall clock read per acquire: durations need only the monotonic
 	// clock, which time.Since reads alone.
 	dur := time.Since(start)
@@ -222,7 +243,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	g.trackHeld(obs, inner.Fence())
 	if span != nil {
 		if recording {
-			span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())))
+			span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())), attribute.Bool("lock.degraded", degraded))
 		}
 		span.End()
 	}

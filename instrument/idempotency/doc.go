@@ -46,14 +46,46 @@
 // (NoWait), 422 for a key reused with another request, 400 for a
 // malformed key or, with RequireKey, a missing one; 5xx responses are not
 // stored (the key is released, a retry runs the handler), 4xx are. When
-// the store fails the middleware fails closed: 503 with Retry-After. A
+// the store fails the middleware follows the Store's policy: 503 with
+// Retry-After (fail closed, the default) or the handler's response
+// (fail open). A
 // handler that streams (Flush, hijack) is not supported: the response is
 // buffered until the handler returns. Request bodies over
 // DefaultMaxRequestBytes are refused with 413.
 //
 // Metrics: lockgov_idempotency_requests_total{outcome} (first, replay,
-// in_progress, mismatch, error), on the registry given with WithRegisterer
-// only.
+// in_progress, mismatch, error, degraded) and
+// lockgov_store_degraded_total{component="idempotency"}, on the registry
+// given with WithRegisterer only. Spans: "idempotency do" (scope
+// ScopeName, provider WithTracerProvider) with the outcome; keys and
+// fingerprints are never span attributes, metric labels or log fields.
+//
+// # Store failure
+//
+// When Redis cannot be reached (a refused or reset connection, a timeout,
+// LOADING/CLUSTERDOWN; never an answer such as in progress or mismatch,
+// and never the caller's own context ending), WithStoreFailure decides:
+//
+//   - instrument.FailClosed (the default): Do returns the transport error
+//     and does not run fn; the middleware answers 503 with Retry-After 1.
+//     If the result could not be stored after fn succeeded, Do returns
+//     that error and the key stays in progress until the lease ends; a
+//     retry then runs fn again — the fence or a unique constraint must
+//     catch it.
+//   - instrument.FailOpen: Do runs fn without the check, with Attempt{N: 0,
+//     Fence: 0}, and returns its result with Result.Degraded set; a result
+//     that could not be stored after fn succeeded is returned the same way
+//     instead of an error that would invite a retry. The middleware then
+//     serves the handler's response. Each such decision is counted
+//     (outcome degraded and lockgov_store_degraded_total) and logged at
+//     most once a minute with the count and the transport error.
+//
+// Fail open trades the guarantee for availability: a request retried
+// during the outage runs again, and one served during the outage is not
+// recorded, so its retry after Redis returns runs again too. Keys
+// completed before the outage still replay once Redis is back with its
+// data (a restarted Redis without persistence has forgotten them). A
+// fenced write refuses Fence 0; rely on a unique constraint downstream.
 //
 // # Failure modes
 //
@@ -66,10 +98,7 @@
 //     is discarded, but an effect already made is not undone: guard your
 //     own write with Attempt.Fence (keep the highest fence seen, refuse
 //     lower ones) or a unique constraint.
-//   - Redis unreachable: Do returns the transport error. If the result
-//     could not be stored after fn succeeded, Do returns that error and
-//     the key stays in progress until the lease ends; a retry then runs fn
-//     again — the fence or a unique constraint must catch it.
+//   - Redis unreachable: see "Store failure" below.
 //   - Failover with asynchronous replication can lose a completed record
 //     not yet replicated: a retry then runs fn again.
 //   - A record expires after the result TTL (WithResultTTL): a retry after

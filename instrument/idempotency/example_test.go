@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/idempotency"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -100,4 +102,27 @@ func ExampleNew() {
 	)
 	fmt.Println(s != nil, err)
 	// Output: true <nil>
+}
+
+// With Redis down a fail-open Store runs fn without the check and says so.
+func ExampleWithStoreFailure() {
+	srv, err := testenv.StartRedis()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	s, err := idempotency.New(rdb, idempotency.WithStoreFailure(instrument.FailOpen),
+		idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		panic(err)
+	}
+	_ = srv.Kill() // Redis goes down
+
+	res, err := s.Do(context.Background(), "pay-1", nil, func(context.Context, idempotency.Attempt) ([]byte, error) {
+		return []byte("sent"), nil
+	})
+	fmt.Println(string(res.Body), res.Degraded, err)
+	// Output: sent true <nil>
 }

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,3 +18,6 @@ func ClaimWithoutOwner(ctx context.Context, s *Store, c redis.UniversalClient, k
 func TakeOver(ctx context.Context, s *Store, c redis.UniversalClient, key string) error {
 	return c.HSet(ctx, s.cfg.prefix+"{"+key+"}", "owner", token()).Err()
 }
+
+// OutcomeCounter is lockgov_idempotency_requests_total{outcome}.
+func (s *Store) OutcomeCounter(outcome string) prometheus.Counter { return s.outcome[outcome] }

@@ -2,9 +2,13 @@ package idempotency
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockgov/lockgov/instrument"
 )
 
 // Defaults of the options and limits of the input.
@@ -34,6 +38,9 @@ type config struct {
 	resultTTL      time.Duration
 	maxResultBytes int
 	reg            prometheus.Registerer
+	logger         *slog.Logger
+	tp             trace.TracerProvider
+	storeFailure   instrument.StoreFailurePolicy
 }
 
 func defaultConfig() config {
@@ -95,6 +102,41 @@ func WithMaxResultBytes(n int) Option {
 func WithRegisterer(r prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
 		c.reg = r
+		return nil
+	})
+}
+
+// WithStoreFailure sets what Do does when Redis cannot be reached (a
+// refused connection, a timeout): instrument.FailClosed (the default)
+// returns the transport error, and the middleware answers 503;
+// instrument.FailOpen runs fn without the check (Result.Degraded), counts
+// it in lockgov_store_degraded_total{component="idempotency"} and logs once
+// a minute. Answers of a reachable store (in progress, mismatch) never
+// degrade.
+func WithStoreFailure(p instrument.StoreFailurePolicy) Option {
+	return optionFunc(func(c *config) error {
+		if !p.Valid() {
+			return fmt.Errorf("idempotency: WithStoreFailure(%v): want instrument.FailClosed or instrument.FailOpen", p)
+		}
+		c.storeFailure = p
+		return nil
+	})
+}
+
+// WithLogger sets the logger of degraded decisions (default
+// slog.Default()). Keys, fingerprints and tokens are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		c.logger = l
+		return nil
+	})
+}
+
+// WithTracerProvider sets the provider of the "idempotency do" spans
+// (default otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) error {
+		c.tp = tp
 		return nil
 	})
 }

@@ -13,6 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/internal/telemetry"
 )
 
@@ -50,11 +57,13 @@ var (
 
 // Attempt describes one run of fn.
 type Attempt struct {
-	// N counts the attempts at the key, from 1.
+	// N counts the attempts at the key, from 1; 0 when fn runs without
+	// the store (fail open).
 	N int
 	// Fence increases with every attempt at the key while its record
 	// lives: guard your own write with it so that an owner presumed dead
-	// cannot overwrite a successor's.
+	// cannot overwrite a successor's. It is 0 when fn runs without the
+	// store, below every fence the store issues.
 	Fence uint64
 }
 
@@ -62,17 +71,28 @@ type Attempt struct {
 type Result struct {
 	Body     []byte
 	Replayed bool
+	// Degraded is true when fn ran without the idempotency check, or its
+	// result could not be stored, because Redis could not be reached
+	// (WithStoreFailure(instrument.FailOpen)).
+	Degraded bool
 }
 
 // Store runs a function at most once per key (see the package doc). It is
 // safe for concurrent use.
 type Store struct {
-	c       redis.UniversalClient
-	cfg     config
-	leaseMS string
-	ttlMS   string
-	outcome map[string]prometheus.Counter
+	c        redis.UniversalClient
+	cfg      config
+	leaseMS  string
+	ttlMS    string
+	outcome  map[string]prometheus.Counter
+	degraded *storefail.Reporter
+	tracer   trace.Tracer
 }
+
+// ScopeName is the instrumentation scope of the spans a Store emits.
+const ScopeName = "github.com/lockgov/lockgov/instrument/idempotency"
+
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // New returns a Store on c (a single node, Sentinel or Cluster client).
 func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
@@ -97,12 +117,22 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: register metrics: %w", err)
 	}
+	degraded, err := storefail.NewReporter(storefail.Idempotency, cfg.reg, cfg.logger)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: %w", err)
+	}
+	tp := cfg.tp
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
 	s := &Store{
-		c:       c,
-		cfg:     cfg,
-		leaseMS: strconv.FormatInt(cfg.lease.Milliseconds(), 10),
-		ttlMS:   strconv.FormatInt(cfg.resultTTL.Milliseconds(), 10),
-		outcome: map[string]prometheus.Counter{},
+		degraded: degraded,
+		tracer:   tp.Tracer(ScopeName),
+		c:        c,
+		cfg:      cfg,
+		leaseMS:  strconv.FormatInt(cfg.lease.Milliseconds(), 10),
+		ttlMS:    strconv.FormatInt(cfg.resultTTL.Milliseconds(), 10),
+		outcome:  map[string]prometheus.Counter{},
 	}
 	for _, o := range telemetry.IdempotencyRequestsTotal.Values["outcome"] {
 		s.outcome[o] = vec.WithLabelValues(o)
@@ -117,6 +147,10 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 // once with NoWait. If fn returns an error the key is released, so the
 // next call runs fn again; Do returns fn's error. fn's context ends when
 // ctx does or when the attempt loses the key (cause ErrLeaseLost).
+//
+// When Redis cannot be reached Do returns the transport error, or, with
+// WithStoreFailure(instrument.FailOpen), runs fn without the check and
+// returns its result with Degraded true (see the package doc).
 func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 	fn func(ctx context.Context, a Attempt) ([]byte, error), opts ...DoOption) (Result, error) {
 	var dc doConfig
@@ -125,9 +159,29 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 			o.applyDo(&dc)
 		}
 	}
+	ctx, span := s.tracer.Start(ctx, "idempotency do", clientSpan...)
+	defer span.End()
+	res, outcome, err := s.do(ctx, key, fingerprint, fn, dc)
+	s.outcome[outcome].Inc()
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("idempotency.outcome", outcome),
+			attribute.Bool("idempotency.replayed", res.Replayed),
+			attribute.String("db.system.name", "redis"),
+		)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, outcome)
+		}
+	}
+	return res, err
+}
+
+// do is Do without the span and the count: it returns the outcome label.
+func (s *Store) do(ctx context.Context, key string, fingerprint []byte,
+	fn func(ctx context.Context, a Attempt) ([]byte, error), dc doConfig) (Result, string, error) {
 	if err := checkArgs(key, fingerprint, fn == nil); err != nil {
-		s.outcome["error"].Inc()
-		return Result{}, err
+		return Result{}, "error", err
 	}
 	rec := s.cfg.prefix + "{" + key + "}"
 	owner := token()
@@ -135,44 +189,62 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 	for {
 		res, err := beginScript.Run(ctx, s.c, []string{rec}, owner, s.leaseMS, fingerprint, s.ttlMS).Slice()
 		if err != nil {
-			s.outcome["error"].Inc()
-			return Result{}, fmt.Errorf("idempotency: begin %q: %w", key, err)
+			if s.failOpen(ctx, err) {
+				return s.runDegraded(ctx, fn)
+			}
+			return Result{}, "error", fmt.Errorf("idempotency: begin %q: %w", key, err)
 		}
 		switch res[0].(string) {
 		case "mismatch":
-			s.outcome["mismatch"].Inc()
-			return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrFingerprintMismatch)
+			return Result{}, "mismatch", fmt.Errorf("idempotency: key %q: %w", key, ErrFingerprintMismatch)
 		case "done":
-			s.outcome["replay"].Inc()
 			if res[2].(string) == "1" {
-				return Result{Replayed: true}, fmt.Errorf("idempotency: key %q: %w", key, ErrResultTooLarge)
+				return Result{Replayed: true}, "replay", fmt.Errorf("idempotency: key %q: %w", key, ErrResultTooLarge)
 			}
-			return Result{Body: []byte(res[1].(string)), Replayed: true}, nil
+			return Result{Body: []byte(res[1].(string)), Replayed: true}, "replay", nil
 		case "run":
 			return s.run(ctx, key, rec, owner, res[1].(int64), fn)
 		}
 		// busy: another attempt owns the key.
 		if dc.noWait {
-			s.outcome["in_progress"].Inc()
-			return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrInProgress)
+			return Result{}, "in_progress", fmt.Errorf("idempotency: key %q: %w", key, ErrInProgress)
 		}
 		left := time.Duration(res[1].(int64)) * time.Millisecond
 		t := time.NewTimer(min(wait, left+time.Millisecond))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			s.outcome["in_progress"].Inc()
-			return Result{}, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, context.Cause(ctx))
+			return Result{}, "in_progress", fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, context.Cause(ctx))
 		case <-t.C:
 		}
 		wait = min(2*wait, 250*time.Millisecond)
 	}
 }
 
+// failOpen reports whether err lets Do decide without the store (FailOpen
+// and a transport error while ctx lives), and counts the decision.
+func (s *Store) failOpen(ctx context.Context, err error) bool {
+	if s.cfg.storeFailure != instrument.FailOpen || ctx.Err() != nil || !storefail.Unavailable(err) {
+		return false
+	}
+	s.degraded.Degraded(err)
+	trace.SpanFromContext(ctx).AddEvent("store unreachable: running without the idempotency check")
+	return true
+}
+
+// runDegraded runs fn without the store (FailOpen): attempt 0, fence 0.
+func (s *Store) runDegraded(ctx context.Context, fn func(ctx context.Context, a Attempt) ([]byte, error)) (Result, string, error) {
+	body, err := fn(ctx, Attempt{})
+	if err != nil {
+		return Result{Degraded: true}, "degraded", err
+	}
+	return Result{Body: body, Degraded: true}, "degraded", nil
+}
+
 // run executes fn as the owner of rec, renewing its lease meanwhile, and
 // stores the result or releases the key.
 func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
-	fn func(ctx context.Context, a Attempt) ([]byte, error)) (Result, error) {
+	fn func(ctx context.Context, a Attempt) ([]byte, error)) (Result, string, error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := make(chan struct{})
@@ -207,11 +279,11 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	defer wcancel()
 	if ferr != nil || panicked != nil {
 		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
-		s.outcome["error"].Inc()
 		if panicked != nil {
+			s.outcome["error"].Inc()
 			panic(panicked)
 		}
-		return Result{}, ferr
+		return Result{}, "error", ferr
 	}
 	big := "0"
 	stored := body
@@ -220,18 +292,18 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	}
 	ok, err := finishScript.Run(wctx, s.c, []string{rec}, owner, "done", stored, big, s.ttlMS).Int()
 	switch {
+	case err != nil && big == "0" && s.failOpen(ctx, err):
+		// fn's effect happened; an error would invite a retry that runs
+		// it again. The key stays in progress until its lease ends.
+		return Result{Body: body, Degraded: true}, "degraded", nil
 	case err != nil:
-		s.outcome["error"].Inc()
-		return Result{}, fmt.Errorf("idempotency: store the result of %q: %w", key, err)
+		return Result{}, "error", fmt.Errorf("idempotency: store the result of %q: %w", key, err)
 	case ok == 0 || lost:
-		s.outcome["error"].Inc()
-		return Result{}, fmt.Errorf("idempotency: key %q: %w", key, ErrLeaseLost)
+		return Result{}, "error", fmt.Errorf("idempotency: key %q: %w", key, ErrLeaseLost)
 	case big == "1":
-		s.outcome["error"].Inc()
-		return Result{}, fmt.Errorf("idempotency: key %q: %d bytes, limit %d: %w", key, len(body), s.cfg.maxResultBytes, ErrResultTooLarge)
+		return Result{}, "error", fmt.Errorf("idempotency: key %q: %d bytes, limit %d: %w", key, len(body), s.cfg.maxResultBytes, ErrResultTooLarge)
 	}
-	s.outcome["first"].Inc()
-	return Result{Body: body}, nil
+	return Result{Body: body}, "first", nil
 }
 
 // call runs fn and returns its panic value instead of unwinding, so that

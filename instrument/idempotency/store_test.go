@@ -51,8 +51,9 @@ func TestDo_ThousandConcurrentCallsRunFnOnce(t *testing.T) {
 		t.Fatalf("fn ran %d times, want 1", n)
 	}
 	want := `
-# HELP lockgov_idempotency_requests_total Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).
+# HELP lockgov_idempotency_requests_total Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open).
 # TYPE lockgov_idempotency_requests_total counter
+lockgov_idempotency_requests_total{outcome="degraded"} 0
 lockgov_idempotency_requests_total{outcome="error"} 0
 lockgov_idempotency_requests_total{outcome="first"} 1
 lockgov_idempotency_requests_total{outcome="in_progress"} 0

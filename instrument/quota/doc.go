@@ -29,15 +29,41 @@
 //     nothing; a credit past MaxAmount returns ErrOverflow and writes
 //     nothing.
 //
-// Metrics: lockgov_quota_deduct_total{result} (ok, insufficient, replay,
-// replay_insufficient, error, invalid), on the registry given with
-// WithRegisterer only.
+// Metrics: lockgov_quota_deduct_total{key_pattern, result} (ok,
+// insufficient, replay, replay_insufficient, error, invalid, degraded) and
+// lockgov_store_degraded_total{component="quota"}, on the registry given
+// with WithRegisterer only. key_pattern is the first pattern of WithPolicy
+// the key matches, else the key with its ids normalised away, capped ("other"
+// past the policy's MaxPatterns). Spans: "quota deduct" and "quota refund"
+// (scope ScopeName, provider WithTracerProvider) with the key pattern,
+// amount and result; raw keys and request ids are never attributes, labels
+// or log fields.
+//
+// # Store failure
+//
+// Deduct fails closed: when Redis cannot be reached it returns the
+// transport error and nothing is deducted anywhere. There is deliberately
+// no fail-open switch: a deduction approved without the balance is an
+// oversell, which is what this package exists to prevent. A caller that
+// must keep selling during an outage passes WithFallback: the fallback —
+// a small per-process allowance, a database path, a queue for later — then
+// decides each deduction Redis could not (transport errors only; never
+// ErrInsufficient or ErrRequestIDReused, never the caller's context ending),
+// each counted (result degraded and lockgov_store_degraded_total) and
+// logged at most once a minute. The fallback owns what it approves: those
+// deductions are not in Redis, so reconcile them against the ledger when
+// Redis returns. Refund, Set, Add, Remaining and Rebalance always fail
+// closed; a Refund retried with its request id after the outage credits
+// once.
 //
 // # Failure modes
 //
-//   - Redis unreachable or a timeout: Deduct returns the transport error.
-//     The script may or may not have run; retry with the same request id
-//     and it applies at most once.
+//   - Redis unreachable or a timeout: Deduct returns the transport error
+//     (or the fallback's answer). The script may or may not have run;
+//     retry with the same request id and it applies at most once. A
+//     deduction decided by the fallback after a timeout whose script did
+//     run is applied twice, once in Redis and once by the fallback: the
+//     reconciliation must catch it.
 //   - Failover with asynchronous replication: a deduction acknowledged by
 //     the old primary and not yet replicated is lost with its request-id
 //     record, so the units come back and a retry of that id deducts again.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -97,4 +99,40 @@ func ExampleQuota_Rebalance() {
 	left, _ := q.Remaining(ctx, "stock:hot")
 	fmt.Println(left)
 	// Output: 2
+}
+
+// A per-process allowance decides deductions while Redis is down; what it
+// approved is reconciled against the ledger afterwards.
+func ExampleWithFallback() {
+	srv, err := testenv.StartRedis()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	var allowance atomic.Int64
+	allowance.Store(1) // units this process may sell without Redis
+	q, err := quota.New(rdb, quota.WithLogger(slog.New(slog.DiscardHandler)),
+		quota.WithFallback(func(ctx context.Context, key string, amount int64, requestID string) (int64, error) {
+			if allowance.Add(-amount) < 0 {
+				return 0, quota.ErrInsufficient
+			}
+			return allowance.Load(), nil
+		}))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_ = q.Set(ctx, "stock:sku-1", 10)
+	_ = srv.Kill() // Redis goes down
+
+	_, err = q.Deduct(ctx, "stock:sku-1", 1, "order-1")
+	fmt.Println(err)
+	_, err = q.Deduct(ctx, "stock:sku-1", 1, "order-2")
+	fmt.Println(errors.Is(err, quota.ErrInsufficient))
+	// Output:
+	// <nil>
+	// true
 }

@@ -1,10 +1,15 @@
 package quota
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockgov/lockgov/policy"
 )
 
 // Defaults of the options.
@@ -29,6 +34,10 @@ type config struct {
 	prefix     string
 	requestTTL time.Duration
 	reg        prometheus.Registerer
+	policy     *policy.Policy
+	fallback   Fallback
+	logger     *slog.Logger
+	tp         trace.TracerProvider
 }
 
 func defaultConfig() config {
@@ -83,6 +92,71 @@ func WithRequestTTL(d time.Duration) Option {
 func WithRegisterer(r prometheus.Registerer) Option {
 	return optionFunc(func(c *config) error {
 		c.reg = r
+		return nil
+	})
+}
+
+// WithPolicy sets the key patterns that label the metrics
+// (lockgov_quota_deduct_total{key_pattern}): a key takes the first
+// declared pattern it matches, else its normalised form (ids, numbers,
+// UUIDs and hashes replaced), capped at the policy's MaxPatterns labels
+// ("other" past it). Default policy.Default(). Raw keys never become labels
+// unless they contain nothing id-like.
+func WithPolicy(p *policy.Policy) Option {
+	return optionFunc(func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("quota: WithPolicy(nil)")
+		}
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("quota: WithPolicy: %w", err)
+		}
+		c.policy = p
+		return nil
+	})
+}
+
+// Fallback decides a deduction when Redis cannot be reached (see
+// WithFallback). It gets Deduct's arguments and returns what Deduct
+// returns: the remaining balance as it knows it, ErrInsufficient to refuse,
+// or another error.
+type Fallback func(ctx context.Context, key string, amount int64, requestID string) (remaining int64, err error)
+
+// WithFallback lets f decide deductions while Redis cannot be reached (a
+// refused connection, a timeout; never an answer such as ErrInsufficient).
+// Without it Deduct fails closed: it returns the transport error and
+// deducts nothing anywhere. There is no blind fail-open for quota: a
+// deduction approved without its balance is an oversell, so what to allow
+// during an outage — a small per-process allowance, a database path, a
+// queue — is the caller's decision. Every call of f is counted in
+// lockgov_store_degraded_total{component="quota"} and
+// lockgov_quota_deduct_total{result="degraded"} and logged once a minute.
+// f's deductions are not in Redis when it returns: reconcile them (see the
+// package doc). Refund, Set, Add, Remaining and Rebalance always fail
+// closed.
+func WithFallback(f Fallback) Option {
+	return optionFunc(func(c *config) error {
+		if f == nil {
+			return fmt.Errorf("quota: WithFallback(nil)")
+		}
+		c.fallback = f
+		return nil
+	})
+}
+
+// WithLogger sets the logger of degraded decisions (default
+// slog.Default()). Keys and request ids are never logged.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		c.logger = l
+		return nil
+	})
+}
+
+// WithTracerProvider sets the provider of the "quota deduct" and "quota
+// refund" spans (default otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) error {
+		c.tp = tp
 		return nil
 	})
 }

@@ -11,7 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/internal/telemetry"
+	"github.com/lockgov/lockgov/policy"
 )
 
 // Limits of the input, checked before anything is sent to Redis.
@@ -43,11 +50,19 @@ var (
 // Quota deducts from integer balances kept in Redis. It is safe for
 // concurrent use.
 type Quota struct {
-	c       redis.UniversalClient
-	cfg     config
-	ttlMS   string
-	metrics *metrics
+	c        redis.UniversalClient
+	cfg      config
+	ttlMS    string
+	metrics  *telemetry.Children[string, deductCounters]
+	matcher  *policy.Matcher
+	degraded *storefail.Reporter
+	tracer   trace.Tracer
 }
+
+// ScopeName is the instrumentation scope of the spans a Quota emits.
+const ScopeName = "github.com/lockgov/lockgov/instrument/quota"
+
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 
 // New returns a Quota on c. c may be a single node, a Sentinel failover
 // client or a Cluster client.
@@ -68,11 +83,22 @@ func New(c redis.UniversalClient, opts ...Option) (*Quota, error) {
 	if err != nil {
 		return nil, err
 	}
+	degraded, err := storefail.NewReporter(storefail.Quota, cfg.reg, cfg.logger)
+	if err != nil {
+		return nil, fmt.Errorf("quota: %w", err)
+	}
+	tp := cfg.tp
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
 	return &Quota{
-		c:       c,
-		cfg:     cfg,
-		ttlMS:   strconv.FormatInt(cfg.requestTTL.Milliseconds(), 10),
-		metrics: m,
+		c:        c,
+		cfg:      cfg,
+		ttlMS:    strconv.FormatInt(cfg.requestTTL.Milliseconds(), 10),
+		metrics:  m,
+		matcher:  policy.NewMatcher(cfg.policy),
+		degraded: degraded,
+		tracer:   tp.Tracer(ScopeName),
 	}, nil
 }
 
@@ -128,10 +154,36 @@ func (q *Quota) Add(ctx context.Context, key string, amount int64) error {
 //
 // remaining is the balance after the deduction; in sharded mode it is the
 // balance of the shard that served it (Remaining sums the shards).
+//
+// When Redis cannot be reached Deduct returns the transport error, or,
+// with WithFallback, the fallback's answer.
 func (q *Quota) Deduct(ctx context.Context, key string, amount int64, requestID string) (remaining int64, err error) {
+	ctx, span := q.tracer.Start(ctx, "quota deduct", clientSpan...)
+	defer span.End()
+	rem, result, err := q.deduct(ctx, key, amount, requestID)
+	label := q.label(key)
+	q.metrics.Get(label).count(result)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("quota.key_pattern", label),
+			attribute.Int64("quota.amount", amount),
+			attribute.Int("quota.shards", q.cfg.shards),
+			attribute.String("quota.result", result),
+			attribute.String("db.system.name", "redis"),
+		)
+		if err != nil && result != "insufficient" && result != "replay_insufficient" {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, result)
+		}
+	}
+	return rem, err
+}
+
+// deduct is Deduct without the span and the count: it returns the result
+// label.
+func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID string) (int64, string, error) {
 	if err := checkArgs(key, amount, requestID); err != nil {
-		q.metrics.invalid.Inc()
-		return 0, err
+		return 0, "invalid", err
 	}
 	a := strconv.FormatInt(amount, 10)
 	n := q.cfg.shards
@@ -143,32 +195,73 @@ func (q *Quota) Deduct(ctx context.Context, key string, amount int64, requestID 
 		b := q.bucket(key, (start+j)%n)
 		res, err := deductScript.Run(ctx, q.c, []string{b, b + ":d:" + requestID}, a, q.ttlMS).Int64Slice()
 		if err != nil {
-			q.metrics.errs.Inc()
-			return 0, fmt.Errorf("quota: deduct %q: %w", key, scriptErr(err))
+			if q.cfg.fallback != nil && ctx.Err() == nil && storefail.Unavailable(err) {
+				q.degraded.Degraded(err)
+				trace.SpanFromContext(ctx).AddEvent("store unreachable: the fallback decides")
+				rem, ferr := q.cfg.fallback(ctx, key, amount, requestID)
+				return rem, "degraded", ferr
+			}
+			return 0, "error", fmt.Errorf("quota: deduct %q: %w", key, scriptErr(err))
 		}
 		replayed = replayed && res[0] == 1
 		if res[1] >= 0 {
-			q.metrics.count(replayed, true)
-			return res[1], nil
+			if replayed {
+				return res[1], "replay", nil
+			}
+			return res[1], "ok", nil
 		}
 	}
-	q.metrics.count(replayed, false)
-	return 0, fmt.Errorf("quota: deduct %d from %q: %w", amount, key, ErrInsufficient)
+	result := "insufficient"
+	if replayed {
+		result = "replay_insufficient"
+	}
+	return 0, result, fmt.Errorf("quota: deduct %d from %q: %w", amount, key, ErrInsufficient)
 }
 
 // Refund credits amount (> 0) back to key at most once per requestID (use
 // a request id of its own, not the deduction's) and returns the balance
-// after it (in sharded mode, the balance of the shard credited).
+// after it (in sharded mode, the balance of the shard credited). It fails
+// closed: when Redis cannot be reached it returns the transport error, and
+// a retry with the same request id credits once.
 func (q *Quota) Refund(ctx context.Context, key string, amount int64, requestID string) (int64, error) {
+	ctx, span := q.tracer.Start(ctx, "quota refund", clientSpan...)
+	defer span.End()
+	rem, replayed, err := q.refund(ctx, key, amount, requestID)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("quota.key_pattern", q.label(key)),
+			attribute.Int64("quota.amount", amount),
+			attribute.Bool("quota.replayed", replayed),
+			attribute.String("db.system.name", "redis"),
+		)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "refund failed")
+		}
+	}
+	return rem, err
+}
+
+func (q *Quota) refund(ctx context.Context, key string, amount int64, requestID string) (int64, bool, error) {
 	if err := checkArgs(key, amount, requestID); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	b := q.bucket(key, q.shardOf(requestID))
-	rem, _, err := q.credit(ctx, b, b+":r:"+requestID, amount)
+	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, amount)
 	if err != nil {
-		return 0, fmt.Errorf("quota: refund %q: %w", key, err)
+		return 0, false, fmt.Errorf("quota: refund %q: %w", key, err)
 	}
-	return rem, nil
+	return rem, replayed, nil
+}
+
+// label is the bounded metric label of key: a policy pattern or the
+// normalised key; "other" for a key that is not valid input.
+func (q *Quota) label(key string) string {
+	if checkKey(key) != nil {
+		return policy.OtherLabel
+	}
+	l, _ := q.matcher.Match(key)
+	return l
 }
 
 // Remaining returns the balance of key: the sum of its shards in sharded
@@ -356,36 +449,24 @@ func checkAmount(amount int64) error {
 	return nil
 }
 
-type metrics struct {
-	ok, insufficient, replay, replayInsufficient, errs, invalid prometheus.Counter
-}
+// deductCounters are the lockgov_quota_deduct_total children of one key
+// pattern, by result.
+type deductCounters map[string]prometheus.Counter
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*telemetry.Children[string, deductCounters], error) {
 	vec := telemetry.QuotaDeductTotal.CounterVec(nil)
 	var err error
 	telemetry.Register(reg, &vec, &err)
 	if err != nil {
 		return nil, fmt.Errorf("quota: register metrics: %w", err)
 	}
-	return &metrics{
-		ok:                 vec.WithLabelValues("ok"),
-		insufficient:       vec.WithLabelValues("insufficient"),
-		replay:             vec.WithLabelValues("replay"),
-		replayInsufficient: vec.WithLabelValues("replay_insufficient"),
-		errs:               vec.WithLabelValues("error"),
-		invalid:            vec.WithLabelValues("invalid"),
-	}, nil
+	return &telemetry.Children[string, deductCounters]{New: func(pattern string) *deductCounters {
+		m := deductCounters{}
+		for _, r := range telemetry.QuotaDeductTotal.Values["result"] {
+			m[r] = vec.WithLabelValues(pattern, r)
+		}
+		return &m
+	}}, nil
 }
 
-func (m *metrics) count(replayed, ok bool) {
-	switch {
-	case replayed && ok:
-		m.replay.Inc()
-	case replayed:
-		m.replayInsufficient.Inc()
-	case ok:
-		m.ok.Inc()
-	default:
-		m.insufficient.Inc()
-	}
-}
+func (m *deductCounters) count(result string) { (*m)[result].Inc() }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/policy"
 )
 
 // noOversell runs 64 goroutines making 20,000 attempts to deduct 1 from a
@@ -23,7 +24,7 @@ import (
 func noOversell(t *testing.T, c redis.UniversalClient, opts ...quota.Option) {
 	const stock, attempts, workers = 10_000, 20_000, 64
 	reg := prometheus.NewPedanticRegistry()
-	q := newQuota(t, c, append(opts, quota.WithRegisterer(reg))...)
+	q := newQuota(t, c, append(opts, quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)))...)
 	ctx := timeout(t, 5*time.Minute)
 	const key = "stock:sku-1"
 	if err := q.Set(ctx, key, stock); err != nil {
@@ -120,7 +121,22 @@ func noOversell(t *testing.T, c redis.UniversalClient, opts ...quota.Option) {
 	}
 }
 
-// counter returns lockgov_quota_deduct_total{result} as gathered from reg.
+// skuPolicy declares the pattern stock:{sku}, the label of every stock key.
+func skuPolicy(t testing.TB) *policy.Policy {
+	t.Helper()
+	p := policy.Default()
+	r := p.Defaults
+	r.Pattern = "stock:{sku}"
+	p.Patterns = append(p.Patterns, r)
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// counter returns lockgov_quota_deduct_total{key_pattern="stock:{sku}",
+// result} as gathered from reg; any other key_pattern fails the test (the
+// label is the declared pattern, never the raw key).
 func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -132,10 +148,20 @@ func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			var pattern, res string
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
+				switch l.GetName() {
+				case "key_pattern":
+					pattern = l.GetValue()
+				case "result":
+					res = l.GetValue()
 				}
+			}
+			if pattern != "stock:{sku}" {
+				t.Fatalf("lockgov_quota_deduct_total has key_pattern %q, want the declared stock:{sku}", pattern)
+			}
+			if res == result {
+				return m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -56,6 +56,7 @@ var DefaultFor = map[string]model.Duration{
 	"LockgovLockHolderDead":          model.Duration(5 * time.Minute),
 	"LockgovLockHoldTooLong":         model.Duration(5 * time.Minute),
 	"LockgovLockLostWhileHeld":       0,
+	"LockgovLockStoreDegraded":       0,
 	"LockgovLockAcquireFailuresHigh": model.Duration(10 * time.Minute),
 	"LockgovLockWaitHigh":            model.Duration(10 * time.Minute),
 	"LockgovPolicyViolations":        model.Duration(15 * time.Minute),

@@ -178,20 +178,21 @@ var (
 var (
 	IdempotencyRequestsTotal = Metric{
 		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
-		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error).",
+		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open).",
 		Labels: []string{"outcome"},
-		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error"}},
+		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error", "degraded"}},
 	}
 	QuotaDeductTotal = Metric{
 		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
-		Help:   "Quota deductions by result (applied, insufficient, a retried request id answered from its record, a store error, bad input).",
-		Labels: []string{"result"},
-		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid"}},
+		Help:   "Quota deductions by key pattern and result (applied, insufficient, a retried request id answered from its record, a store error, bad input, decided by the caller's fallback without the store).",
+		Labels: []string{"key_pattern", "result"},
+		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid", "degraded"}},
 	}
 	StoreDegradedTotal = Metric{
-		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store", Planned: "issue 13",
-		Help:   "Decisions taken without the store under a fail-open policy, by component.",
+		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store",
+		Help:   "Decisions taken without the store under a fail-open policy or fallback, by component (lock, idempotency, quota).",
 		Labels: []string{"component"},
+		Values: map[string][]string{"component": {"lock", "idempotency", "quota"}},
 	}
 )
 

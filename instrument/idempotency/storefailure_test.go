@@ -1,0 +1,186 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// durableRedis is a Redis that keeps its data across Kill and Restart
+// (append-only file, fsync on every write), as a production one does.
+func durableRedis(t *testing.T) (*testenv.Redis, *redis.Client) {
+	t.Helper()
+	r := testenv.NewRedis(t, testenv.WithRedisArgs("--appendonly", "yes", "--appendfsync", "always"))
+	return r, r.Client(t)
+}
+
+// restart brings r back and waits until c answers again.
+func restart(t *testing.T, ctx context.Context, r *testenv.Redis, c redis.UniversalClient) {
+	t.Helper()
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for c.Ping(ctx).Err() != nil {
+		if ctx.Err() != nil {
+			t.Fatal("Redis did not answer after the restart")
+		}
+	}
+}
+
+func degradedCount(t *testing.T, reg *prometheus.Registry, component string) float64 {
+	t.Helper()
+	want := `lockgov_store_degraded_total{component="` + component + `"}`
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lockgov_store_degraded_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == component {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s", want)
+	return 0
+}
+
+// TestStoreFailure_RedisKilled: with Redis killed, a fail-closed Store
+// returns the transport error without running fn and its middleware answers
+// 503; a fail-open Store runs fn (Degraded) and its middleware serves, with
+// lockgov_store_degraded_total{component="idempotency"} counting each. Store
+// answers still win under fail open (a mismatch is not degraded). When Redis
+// returns, a key completed before the outage replays and fn does not run
+// again.
+func TestStoreFailure_RedisKilled(t *testing.T) {
+	r, c := durableRedis(t)
+	reg := prometheus.NewPedanticRegistry()
+	closed := newStore(t, c, idempotency.WithRegisterer(reg))
+	open := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(instrument.FailOpen))
+	ctx := timeout(t, 2*time.Minute)
+
+	var runs atomic.Int64
+	pay := func(context.Context, idempotency.Attempt) ([]byte, error) {
+		runs.Add(1)
+		return []byte("receipt-1"), nil
+	}
+	if _, err := open.Do(ctx, "paid", []byte("fp"), pay); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Do(ctx, "paid", []byte("other"), pay); !errors.Is(err, idempotency.ErrFingerprintMismatch) {
+		t.Fatalf("fail-open mismatch with Redis up: %v, want ErrFingerprintMismatch", err)
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 0 {
+		t.Fatalf("degraded = %v with Redis up, want 0", n)
+	}
+	var handled atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		handled.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	post := func(h http.Handler, key string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("amount=1"))
+		req.Header.Set(idempotency.Header, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	if w := post(idempotency.Middleware(open)(handler), "http-before"); w.Code != http.StatusCreated {
+		t.Fatalf("middleware before the outage: %d", w.Code)
+	}
+
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	before := runs.Load()
+	if _, err := closed.Do(ctx, "new", nil, pay); err == nil || runs.Load() != before {
+		t.Fatalf("fail closed with Redis down: err %v, fn runs %d -> %d; want an error and no run", err, before, runs.Load())
+	}
+	if w := post(idempotency.Middleware(closed)(handler), "http-during"); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("fail-closed middleware with Redis down: %d, Retry-After %q; want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	for i := range 3 {
+		res, err := open.Do(ctx, "new", nil, pay)
+		if err != nil || !res.Degraded || string(res.Body) != "receipt-1" {
+			t.Fatalf("fail open with Redis down: %+v, %v; want fn's result, Degraded", res, err)
+		}
+		if n := degradedCount(t, reg, "idempotency"); n != float64(i+1) {
+			t.Fatalf("degraded = %v after %d fail-open calls", n, i+1)
+		}
+	}
+	h0 := handled.Load()
+	if w := post(idempotency.Middleware(open)(handler), "http-during"); w.Code != http.StatusCreated || w.Body.String() != "charged" || handled.Load() != h0+1 {
+		t.Fatalf("fail-open middleware with Redis down: %d %q; want the handler's 201", w.Code, w.Body.String())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 4 {
+		t.Fatalf("degraded = %v, want 4", n)
+	}
+
+	restart(t, ctx, r, c)
+	before, h0 = runs.Load(), handled.Load()
+	res, err := open.Do(ctx, "paid", []byte("fp"), pay)
+	if err != nil || !res.Replayed || res.Degraded || string(res.Body) != "receipt-1" || runs.Load() != before {
+		t.Fatalf("after Redis returned: %+v, %v, fn runs %d -> %d; want the stored replay, fn not run", res, err, before, runs.Load())
+	}
+	if w := post(idempotency.Middleware(open)(handler), "http-before"); w.Code != http.StatusCreated || handled.Load() != h0 {
+		t.Fatalf("middleware replay after Redis returned: %d, handler runs %d -> %d; want the stored 201, no run", w.Code, h0, handled.Load())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 4 {
+		t.Fatalf("degraded = %v after Redis returned, want still 4", n)
+	}
+	if got := testutil.ToFloat64(closed.OutcomeCounter("degraded")); got != 4 {
+		t.Fatalf(`lockgov_idempotency_requests_total{outcome="degraded"} = %v, want 4`, got)
+	}
+}
+
+// TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot: a Redis
+// that stops answering (blackholed behind the fault proxy) makes the
+// client's read time out, and fail open runs fn; a caller whose own
+// context ends first gets its error and fn does not run.
+func TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(instrument.FailOpen))
+	ctx := timeout(t, time.Minute)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	var runs atomic.Int64
+	fn := func(context.Context, idempotency.Attempt) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
+
+	short, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.Do(short, "k1", nil, fn); err == nil || runs.Load() != 0 {
+		t.Fatalf("caller's context already ended: %v, fn runs %d; want an error and no run", err, runs.Load())
+	}
+	res, err := s.Do(ctx, "k2", nil, fn)
+	if err != nil || !res.Degraded || runs.Load() != 1 {
+		t.Fatalf("read timeout under fail open: %+v, %v, fn runs %d; want fn run, Degraded", res, err, runs.Load())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 1 {
+		t.Fatalf("degraded = %v, want 1", n)
+	}
+}

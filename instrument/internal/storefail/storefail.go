@@ -1,0 +1,135 @@
+// Package storefail is what instrument, idempotency and quota share about a
+// store that cannot be reached: which errors say so (Unavailable), and the
+// count and log line of every decision taken without the store (Reporter).
+//
+// Only transport failures degrade: a refused or reset connection, a
+// timeout, a server that says it is not serving (LOADING, CLUSTERDOWN,
+// MASTERDOWN, TRYAGAIN), a client pool that found no connection in time.
+// An answer from the store (lock held, fingerprint mismatch, insufficient
+// balance, a script error) is never a reason to decide without it, and
+// neither is the caller's own context ending.
+package storefail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgov/lockgov/internal/telemetry"
+)
+
+// LogEvery is the shortest interval between two log lines of one Reporter.
+const LogEvery = time.Minute
+
+// Components: the values of the component label.
+const (
+	Lock        = "lock"
+	Idempotency = "idempotency"
+	Quota       = "quota"
+)
+
+// serverBusy are the prefixes of Redis replies that mean "not serving now"
+// (loading a data set, cluster or replication down, a slot moving), and the
+// go-redis pool's timeout. They are matched by text on the innermost error:
+// the client's error types are internal to it.
+var serverBusy = []string{"LOADING ", "CLUSTERDOWN ", "MASTERDOWN ", "TRYAGAIN ", "redis: connection pool timeout"}
+
+// Unavailable reports whether err says the store could not be reached or
+// did not answer in time. Context errors are not: a caller whose context
+// ended has nothing left to decide.
+func Unavailable(err error) bool {
+	return transport(err) != nil
+}
+
+// transport returns the part of err that says the store is unreachable
+// (its message carries an address, never a key), or nil.
+func transport(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return ne
+	}
+	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE} {
+		if errors.Is(err, target) {
+			return target
+		}
+	}
+	leaf := err
+	for {
+		next := errors.Unwrap(leaf)
+		if next == nil {
+			break
+		}
+		leaf = next
+	}
+	for _, p := range serverBusy {
+		if strings.HasPrefix(leaf.Error(), p) {
+			return leaf
+		}
+	}
+	return nil
+}
+
+// Reporter counts the degraded decisions of one component in
+// lockgov_store_degraded_total{component} and logs them at most once per
+// LogEvery, with how many were taken since the last line. It is safe for
+// concurrent use.
+type Reporter struct {
+	component string
+	counter   prometheus.Counter
+	logger    *slog.Logger
+
+	mu    sync.Mutex
+	last  time.Time
+	since int64
+}
+
+// NewReporter returns the Reporter of component, its counter registered on
+// reg (nil: kept but exported nowhere) and shared with every other
+// component registered there. A nil logger means slog.Default().
+func NewReporter(component string, reg prometheus.Registerer, logger *slog.Logger) (*Reporter, error) {
+	vec := telemetry.StoreDegradedTotal.CounterVec(nil)
+	var err error
+	telemetry.Register(reg, &vec, &err)
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", telemetry.StoreDegradedTotal.Name, err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Reporter{component: component, counter: vec.WithLabelValues(component), logger: logger}, nil
+}
+
+// Degraded records one decision taken without the store because of err.
+// The log line names the component, the number of decisions since the
+// last line and the transport error (an address, never a key or token).
+func (r *Reporter) Degraded(err error) {
+	r.counter.Inc()
+	now := time.Now()
+	r.mu.Lock()
+	r.since++
+	if !r.last.IsZero() && now.Sub(r.last) < LogEvery {
+		r.mu.Unlock()
+		return
+	}
+	n := r.since
+	r.since, r.last = 0, now
+	r.mu.Unlock()
+	cause := "unknown"
+	if t := transport(err); t != nil {
+		cause = t.Error()
+	}
+	r.logger.Warn("lockgov: store unreachable, deciding without it (fail open)",
+		"component", r.component, "decisions", n, "error", cause)
+}

@@ -1,0 +1,77 @@
+package storefail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type redisReply string
+
+func (e redisReply) Error() string { return string(e) }
+
+func TestUnavailable_OnlyTransportFailures(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: "connection refused", Addr: "127.0.0.1:1"}}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"dial refused, wrapped", fmt.Errorf("idempotency: begin %q: %w", "k", refused), true},
+		{"ECONNREFUSED", fmt.Errorf("x: %w", syscall.ECONNREFUSED), true},
+		{"EOF", fmt.Errorf("x: %w", io.EOF), true},
+		{"LOADING", fmt.Errorf("x: %w", redisReply("LOADING Redis is loading the dataset in memory")), true},
+		{"CLUSTERDOWN", redisReply("CLUSTERDOWN The cluster is down"), true},
+		{"pool timeout", errors.New("redis: connection pool timeout"), true},
+		{"caller's deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), false},
+		{"caller cancelled", context.Canceled, false},
+		{"script error", redisReply("ERR user_script:1: request id reused"), false},
+		{"a store answer", errors.New("lockgov: lock not acquired"), false},
+		{"a key that looks like a reply", fmt.Errorf("begin %q: %w", "LOADING ", errors.New("mismatch")), false},
+	} {
+		if got := Unavailable(c.err); got != c.want {
+			t.Errorf("%s: Unavailable(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// TestReporter_CountsEveryDecisionLogsOnceAMinuteWithoutTheKey: 100
+// degraded decisions in a burst make 100 counts and one log line, which
+// names the transport error and not the key in the wrapped error.
+func TestReporter_CountsEveryDecisionLogsOnceAMinuteWithoutTheKey(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	var buf bytes.Buffer
+	r, err := NewReporter(Quota, reg, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second component on the same registry shares the collector.
+	if _, err := NewReporter(Lock, reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	cause := fmt.Errorf("quota: deduct %q: %w", "secret-merchant-42", syscall.ECONNRESET)
+	for range 100 {
+		r.Degraded(cause)
+	}
+	if got := testutil.ToFloat64(r.counter); got != 100 {
+		t.Fatalf("counter = %v, want 100", got)
+	}
+	lines := strings.Count(buf.String(), "\n")
+	if lines != 1 || !strings.Contains(buf.String(), "component=quota") || !strings.Contains(buf.String(), "connection reset") {
+		t.Fatalf("log = %q; want one line naming the component and the transport error", buf.String())
+	}
+	if strings.Contains(buf.String(), "secret-merchant-42") {
+		t.Fatalf("log line carries the key: %q", buf.String())
+	}
+}

@@ -1,0 +1,149 @@
+package instrument
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// StoreFailurePolicy is what a governed component does when its store
+// cannot be reached (a refused or reset connection, a timeout, a server that
+// says it is not serving). Answers of a reachable store — a lock held by
+// someone else, a fingerprint mismatch, an insufficient balance — never
+// degrade, and neither does the caller's context ending.
+type StoreFailurePolicy uint8
+
+const (
+	// FailClosed returns the store's error (the default): no decision is
+	// taken without the store.
+	FailClosed StoreFailurePolicy = iota
+	// FailOpen decides without the store and counts every such decision in
+	// lockgov_store_degraded_total{component}, logging them once a minute.
+	// Govern falls back to a process-local lock per key; idempotency runs
+	// fn without the check. It trades the cross-process guarantee for
+	// availability: choose it only where a duplicate effect is caught
+	// further down (a unique constraint, reconciliation).
+	FailOpen
+)
+
+func (p StoreFailurePolicy) String() string {
+	switch p {
+	case FailClosed:
+		return "fail_closed"
+	case FailOpen:
+		return "fail_open"
+	}
+	return fmt.Sprintf("StoreFailurePolicy(%d)", uint8(p))
+}
+
+// Valid reports whether p is FailClosed or FailOpen.
+func (p StoreFailurePolicy) Valid() bool { return p <= FailOpen }
+
+// WithStoreFailure sets what Acquire does when the governed Locker's store
+// cannot be reached (default FailClosed: Acquire returns the transport
+// error). With FailOpen, Acquire falls back to a process-local lock on the
+// key, honouring the wait strategy: mutual exclusion then holds only
+// between the goroutines of this process (see the package doc, "Store
+// failure").
+func WithStoreFailure(p StoreFailurePolicy) Option {
+	return govOptionFunc(func(c *config) { c.storeFailure = p })
+}
+
+// localLocks is the fallback Locker of FailOpen: one in-process lock per
+// key, built on FromFunc's lease (release once, ErrNotHeld on a second
+// Release, release of a handle dropped while held). Its leases have Fence
+// 0: no store issued one.
+type localLocks struct {
+	mu    sync.Mutex
+	slots map[string]*localSlot
+}
+
+type localSlot struct {
+	held chan struct{} // capacity 1: holding the element is holding the lock
+	refs int           // goroutines holding or waiting
+}
+
+func (l *localLocks) Acquire(ctx context.Context, key string, opts ...AcquireOption) (Lease, error) {
+	cfg, err := ApplyAcquireOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.slots == nil {
+		l.slots = make(map[string]*localSlot)
+	}
+	s := l.slots[key]
+	if s == nil {
+		s = &localSlot{held: make(chan struct{}, 1)}
+		l.slots[key] = s
+	}
+	s.refs++
+	l.mu.Unlock()
+
+	start := time.Now()
+	if err := l.wait(ctx, s, cfg); err != nil {
+		l.leave(key, s)
+		return nil, fmt.Errorf("instrument: acquire %q (process-local fallback): %w", key, err)
+	}
+	var once sync.Once
+	release := func(context.Context) error {
+		once.Do(func() {
+			<-s.held
+			l.leave(key, s)
+		})
+		return nil
+	}
+	return newFuncLease(key, release, start, 0, cfg.Observer), nil
+}
+
+// wait takes s as the wait strategy says: one try, tries with backoff, or
+// until ctx ends.
+func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) error {
+	for attempt := 1; ; attempt++ {
+		select {
+		case s.held <- struct{}{}:
+			cfg.Observer.Attempt(true)
+			return nil
+		default:
+		}
+		cfg.Observer.Attempt(false)
+		var t *time.Timer
+		var delay <-chan time.Time // nil until the deadline: only the lock or ctx ends the wait
+		switch cfg.Wait {
+		case WaitFailFast:
+			return ErrNotAcquired
+		case WaitRetry:
+			if attempt >= cfg.MaxAttempts {
+				return ErrNotAcquired
+			}
+			t = time.NewTimer(cfg.Backoff.Delay(attempt))
+			delay = t.C
+		}
+		select {
+		case s.held <- struct{}{}:
+			stop(t)
+			cfg.Observer.Attempt(true)
+			return nil
+		case <-delay:
+		case <-ctx.Done():
+			stop(t)
+			return fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+		}
+	}
+}
+
+func (l *localLocks) leave(key string, s *localSlot) {
+	l.mu.Lock()
+	s.refs--
+	if s.refs == 0 {
+		delete(l.slots, key)
+	}
+	l.mu.Unlock()
+}
+
+func stop(t *time.Timer) {
+	if t != nil {
+		t.Stop()
+	}
+}

@@ -1,0 +1,131 @@
+package instrument_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockgov/lockgov/instrument"
+)
+
+func degradedLocks(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "lockgov_store_degraded_total" {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "lock" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestStoreFailure_FailOpenFallsBackToAProcessLocalLock: with Redis up,
+// FailOpen changes nothing (a held lock is ErrNotAcquired, not degraded).
+// With Redis killed, FailClosed returns the transport error, and FailOpen
+// grants a process-local lock (fence 0) that still excludes this process's
+// other callers, counting each decision. When Redis returns, acquires go to
+// Redis again.
+func TestStoreFailure_FailOpenFallsBackToAProcessLocalLock(t *testing.T) {
+	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
+	closed, err := instrument.NewGoverned(f.raw, instrument.WithRegisterer(f.reg), instrument.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withTimeout(t, 2*time.Minute)
+
+	held, err := f.locker.Acquire(ctx, "lock:order:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.locker.Acquire(ctx, "lock:order:1", instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("fail open, Redis up, lock held: %v, want ErrNotAcquired", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := degradedLocks(t, f.reg); n != 0 {
+		t.Fatalf("degraded = %v with Redis up, want 0", n)
+	}
+
+	if err := f.redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closed.Acquire(ctx, "lock:order:2", instrument.FailFast()); err == nil || errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("fail closed, Redis down: %v, want the transport error", err)
+	}
+	local, err := f.locker.Acquire(ctx, "lock:order:2")
+	if err != nil {
+		t.Fatalf("fail open, Redis down: %v, want a process-local lease", err)
+	}
+	if local.Fence() != 0 {
+		t.Fatalf("process-local lease fence %d, want 0 (no store issued one)", local.Fence())
+	}
+	if _, err := f.locker.Acquire(ctx, "lock:order:2", instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("second acquire of a process-locally held key: %v, want ErrNotAcquired", err)
+	}
+	// A waiter gets the key when the holder releases it.
+	got := make(chan error, 1)
+	go func() {
+		l, err := f.locker.Acquire(ctx, "lock:order:2")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	if err := local.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter on the process-local lock: %v", err)
+	}
+	if err := local.Release(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if err := instrument.Do(ctx, f.locker, "lock:order:3", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Do with Redis down, fail open: %v", err)
+	}
+	if n := degradedLocks(t, f.reg); n != 4 {
+		t.Fatalf("degraded = %v, want 4 (acquire, fail-fast retry, waiter, Do)", n)
+	}
+	marked := 0
+	for _, sp := range f.spans.Ended() {
+		for _, kv := range sp.Attributes() {
+			if kv.Key == "lock.degraded" && kv.Value.AsBool() {
+				marked++
+			}
+		}
+	}
+	if marked != 3 {
+		t.Fatalf("%d acquire spans marked lock.degraded, want 3 (the granted ones)", marked)
+	}
+
+	if err := f.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for f.client.Ping(ctx).Err() != nil {
+		if ctx.Err() != nil {
+			t.Fatal("Redis did not answer after the restart")
+		}
+	}
+	l, err := f.locker.Acquire(ctx, "lock:order:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if l.Fence() == 0 {
+		t.Fatal("after Redis returned the lease has fence 0: still process-local")
+	}
+	if n := degradedLocks(t, f.reg); n != 4 {
+		t.Fatalf("degraded = %v after Redis returned, want still 4", n)
+	}
+}
