@@ -25,7 +25,8 @@ import (
 // the peak Go heap in use during the scan (peak-heap-MB: live objects and
 // garbage not yet collected, sampled every 20ms; the more samples, the
 // nearer it comes to the GC's heap goal), the peak live heap the GC found
-// (peak-live-MB: what the scan retains) and the child's peak RSS (VmHWM, the whole process from its start).
+// (peak-live-MB), the heap after the scan and a GC with the detector still
+// alive (after-GC-MB: what it keeps between scans) and the child's peak RSS (VmHWM, the whole process from its start).
 // Neither may grow with N: a scan holds one batch. (/usr/bin/time's maxrss
 // would count the redis-server child, whose memory does grow with N.)
 func BenchmarkScan(b *testing.B) {
@@ -62,6 +63,7 @@ func BenchmarkScan(b *testing.B) {
 		secs += r.Seconds
 		last.PeakHeap = max(last.PeakHeap, r.PeakHeap)
 		last.PeakLive = max(last.PeakLive, r.PeakLive)
+		last.Retained = max(last.Retained, r.Retained)
 		last.PeakRSS = max(last.PeakRSS, r.PeakRSS)
 		last.Allocs += r.Allocs
 		last.Bytes += r.Bytes
@@ -72,6 +74,7 @@ func BenchmarkScan(b *testing.B) {
 	b.ReportMetric(float64(last.Bytes)/keys, "B/key")
 	b.ReportMetric(float64(last.PeakHeap)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(float64(last.PeakLive)/(1<<20), "peak-live-MB")
+	b.ReportMetric(float64(last.Retained)/(1<<20), "after-GC-MB")
 	if last.PeakRSS > 0 {
 		b.ReportMetric(float64(last.PeakRSS)/1024, "peak-rss-MB")
 	}
@@ -83,6 +86,7 @@ type scanResult struct {
 	Allocs, Bytes uint64
 	PeakHeap      uint64 `json:"peak_heap"`
 	PeakLive      uint64 `json:"peak_live"`
+	Retained      uint64 `json:"retained"` // heap after the scan and a GC, the detector alive
 	PeakRSS       int    `json:"peak_rss_kib"`
 }
 
@@ -140,11 +144,15 @@ func TestScanChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runtime.GC() // what the detector keeps from one scan to the next
+	var kept runtime.MemStats
+	runtime.ReadMemStats(&kept)
+	runtime.KeepAlive(d)
 	if len(fs) != 0 || d.Scanned() != uint64(n) {
 		t.Fatalf("%d findings, %d keys scanned, want 0 and %d:%s", len(fs), d.Scanned(), n, describe(fs))
 	}
 	r := scanResult{Seconds: secs, Allocs: after.Mallocs - before.Mallocs, Bytes: after.TotalAlloc - before.TotalAlloc,
-		PeakHeap: peak.Load(), PeakLive: peakLive.Load(), PeakRSS: vmHWMKiB()}
+		PeakHeap: peak.Load(), PeakLive: peakLive.Load(), Retained: kept.HeapAlloc, PeakRSS: vmHWMKiB()}
 	out, _ := json.Marshal(r)
 	t.Log("SCANRESULT " + string(out))
 }
