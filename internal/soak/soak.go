@@ -140,7 +140,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	var ag *agent.Agent
 	if cfg.Agent {
 		ag, err = agent.Start(ctx, agent.Config{Redis: []string{"redis://" + cfg.RedisAddr}, Listen: "127.0.0.1:0",
-			Interval: time.Second, ScanTimeout: 20 * time.Second, ID: "soak-agent", Logger: logger, Stdout: io.Discard})
+			// ScanTimeout is at most Interval: 5s leaves room for a scan
+			// under -race on a loaded machine.
+			Interval: 5 * time.Second, ID: "soak-agent", Logger: logger, Stdout: io.Discard})
 		if err != nil {
 			return nil, fmt.Errorf("start agent: %w", err)
 		}
@@ -254,7 +256,17 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			}
 		})
 	}
-	every(500*time.Millisecond, func() { recordHeartbeats(loadCtx, rdb, capt) })
+	var hbKeys []string
+	var hbTick int
+	every(500*time.Millisecond, func() {
+		// The heartbeat keys are found by SCAN every 10s (the keyspace
+		// grows with quota request records) and read every 500ms.
+		if hbTick%20 == 0 || len(hbKeys) == 0 {
+			hbKeys = heartbeatKeys(loadCtx, rdb)
+		}
+		hbTick++
+		recordHeartbeats(loadCtx, rdb, hbKeys, capt)
+	})
 	if ag != nil {
 		every(cfg.AgentPoll, func() { recordAPI(loadCtx, ag.URL(), capt) })
 	}
@@ -315,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if ag != nil {
 		recordAPI(fctx, ag.URL(), capt)
 	}
-	recordHeartbeats(fctx, rdb, capt)
+	recordHeartbeats(fctx, rdb, heartbeatKeys(fctx, rdb), capt)
 	_ = tp.ForceFlush(fctx)
 	rep.Records, rep.Dropped = capt.Records()
 	if err := capt.Close(); err != nil {
@@ -388,12 +400,20 @@ func settleGoroutines(ctx context.Context, before int) int {
 	}
 }
 
-func recordHeartbeats(ctx context.Context, rdb *redis.Client, capt *Capture) {
-	iter := rdb.Scan(ctx, 0, fleet.RedisPrefix+"*", 100).Iterator()
+func heartbeatKeys(ctx context.Context, rdb *redis.Client) []string {
+	var keys []string
+	iter := rdb.Scan(ctx, 0, fleet.RedisPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
-		v, err := rdb.Get(ctx, iter.Val()).Bytes()
+		keys = append(keys, iter.Val())
+	}
+	return keys
+}
+
+func recordHeartbeats(ctx context.Context, rdb *redis.Client, keys []string, capt *Capture) {
+	for _, k := range keys {
+		v, err := rdb.Get(ctx, k).Bytes()
 		if err == nil {
-			capt.Record("heartbeat", append([]byte(iter.Val()+" "), v...))
+			capt.Record("heartbeat", append([]byte(k+" "), v...))
 		}
 	}
 }
