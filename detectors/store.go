@@ -347,6 +347,11 @@ func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) 
 		gets := make([]*redis.StringCmd, 0, s.count)
 		keep := make([]string, 0, s.count)
 		batch := make([]Lock, 0, s.count)
+		// args backs the PTTL and GET argument lists of one batch, reused
+		// from batch to batch; the two commands of a key share one boxed
+		// key. (cmdable.PTTL and Get would allocate both lists and box the
+		// key twice: three allocations per key fewer.)
+		args := make([]any, 0, 4*s.count)
 		for gi, g := range globs {
 			keys, cursor, err := c.Scan(ctx, 0, g.src, int64(s.count)).Result()
 			if err != nil {
@@ -361,9 +366,15 @@ func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) 
 					keep = append(keep, k)
 				}
 				pipe := c.Pipeline()
+				args = args[:0]
 				for _, k := range keep {
-					pttls = append(pttls, pipe.PTTL(ctx, k))
-					gets = append(gets, pipe.Get(ctx, k))
+					var key any = k
+					i := len(args)
+					args = append(args, "pttl", key, "get", key)
+					pttl := redis.NewDurationCmd(ctx, time.Millisecond, args[i:i+2:i+2]...)
+					get := redis.NewStringCmd(ctx, args[i+2:i+4:i+4]...)
+					_ = pipe.BatchProcess(ctx, pttl, get) // queues; errors come from Exec
+					pttls, gets = append(pttls, pttl), append(gets, get)
 				}
 				var next *redis.ScanCmd
 				if cursor != 0 {

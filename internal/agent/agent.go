@@ -338,8 +338,17 @@ func (a *Agent) scan(t term) {
 	ctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
 	defer cancel()
 	rec := record{LeaderID: a.cfg.ID, Fence: t.fence, Findings: []detectors.Finding{}, Locks: []Lock{}, Instances: []Instance{}}
+	// The leaked-lock detectors read every lock and count them; the
+	// inventory then only needs the first maxRecordLocks locks, so it stops
+	// there instead of scanning every store a second time. (Without such a
+	// detector, the inventory reads every key to count them.)
+	var counted bool
 	for _, d := range a.dets {
 		fs, err := d.Detect(ctx)
+		if c, ok := d.(interface{ Scanned() uint64 }); ok {
+			a.m.keysScanned.Add(float64(c.Scanned()))
+			counted = true
+		}
 		if err != nil {
 			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+err.Error())
 			continue
@@ -350,12 +359,14 @@ func (a *Agent) scan(t term) {
 		n, err := a.lister.list(ctx, s, func(l Lock) bool {
 			if len(rec.Locks) < maxRecordLocks {
 				rec.Locks = append(rec.Locks, l)
-			} else {
-				rec.LocksTruncated = true
+				return true
 			}
-			return true
+			rec.LocksTruncated = true
+			return !counted
 		})
-		a.m.keysScanned.Add(float64(n))
+		if !counted {
+			a.m.keysScanned.Add(float64(n))
+		}
 		if err != nil {
 			rec.Errors = append(rec.Errors, "locks on "+s.name+": "+err.Error())
 		}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -59,5 +61,117 @@ func TestScan_RedisCluster_ListsEveryPrimarysLocksWithoutCompanionKeys(t *testin
 	}
 	if v := metric(t, a, "lockgov_agent_keys_scanned_total"); v == "" || v == "0" {
 		t.Errorf("lockgov_agent_keys_scanned_total = %q", v)
+	}
+}
+
+// TestScan_InventoryKeepsTheFirst1000AndSaysTruncated: with more locks than
+// the record keeps, /api/v1/locks lists 1,000 and says it is truncated (the
+// inventory stops reading there), while lockgov_agent_keys_scanned_total
+// still counts every key of a scan (the leaked-lock detector's count).
+func TestScan_InventoryKeepsTheFirst1000AndSaysTruncated(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = maxRecordLocks + 500
+	pipe := c.Pipeline()
+	for i := range n {
+		pipe.Set(ctx, "lock:order:"+strconv.Itoa(i), "a value of another library", time.Hour)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("agent")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	a := start(t, cfg)
+	var doc struct {
+		Locks     []Lock `json:"locks"`
+		Truncated bool   `json:"truncated"`
+	}
+	// (A scan cut short by its 200ms timeout on a loaded machine lists
+	// fewer: wait for one that was not.)
+	waitFor(t, "a complete scan in /api/v1/locks", func() bool {
+		_, body := get(t, a.URL()+"api/v1/locks")
+		return json.Unmarshal([]byte(body), &doc) == nil && len(doc.Locks) >= maxRecordLocks && doc.Truncated
+	})
+	if len(doc.Locks) != maxRecordLocks {
+		t.Errorf("%d locks listed, want %d", len(doc.Locks), maxRecordLocks)
+	}
+	// A full scan was published, so at least n keys were counted (a scan
+	// cut short by its timeout counts what it read, too).
+	v, err := strconv.ParseFloat(metric(t, a, "lockgov_agent_keys_scanned_total"), 64)
+	if err != nil || v < n {
+		t.Errorf("lockgov_agent_keys_scanned_total = %v (%v), want at least %d", v, err, n)
+	}
+}
+
+// TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages: the etcd inventory
+// reads one lock key at a time (no map of every key) and still lists each
+// lock once, in key order, across range pages, with the entry of the lowest
+// create revision as holder and the rest as waiters, a key that is a prefix
+// of another apart from it.
+func TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entry := func(key string, lease int) string {
+		return fmt.Sprintf("%s%s\x00%016x", etcdlock.DefaultPrefix, key, lease)
+	}
+	const n = 2*scanBatch + 10 // three range pages
+	var ops []clientv3.Op
+	flush := func() {
+		if _, err := ec.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ops = ops[:0]
+	}
+	for i := range n {
+		ops = append(ops, clientv3.OpPut(entry(fmt.Sprintf("lock:k%04d", i), 1), `{"service":"bulk"}`))
+		if len(ops) == 100 {
+			flush()
+		}
+	}
+	flush()
+	// lock:a: the holder is the entry put first, whatever its lease ID.
+	for _, put := range []struct {
+		lease   int
+		service string
+	}{{9, "first"}, {2, "second"}, {5, "third"}} {
+		if _, err := ec.Put(ctx, entry("lock:a", put.lease), `{"service":"`+put.service+`"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ec.Put(ctx, entry("lock:a/b", 1), `{"service":"nested"}`); err != nil {
+		t.Fatal(err)
+	}
+	in, err := OpenInventory(nil, e.Endpoints(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var got []Lock
+	if err := in.List(ctx, func(l Lock) bool { got = append(got, l); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n+2 {
+		t.Fatalf("%d locks, want %d", len(got), n+2)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1].Key >= got[i].Key {
+			t.Fatalf("not in key order: %q then %q", got[i-1].Key, got[i].Key)
+		}
+	}
+	a, ab := got[0], got[1]
+	if a.Key != "lock:a" || a.Holder.Service != "first" || a.Waiters != 2 || !a.Immortal() {
+		t.Errorf("lock:a = %+v, want held by first with 2 waiters, no TTL", a)
+	}
+	if ab.Key != "lock:a/b" || ab.Holder.Service != "nested" || ab.Waiters != 0 {
+		t.Errorf("lock:a/b = %+v", ab)
+	}
+	shown, err := in.Show(ctx, "lock:a")
+	if err != nil || len(shown) != 1 || shown[0].Holder.Service != "first" || shown[0].Waiters != 2 {
+		t.Errorf("Show(lock:a) = %+v, %v", shown, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -179,7 +178,11 @@ func (ls *lister) finish(l *Lock, now time.Time) {
 
 // listEtcd lists the locks under etcdlock.DefaultPrefix (only key's when
 // key is set), page by page. The holder of a lock is its entry with the
-// lowest create revision, which is also its fence.
+// lowest create revision, which is also its fence. The entries of one lock
+// key are adjacent in key order (key, NUL, lease ID), so a lock is complete
+// once the range moves past its key: only the current key is kept, and
+// memory stays bounded by one page whatever the key count. Locks are
+// visited in key order.
 func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func(Lock) bool) (int64, error) {
 	prefix := etcdlock.DefaultPrefix
 	start := prefix
@@ -189,17 +192,46 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 	end := clientv3.GetPrefixRangeEnd(start)
 	var scanned int64
 	type entry struct {
+		key     string
 		kv      []byte
 		lease   int64
 		rev     int64
 		waiters int
 	}
-	byKey := map[string]*entry{}
-	var order []string
+	var cur *entry
+	var rev int64 // every page at the first page's revision: one snapshot
+	// emit visits cur; more is false once visit says stop.
+	emit := func() (more bool, err error) {
+		e := cur
+		cur = nil
+		if e == nil {
+			return true, nil
+		}
+		l := Lock{Store: s.name, Key: e.key, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
+		if e.lease != 0 {
+			ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
+			if err != nil {
+				return false, err
+			}
+			if ttl.TTL < 0 {
+				return true, nil // the lease expired meanwhile: the entry is gone
+			}
+			l.TTL = time.Duration(ttl.TTL) * time.Second
+		}
+		ls.finish(&l, ls.now())
+		return visit(l), nil
+	}
 	for {
-		resp, err := s.etcd.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(scanBatch))
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanBatch)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.etcd.Get(ctx, start, opts...)
 		if err != nil {
 			return scanned, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
 			scanned++
@@ -207,19 +239,21 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 			if !ok {
 				continue
 			}
+			if cur != nil && cur.key != k {
+				if more, err := emit(); err != nil || !more {
+					return scanned, err
+				}
+			}
 			// The lease the entry is attached to, not the one its key
 			// names: an entry put without a lease never expires.
-			lease := kv.Lease
-			e := byKey[k]
 			switch {
-			case e == nil:
-				byKey[k] = &entry{kv: kv.Value, lease: lease, rev: kv.CreateRevision}
-				order = append(order, k)
-			case kv.CreateRevision < e.rev:
-				e.kv, e.lease, e.rev = kv.Value, lease, kv.CreateRevision
-				e.waiters++
+			case cur == nil:
+				cur = &entry{key: k, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}
+			case kv.CreateRevision < cur.rev:
+				cur.kv, cur.lease, cur.rev = kv.Value, kv.Lease, kv.CreateRevision
+				cur.waiters++
 			default:
-				e.waiters++
+				cur.waiters++
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -227,27 +261,8 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	sort.Strings(order)
-	now := ls.now()
-	for _, k := range order {
-		e := byKey[k]
-		l := Lock{Store: s.name, Key: k, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
-		if e.lease != 0 {
-			ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
-			if err != nil {
-				return scanned, err
-			}
-			if ttl.TTL < 0 {
-				continue // the lease expired meanwhile: the entry is gone
-			}
-			l.TTL = time.Duration(ttl.TTL) * time.Second
-		}
-		ls.finish(&l, now)
-		if !visit(l) {
-			break
-		}
-	}
-	return scanned, nil
+	_, err := emit()
+	return scanned, err
 }
 
 // show returns the lock on key in s, or ok false when there is none.
