@@ -54,7 +54,7 @@ func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
 		tier := policy.TierOK
 		detail := ""
 		if hb.Clock != nil {
-			tier = d.tiers.Tier(hb.Clock.Offset)
+			tier = d.tiers.Tier(hb.Clock.Certain())
 			detail = fmt.Sprintf("clock offset %s to the store (measured with RTT %s at %s)",
 				hb.Clock.Offset, hb.Clock.RTT, hb.Clock.MeasuredAt.UTC().Format("15:04:05.000Z"))
 		}

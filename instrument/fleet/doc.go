@@ -32,8 +32,10 @@
 // most half that round trip). etcd exposes no clock: an etcd-only process
 // applies the offset the agent measured from its heartbeats and wrote back
 // as a TierReport (see there), and applies no tier while there is none.
-// The tier (policy.SkewTiers) of the offset is logged at most once a
-// minute while it is degrade or reject.
+// The tier (policy.SkewTiers) is ranked by the part of the offset the round
+// trip cannot explain (ClockSample.Certain: offset moved toward zero by half
+// the RTT), so a slow round trip on a loaded machine never puts a process in
+// a tier; it is logged at most once a minute while it is degrade or reject.
 //
 // # Failure modes
 //

@@ -58,6 +58,23 @@ type ClockSample struct {
 	Source string `json:"source,omitempty"`
 }
 
+// Certain returns the part of Offset its round trip cannot explain: Offset
+// moved toward zero by RTT/2, and zero when |Offset| <= RTT/2. The store
+// answered somewhere inside the round trip, so the true offset is at least
+// this far from zero. Skew tiers are ranked by it, so that a process on a
+// loaded machine, whose best TIME round trip took 300 ms, is not put in a
+// tier by its own latency.
+func (s *ClockSample) Certain() time.Duration {
+	half := s.RTT / 2
+	switch {
+	case s.Offset > half:
+		return s.Offset - half
+	case s.Offset < -half:
+		return s.Offset + half
+	}
+	return 0
+}
+
 // Sources of a ClockSample.
 const (
 	ClockSourceStore = "store"

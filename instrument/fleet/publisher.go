@@ -286,7 +286,7 @@ func (p *publisher) measure(ctx context.Context, s Store) {
 	if err != nil {
 		return
 	}
-	tier := p.cfg.tiers.Tier(sample.Offset)
+	tier := p.cfg.tiers.Tier(sample.Certain())
 	p.skew.Store(&skewNow{offset: sample.Offset, tier: tier})
 	p.sample.Store(sample)
 	p.m.offset.WithLabelValues(p.backend).Set(sample.Offset.Seconds())
