@@ -56,14 +56,17 @@ func TestRedis_ProxyHalfOpen(t *testing.T) {
 	})
 }
 
-func TestRedis_KillRestart(t *testing.T) {
+// TestRedis_KillRestartAfterTTL: Redis is down for longer than the TTL, so
+// every holder's lease has ended before it comes back (empty): exclusion
+// holds.
+func TestRedis_KillRestartAfterTTL(t *testing.T) {
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(1) {
 			if err := s.lock.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			hold(ctx, phase(700*time.Millisecond))
+			hold(ctx, phase(1500*time.Millisecond))
 			// Restarted empty: every lock and fence counter is gone.
 			if err := s.lock.Restart(); err != nil {
 				t.Fatal(err)
@@ -87,4 +90,26 @@ func TestRedis_SIGSTOPLongerThanTTL(t *testing.T) {
 			hold(ctx, phase(300*time.Millisecond))
 		}
 	})
+}
+
+// TestRedis_RestartWithinTTLLosesTheLock: Redis restarts empty (no
+// persistence) while a holder with a long TTL believes it holds the lock:
+// like a failover, the restart lost the lock's write, so others take it,
+// and exclusion is not promised; the fence is (fences follow the server
+// clock, so the restarted server's are above the lost ones).
+func TestRedis_RestartWithinTTLLosesTheLock(t *testing.T) {
+	s := newRedisSetup(t)
+	cfg := s.config(t, time.Second)
+	probeLocker := redisLocker(t, lockClient(t, s.proxy.Addr()))
+	probeRes := redisResource(t, s.res.Addr(), resourceKey)
+	r := run(t, cfg, CheckOptions{MutexPromised: false, StrictStale: true}, func(ctx context.Context, w *Workload, h *History) {
+		p := startProbe(t, ctx, h, nClients+1, probeLocker, 10*time.Second)
+		if err := s.lock.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		p.writeLate(t, ctx, h, probeRes)
+	})
+	if r.StaleRefused == 0 {
+		t.Fatalf("no stale write was refused: %v", r)
+	}
 }
