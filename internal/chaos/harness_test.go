@@ -76,11 +76,16 @@ func run(t *testing.T, cfg Config, opts CheckOptions, nemesis func(ctx context.C
 	if err := w.WaitAccepted(ctx, 5); err != nil {
 		t.Fatalf("no progress before the fault: %v (acquire errors %v)", err, w.AcquireErrors())
 	}
+	began := time.Now()
 	nemesis(ctx, w, h)
+	healed := time.Now()
 	if err := w.WaitAccepted(ctx, 5); err != nil {
 		t.Fatalf("no progress after the fault healed: %v (acquire errors %v)", err, w.AcquireErrors())
 	}
+	recovered := time.Now()
 	stop()
+	t.Logf("fault phase %v, recovery %v, stop %v", healed.Sub(began).Round(time.Millisecond),
+		recovered.Sub(healed).Round(time.Millisecond), time.Since(recovered).Round(time.Millisecond))
 	opts.Dir = artefactDir(t)
 	r := Check(t.Name(), h, opts)
 	t.Logf("%v; acquire errors %v", r, w.AcquireErrors())
