@@ -35,7 +35,7 @@ type Etcd struct {
 	clientURL  url.URL
 	peerURL    url.URL
 	advPeerURL url.URL // what peers dial: peerURL, or a Proxy in front of it
-	cluster    string // initial-cluster
+	cluster    string  // initial-cluster
 	token      string
 	tickMs     uint
 	electionMs uint
