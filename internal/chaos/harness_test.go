@@ -17,23 +17,20 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// The suite's knobs: LOCKGOV_CHAOS_LONG=1 runs every fault phase ten times
-// as long (more operations per fault); LOCKGOV_CHAOS_DIR keeps failure
-// artefacts and appends each scenario's report line to report.txt there.
+// The suite's knobs: LOCKGOV_CHAOS_LONG=1 injects every repeated fault ten
+// times as often (more operations per fault); LOCKGOV_CHAOS_DIR keeps
+// failure artefacts and appends each scenario's report line to report.txt
+// there.
 const (
 	longEnv = "LOCKGOV_CHAOS_LONG"
 	dirEnv  = "LOCKGOV_CHAOS_DIR"
 )
 
-// phase is how long a fault lasts: d in the short form, 10 d in the long.
-func phase(d time.Duration) time.Duration {
-	if os.Getenv(longEnv) != "" {
-		return 10 * d
-	}
-	return d
-}
+// phase is how long a fault lasts.
+func phase(d time.Duration) time.Duration { return d }
 
-// rounds is how many times a repeated fault is injected.
+// rounds is how many times a repeated fault is injected: n in the short
+// form, 10 n in the long.
 func rounds(n int) int {
 	if os.Getenv(longEnv) != "" {
 		return 10 * n
