@@ -7,7 +7,11 @@
 // instrument/quota's Deduct, one Lua script that checks the remainder and
 // deducts (or returns quota.ErrInsufficient), keyed by the order id, so even
 // a holder that lost its lock cannot drive the quota below zero and a
-// retried order is deducted once. The lock is a
+// retried order is deducted once. After the deduction the holder records
+// the merchant's last settled order with a fenced write
+// (instrument/fence/redisfence): a holder that lost its lock (paused past
+// its TTL) and wakes up after the next holder wrote gets ErrStaleFence
+// instead of overwriting the newer record. The lock is a
 // governed redislock: it refuses calls without a deadline, renews itself,
 // releases on panic, and counts everything in Prometheus metrics.
 //
@@ -30,6 +34,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/fence"
+	"github.com/lockgov/lockgov/instrument/fence/redisfence"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -96,6 +102,10 @@ func run(addr string, merchants, orders int, initial int64) error {
 	if err != nil {
 		return err
 	}
+	fw, err := redisfence.New(rdb)
+	if err != nil {
+		return err
+	}
 
 	ctx := context.Background()
 	for m := 1; m <= merchants; m++ {
@@ -118,12 +128,7 @@ func run(addr string, merchants, orders int, initial int64) error {
 				defer cancel()
 				amount := int64(1 + o%5)
 				meta := instrument.WithMeta(map[string]string{"channel": channels[o%3]})
-				// Rules 2 and 3: Do releases on return and on panic; the span and
-				// the lock value carry the caller's trace.
-				err := instrument.Do(octx, locker, fmt.Sprintf("lock:quota:%d", m), func(ctx context.Context) error {
-					_, err := deduct(ctx, q, m, amount, fmt.Sprintf("order-%d-%d", m, o))
-					return err
-				}, meta)
+				err := settle(octx, locker, q, fw, m, amount, fmt.Sprintf("order-%d-%d", m, o), meta)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -131,6 +136,10 @@ func run(addr string, merchants, orders int, initial int64) error {
 					results[m].ok++
 				case errors.Is(err, ErrQuotaNotEnough):
 					results[m].refused++
+				case errors.Is(err, fence.ErrStaleFence):
+					// Deducted (once, by order id), but a newer holder has
+					// recorded its order since: this holder lost its lock.
+					results[m].ok++
 				default:
 					fmt.Fprintf(os.Stderr, "merchant %d order %d: %v\n", m, o, err)
 				}
@@ -154,6 +163,35 @@ func run(addr string, merchants, orders int, initial int64) error {
 }
 
 func quotaKey(merchant int) string { return fmt.Sprintf("quota:%d", merchant) }
+
+// lastOrderKey holds the merchant's last settled order, written fenced.
+func lastOrderKey(merchant int) string { return fmt.Sprintf("quota:last-order:{%d}", merchant) }
+
+// settle is one order under the merchant's lock: deduct, then record the
+// order as the merchant's last with the lease's fence. Rules 2 and 3: the
+// deferred Release runs on return and on panic; the span and the lock value
+// carry the caller's trace.
+func settle(ctx context.Context, locker instrument.Locker, q *quota.Quota, fw *redisfence.Writer, merchant int, amount int64, orderID string, opts ...instrument.AcquireOption) (err error) {
+	lease, err := locker.Acquire(ctx, fmt.Sprintf("lock:quota:%d", merchant), opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := lease.Release(rctx); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	// Work that must not run after a loss uses the lease's context.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(lease.Context(), func() { stop(context.Cause(lease.Context())) })()
+	if _, err := deduct(wctx, q, merchant, amount, orderID); err != nil {
+		return err
+	}
+	return fw.Set(wctx, lastOrderKey(merchant), orderID, lease.Fence(), 0)
+}
 
 // deduct checks and deducts in one round trip, atomic in Redis, at most
 // once per order id.

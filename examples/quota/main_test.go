@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lockgov/lockgov/instrument/fence"
+	"github.com/lockgov/lockgov/instrument/fence/redisfence"
 	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -74,5 +78,47 @@ func newQuota(t *testing.T, addr string) *quota.Quota {
 func TestRun_BadInput(t *testing.T) {
 	if err := run("127.0.0.1:1", 0, 1, 1); err == nil {
 		t.Fatal("merchants=0 accepted")
+	}
+}
+
+// TestSettle_StaleHolderCannotOverwriteTheLastOrder: the record written by
+// a later holder survives a write from an earlier lease's fence.
+func TestSettle_StaleHolderCannotOverwriteTheLastOrder(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	q := newQuota(t, r.Addr())
+	fw, err := redisfence.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := redislock.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := q.Set(ctx, quotaKey(1), 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(ctx, l, q, fw, 1, 1, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := fw.Get(ctx, lastOrderKey(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(ctx, l, q, fw, 1, 1, "o2"); err != nil {
+		t.Fatal(err)
+	}
+	// The first holder, had it been paused, writes now with its fence.
+	if err := fw.Set(ctx, lastOrderKey(1), "o1-late", first, 0); !errors.Is(err, fence.ErrStaleFence) {
+		t.Fatalf("late write = %v, want ErrStaleFence", err)
+	}
+	if v, _, err := fw.Get(ctx, lastOrderKey(1)); err != nil || v != "o2" {
+		t.Fatalf("last order = %q %v, want o2", v, err)
+	}
+	if remain, _ := q.Remaining(ctx, quotaKey(1)); remain != 8 {
+		t.Fatalf("remaining %d, want 8", remain)
 	}
 }

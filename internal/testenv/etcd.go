@@ -34,7 +34,8 @@ type Etcd struct {
 	dir        string
 	clientURL  url.URL
 	peerURL    url.URL
-	cluster    string // initial-cluster
+	advPeerURL url.URL // what peers dial: peerURL, or a Proxy in front of it
+	cluster    string  // initial-cluster
 	token      string
 	tickMs     uint
 	electionMs uint
@@ -125,7 +126,7 @@ func (e *Etcd) startLocked() error {
 	cfg.ListenClientUrls = []url.URL{e.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{e.clientURL}
 	cfg.ListenPeerUrls = []url.URL{e.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{e.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{e.advertisedPeer()}
 	cfg.InitialCluster = e.cluster
 	cfg.InitialClusterToken = e.token
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored once the data dir has a WAL
@@ -141,6 +142,14 @@ func (e *Etcd) startLocked() error {
 	}
 	e.e = srv
 	return nil
+}
+
+// advertisedPeer is the URL other members dial to reach this one.
+func (e *Etcd) advertisedPeer() url.URL {
+	if e.advPeerURL.Host != "" {
+		return e.advPeerURL
+	}
+	return e.peerURL
 }
 
 // waitReady waits until the member serves client requests.

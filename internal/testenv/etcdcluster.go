@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,10 @@ const (
 // EtcdCluster is an embedded etcd cluster of n members on loopback ports.
 type EtcdCluster struct {
 	Members []*Etcd
+	// PeerProxies, from NewEtcdClusterWithPeerProxies, stand in front of
+	// each member's peer port: every raft connection another member dials to
+	// member i goes through PeerProxies[i] (see Isolate).
+	PeerProxies []*Proxy
 }
 
 // NewEtcdCluster starts an n-member etcd cluster for the test and stops it
@@ -45,7 +50,7 @@ func StartEtcdCluster(n int) (*EtcdCluster, error) {
 	}
 	var last error
 	for range etcdStartTries {
-		c, err := startEtcdCluster(n)
+		c, err := startEtcdCluster(n, false)
 		if err == nil {
 			return c, nil
 		}
@@ -54,7 +59,42 @@ func StartEtcdCluster(n int) (*EtcdCluster, error) {
 	return nil, fmt.Errorf("testenv: etcd cluster did not form after %d tries: %w", etcdStartTries, last)
 }
 
-func startEtcdCluster(n int) (*EtcdCluster, error) {
+// NewEtcdClusterWithPeerProxies is NewEtcdCluster with a fault Proxy in
+// front of every member's peer port, so a test can cut a member off from
+// the others (Isolate).
+func NewEtcdClusterWithPeerProxies(t testing.TB, n int) *EtcdCluster {
+	t.Helper()
+	var c *EtcdCluster
+	var last error
+	for range etcdStartTries {
+		if c, last = startEtcdCluster(n, true); last == nil {
+			break
+		}
+	}
+	if last != nil {
+		t.Fatalf("testenv: start etcd cluster with peer proxies: %v", last)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Isolate (on) blackholes the raft traffic other members send to member i
+// over the connections they dialed to it: i stops receiving the leader's
+// appends and heartbeats (or, if i leads, its followers' answers to
+// requests they dialed for), so the others elect or keep a leader without
+// it and it serves no linearizable request. Connections i dialed itself
+// are not cut: a partition as the network between i and its peers' listen
+// ports sees it. Off resets the proxied connections, so raft streams
+// reconnect cleanly. It needs NewEtcdClusterWithPeerProxies.
+func (c *EtcdCluster) Isolate(i int, on bool) {
+	p := c.PeerProxies[i]
+	p.Blackhole(on)
+	if !on {
+		p.Reset()
+	}
+}
+
+func startEtcdCluster(n int, peerProxies bool) (*EtcdCluster, error) {
 	c := &EtcdCluster{}
 	token := ""
 	var parts []string
@@ -66,7 +106,17 @@ func startEtcdCluster(n int) (*EtcdCluster, error) {
 		}
 		token = m.token
 		c.Members = append(c.Members, m)
-		parts = append(parts, m.name+"="+m.peerURL.String())
+		if peerProxies {
+			p, err := StartProxy(m.peerURL.Host)
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			c.PeerProxies = append(c.PeerProxies, p)
+			m.advPeerURL = url.URL{Scheme: "http", Host: p.Addr()}
+		}
+		adv := m.advertisedPeer()
+		parts = append(parts, m.name+"="+adv.String())
 	}
 	initial := strings.Join(parts, ",")
 	for _, m := range c.Members {
@@ -145,4 +195,7 @@ func (c *EtcdCluster) Close() {
 		wg.Go(m.Close)
 	}
 	wg.Wait()
+	for _, p := range c.PeerProxies {
+		_ = p.Close()
+	}
 }

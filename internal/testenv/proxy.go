@@ -38,6 +38,7 @@ type Proxy struct {
 // proxyConn is one client connection and its upstream connection.
 type proxyConn struct {
 	client, server net.Conn
+	silent         atomic.Bool // HalfOpen: drop everything, close nothing
 }
 
 // NewProxy starts a Proxy to target for the test and closes it when the test
@@ -101,6 +102,20 @@ func (p *Proxy) DropNextReply() <-chan struct{} {
 	ch := make(chan struct{})
 	p.dropNext.Store(&ch)
 	return ch
+}
+
+// HalfOpen makes every current connection half-open, as when the peer
+// vanished without a reset (a host that lost power, a NAT or firewall that
+// dropped the flow): nothing is closed, and from now on everything sent on
+// those connections in either direction is silently dropped. Clients see
+// requests that are never answered until their own timeouts (or TCP
+// keepalive) give up. Connections made afterwards are forwarded as usual.
+func (p *Proxy) HalfOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.silent.Store(true)
+	}
 }
 
 // Reset closes every current connection, on both sides, with a TCP RST.
@@ -185,9 +200,9 @@ func (p *Proxy) handle(client net.Conn) {
 	go func() {
 		defer p.wg.Done()
 		defer close(upDone)
-		p.pipe(server, client, false)
+		p.pipe(c, server, client, false)
 	}()
-	p.pipe(client, server, true)
+	p.pipe(c, client, server, true)
 	<-upDone
 	c.close()
 }
@@ -211,10 +226,11 @@ func (p *Proxy) untrack(c *proxyConn) {
 }
 
 // pipe copies src to dst until src ends or either side fails, applying the
-// proxy's latency, blackhole and, on the server-to-client direction (reply),
-// DropNextReply. A clean EOF is passed on as a half-close so request/response
-// protocols that shut down writing still get their answer.
-func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
+// proxy's latency, blackhole, c's HalfOpen and, on the server-to-client
+// direction (reply), DropNextReply. A clean EOF is passed on as a half-close
+// so request/response protocols that shut down writing still get their
+// answer; a half-open connection passes nothing on, not even that.
+func (p *Proxy) pipe(c *proxyConn, dst, src net.Conn, reply bool) {
 	buf := make([]byte, 32*1024)
 	deaf := false // a reply was dropped: the rest of this stream is too
 	for {
@@ -226,7 +242,7 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 					close(*ch)
 				}
 			}
-			drop := deaf || p.blackhole.Load()
+			drop := deaf || p.blackhole.Load() || c.silent.Load()
 			if d := time.Duration(p.latency.Load()); d > 0 && !drop {
 				if !p.wait(d) {
 					return
@@ -240,6 +256,14 @@ func (p *Proxy) pipe(dst, src net.Conn, reply bool) {
 			}
 		}
 		if err != nil {
+			if c.silent.Load() {
+				// The client must not learn that the server went away; once
+				// the client itself gives up, the server side can go.
+				if !reply {
+					_ = dst.Close()
+				}
+				return
+			}
 			if errors.Is(err, io.EOF) {
 				if tc, ok := dst.(*net.TCPConn); ok {
 					_ = tc.CloseWrite()

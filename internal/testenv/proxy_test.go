@@ -181,3 +181,27 @@ func TestProxyDropNextReply(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyHalfOpen: an open connection goes silent (a timeout, not a reset
+// or EOF), while a new connection is answered.
+func TestProxyHalfOpen(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if err := pingOn(conn, br, time.Second); err != nil {
+		t.Fatalf("PING before: %v", err)
+	}
+	p.HalfOpen()
+	if err := pingOn(conn, br, 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("PING on the half-open connection: got %v, want timeout", err)
+	}
+	if err := ping(p.Addr(), time.Second); err != nil {
+		t.Fatalf("PING on a new connection: %v", err)
+	}
+}

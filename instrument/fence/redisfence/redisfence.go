@@ -1,0 +1,154 @@
+// Package redisfence writes Redis values guarded by a lock's fence: a SET
+// that applies only when the fence offered is above the fence stored with
+// the value, checked and written by one Lua script (set.lua).
+//
+//	w, _ := redisfence.New(rdb)
+//	lease, err := locker.Acquire(ctx, "lock:stock:{sku-1}", instrument.WithTTL(5*time.Second))
+//	...
+//	err = w.Set(ctx, "stock:{sku-1}", "41", lease.Fence(), 0)
+//	if errors.Is(err, fence.ErrStaleFence) { /* a newer holder wrote */ }
+//
+// # Keys
+//
+// The fence of value key K is stored in FenceKey(K): K+":fenced" when K
+// carries a Redis hash tag ("stock:{sku-1}"), "{K}:fenced" otherwise, so it
+// hashes to K's slot and the script runs on Redis Cluster. Value and fence
+// share one TTL. The ":fenced" suffix differs from redislock's ":fence"
+// counter, so a value may even live under the lock key's hash tag.
+//
+// # Failure modes
+//
+// A Set whose reply is lost returns the transport error; retrying with the
+// same fence either writes or returns a StaleFenceError with Stored ==
+// Offered (the first attempt was applied). A Redis that lost writes (a
+// failover to a replica that missed them, a restart without persistence)
+// lost the stored fence with them: a stale holder can then write once more
+// until a newer holder writes again. Keep fenced data where writes are not
+// lost (replicated with WAIT, or persistent), or in SQL (fence.SQL).
+package redisfence
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/fence"
+)
+
+var (
+	//go:embed set.lua
+	setSrc string
+	//go:embed get.lua
+	getSrc string
+
+	setScript = redis.NewScript(setSrc)
+	getScript = redis.NewScript(getSrc)
+)
+
+// Writer writes fenced values to one Redis (single node, Sentinel or
+// Cluster). It is safe for concurrent use.
+type Writer struct {
+	c redis.UniversalClient
+}
+
+// New returns a Writer on c.
+func New(c redis.UniversalClient) (*Writer, error) {
+	if c == nil {
+		return nil, errors.New("redisfence: nil Redis client")
+	}
+	return &Writer{c: c}, nil
+}
+
+// FenceKey is the key that holds the fence of value key, in key's hash slot.
+// It refuses keys whose braces do not form a hash tag (no companion key
+// would be in the same slot).
+func FenceKey(key string) (string, error) {
+	if key == "" {
+		return "", errors.New("redisfence: empty key")
+	}
+	open := strings.IndexByte(key, '{')
+	if open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return key + ":fenced", nil
+		}
+	}
+	if strings.ContainsAny(key, "{}") {
+		return "", fmt.Errorf("redisfence: key %q has braces that do not form a Redis hash tag", key)
+	}
+	return "{" + key + "}:fenced", nil
+}
+
+// Set writes value to key with fence f if f is above the fence stored with
+// key (none stored counts as below every fence). ttl > 0 expires the value
+// and its fence together; 0 keeps both. It returns nil when written, a
+// *fence.StaleFenceError when refused, and the transport error when the
+// outcome is unknown.
+func (w *Writer) Set(ctx context.Context, key string, value string, f uint64, ttl time.Duration) error {
+	if f == 0 {
+		return fence.ErrNoFence
+	}
+	if ttl < 0 {
+		return fmt.Errorf("redisfence: negative TTL %v", ttl)
+	}
+	if ttl > 0 && ttl < time.Millisecond {
+		return fmt.Errorf("redisfence: TTL %v below a millisecond", ttl)
+	}
+	fk, err := FenceKey(key)
+	if err != nil {
+		return err
+	}
+	offered := strconv.FormatUint(f, 10)
+	res, err := setScript.Run(ctx, w.c, []string{key, fk}, value, offered, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return fmt.Errorf("redisfence: set %q: %w", key, err)
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("redisfence: set %q: unexpected reply %v", key, res)
+	}
+	if ok, _ := res[0].(int64); ok == 1 {
+		return nil
+	}
+	s, _ := res[1].(string)
+	stored, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("redisfence: set %q: stored fence %q is not a fence: %w", key, s, err)
+	}
+	return &fence.StaleFenceError{Store: "redis", Key: key, Stored: stored, Offered: f}
+}
+
+// Get reads key's value and fence together. A missing key is ("", 0,
+// redis.Nil) when neither exists; a value written without a fence reads
+// with fence 0.
+func (w *Writer) Get(ctx context.Context, key string) (value string, f uint64, err error) {
+	fk, err := FenceKey(key)
+	if err != nil {
+		return "", 0, err
+	}
+	res, err := getScript.Run(ctx, w.c, []string{key, fk}).Slice()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return "", 0, redis.Nil
+		}
+		return "", 0, fmt.Errorf("redisfence: get %q: %w", key, err)
+	}
+	if len(res) != 2 {
+		return "", 0, fmt.Errorf("redisfence: get %q: unexpected reply %v", key, res)
+	}
+	v, vok := res[0].(string)
+	fs, fok := res[1].(string)
+	if !vok && !fok {
+		return "", 0, redis.Nil
+	}
+	if fok {
+		if f, err = strconv.ParseUint(fs, 10, 64); err != nil {
+			return "", 0, fmt.Errorf("redisfence: get %q: stored fence %q is not a fence: %w", key, fs, err)
+		}
+	}
+	return v, f, nil
+}
