@@ -71,10 +71,13 @@ func ParseRedisURL(raw string) (*RedisTarget, error) {
 		}
 		return nil, fmt.Errorf("%s: malformed URL: %v", redactRaw(raw), err)
 	}
-	shown := redactURL(u)
 	if u.Host == "" {
-		return nil, fmt.Errorf("%s: want redis://host:port, rediss://, or redis-sentinel://host:port/master", shown)
+		// Without a host, url.Parse may have put user and password into
+		// the path: show the raw text with its user info hidden
+		// (FuzzRedisURL found "/://:pw@" repeated).
+		return nil, fmt.Errorf("%s: want redis://host:port, rediss://, or redis-sentinel://host:port/master", redactRaw(raw))
 	}
+	shown := redactURL(u)
 	q := u.Query()
 	t := &RedisTarget{Name: shown}
 	switch u.Scheme {
