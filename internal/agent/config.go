@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -338,6 +339,17 @@ func CheckConfig(cfg *Config) error {
 	}
 	if cfg.Interval < 0 {
 		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	for _, a := range []struct {
+		field string
+		auth  StoreAuth
+	}{{"redis_auth", cfg.RedisAuth}, {"etcd_auth", cfg.EtcdAuth}} {
+		if err := a.auth.applyTLS(a.field, &tls.Config{}); err != nil {
+			return err // names the field and the file
+		}
+		if _, err := a.auth.password(a.field); err != nil {
+			return err
+		}
 	}
 	if cfg.Policy != "" {
 		if _, err := policy.Load(cfg.Policy); err != nil {
