@@ -11,16 +11,43 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
+// appClient logs in as lockgov-app, a user that may read and write only
+// under etcdlock.DefaultPrefix (docs/SECURITY.md), over client-cert TLS.
+func appClient(t *testing.T, e *testenv.Etcd, password string) (*clientv3.Client, error) {
+	t.Helper()
+	cfg := e.ClientConfig(e.Certs().ClientTLS())
+	cfg.Username, cfg.Password = "lockgov-app", password
+	c, err := clientv3.New(cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return c, err
+}
+
 // TestClientCertTLS_AcquireRenewReleaseAndWake: on an etcd that requires
-// client certificates, a lease is taken, renewed by hand, released, and
-// the release hands the lock to a waiter with a higher fence.
+// client certificates and a login, as a user limited to etcdlock's prefix,
+// a lease is taken, renewed by hand, released, and the release hands the
+// lock to a waiter with a higher fence. A wrong password is refused at
+// login naming it.
 func TestClientCertTLS_AcquireRenewReleaseAndWake(t *testing.T) {
-	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS())
+	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS(), testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
 	ctx := timeout(t, time.Minute)
-	la, lb := newLocker(t, e.Client(t)), newLocker(t, e.Client(t))
+	ca, err := appClient(t, e, "app-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := appClient(t, e, "app-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appClient(t, e, "wrong"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong password: %v, want authentication failed", err)
+	}
+	la, lb := newLocker(t, ca), newLocker(t, cb)
 	const key = "lock:tls"
 	lease, err := la.Acquire(ctx, key, instrument.WithTTL(2*time.Second))
 	if err != nil {

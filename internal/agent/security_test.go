@@ -28,7 +28,8 @@ var agentACL = []string{
 // TestTLSACL_AgentWatchesAndRemediatesOverTLSWithItsACL: an agent whose
 // config file names TLS files and password files for a Redis that speaks
 // only TLS (ACL user limited to agentACL) and an etcd that requires client
-// certificates is ready on both, finds an immortal lock, deletes it with
+// certificates and a login (user limited to lockgov's prefixes) is ready
+// on both, finds an immortal lock, deletes it with
 // its remediation token (and not without), and never logs or answers a
 // password. Redis refuses nothing the agent does.
 //
@@ -46,7 +47,8 @@ func TestTLSACL_AgentWatchesAndRemediatesOverTLSWithItsACL(t *testing.T) {
 
 func agentOverTLS(t *testing.T, withEtcd bool) {
 	r := testenv.NewRedis(t, testenv.WithRedisTLS(), testenv.WithRedisACLUser("lockgov-agent", "agent-redis-secret", agentACL...))
-	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS())
+	// The agent's etcd user may use lockgov's prefixes only.
+	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS(), testenv.WithEtcdUser("lockgov-agent", "agent-etcd-secret", "lockgov/", "/lockgov/"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := r.Client(t)
@@ -58,13 +60,17 @@ func agentOverTLS(t *testing.T, withEtcd bool) {
 	if err := os.WriteFile(pwFile, []byte("agent-redis-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	etcdPwFile := filepath.Join(dir, "etcd-password")
+	if err := os.WriteFile(etcdPwFile, []byte("agent-etcd-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	rc, ec := r.Certs(), e.Certs()
 	src := "redis: rediss://" + r.Addr() + "\n" +
 		"redis_auth:\n  username: lockgov-agent\n  password_file: " + pwFile + "\n" +
 		"  tls_ca: " + rc.CAFile + "\n  tls_cert: " + rc.ClientCertFile + "\n  tls_key: " + rc.ClientKeyFile + "\n"
 	if withEtcd {
 		src += "etcd: " + e.Endpoint() + "\n" +
-			"etcd_auth:\n  tls_ca: " + ec.CAFile + "\n  tls_cert: " + ec.ClientCertFile + "\n  tls_key: " + ec.ClientKeyFile + "\n"
+			"etcd_auth:\n  username: lockgov-agent\n  password_file: " + etcdPwFile + "\n  tls_ca: " + ec.CAFile + "\n  tls_cert: " + ec.ClientCertFile + "\n  tls_key: " + ec.ClientKeyFile + "\n"
 	}
 	cfg, err := ParseConfig("agent.yaml", []byte(src))
 	if err != nil {
@@ -110,7 +116,7 @@ func agentOverTLS(t *testing.T, withEtcd bool) {
 		t.Fatalf("ACL LOG: %v, %v: the agent's ACL refused commands", aclLog, err)
 	}
 	_, body := get(t, a.URL()+"api/v1/findings")
-	for _, secret := range []string{"agent-redis-secret", "remediation-secret", "tok-immortal"} {
+	for _, secret := range []string{"agent-redis-secret", "agent-etcd-secret", "remediation-secret", "tok-immortal"} {
 		if strings.Contains(logs.String(), secret) || strings.Contains(body, secret) {
 			t.Errorf("%q appears in the agent's log or API", secret)
 		}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -40,6 +41,8 @@ type Etcd struct {
 	tickMs     uint
 	electionMs uint
 	certs      *Certs // client-certificate TLS on the client URL (WithEtcdClientCertTLS)
+	// rootPassword is root's password once WithEtcdUser turned auth on.
+	rootPassword string
 
 	mu     sync.Mutex
 	e      *embed.Etcd // nil while stopped
@@ -86,6 +89,10 @@ func StartEtcd(opts ...EtcdOption) (*Etcd, error) {
 			err = m.waitReady(etcdReadyTimeout)
 		}
 		if err == nil {
+			if err = m.enableAuth(cfg); err != nil {
+				m.Close()
+				return nil, err
+			}
 			return m, nil
 		}
 		m.Close()
@@ -144,6 +151,7 @@ func (e *Etcd) startLocked() error {
 	cfg.TickMs = e.tickMs
 	cfg.ElectionMs = e.electionMs
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = 4 // bcrypt.MinCost: test passwords, logins not seconds under -race
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
@@ -270,11 +278,20 @@ func NewEtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
 }
 
 // Client returns a client on this member that the test closes when it ends.
-// Under WithEtcdClientCertTLS it presents the client certificate.
+// Under WithEtcdClientCertTLS it presents the client certificate; under
+// WithEtcdUser it logs in as root.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	if e.certs != nil {
-		c, err := clientv3.New(e.ClientConfig(e.certs.ClientTLS()))
+	if e.certs != nil || e.rootPassword != "" {
+		var tc *tls.Config
+		if e.certs != nil {
+			tc = e.certs.ClientTLS()
+		}
+		cfg := e.ClientConfig(tc)
+		if e.rootPassword != "" {
+			cfg.Username, cfg.Password = "root", e.rootPassword
+		}
+		c, err := clientv3.New(cfg)
 		if err != nil {
 			t.Fatalf("testenv: etcd client for %s: %v", e.Endpoint(), err)
 		}

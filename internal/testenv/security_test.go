@@ -76,3 +76,37 @@ func TestEtcd_ClientCertTLS(t *testing.T) {
 		t.Fatal("a client without a certificate was served")
 	}
 }
+
+// TestEtcd_UserLimitedToItsPrefix: under WithEtcdUser (and client-cert
+// TLS) a user reads and writes under its prefix only, a client that does
+// not log in is refused, and root (Client) may do anything.
+func TestEtcd_UserLimitedToItsPrefix(t *testing.T) {
+	e := NewEtcd(t, WithEtcdClientCertTLS(), WithEtcdUser("app", "app-pw", "lockgov/lock/"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.Client(t).Put(ctx, "anything", "v"); err != nil {
+		t.Fatalf("root put: %v", err)
+	}
+	cfg := e.ClientConfig(e.Certs().ClientTLS())
+	cfg.Username, cfg.Password = "app", "app-pw"
+	app, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	if _, err := app.Put(ctx, "lockgov/lock/a", "v"); err != nil {
+		t.Fatalf("app put under its prefix: %v", err)
+	}
+	if _, err := app.Put(ctx, "other", "v"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("app put outside its prefix: %v, want permission denied", err)
+	}
+	cfg.Password = "wrong"
+	if bad, err := clientv3.New(cfg); err == nil {
+		defer bad.Close()
+		if _, err := bad.Get(ctx, "lockgov/lock/a"); err == nil {
+			t.Fatal("a wrong password was accepted")
+		}
+	} else if !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong password: %v", err)
+	}
+}
