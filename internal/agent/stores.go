@@ -119,9 +119,26 @@ func ParseRedisURL(raw string) (*RedisTarget, error) {
 		return nil, fmt.Errorf("%s: scheme %q: want redis, rediss, redis-sentinel or rediss-sentinel", shown, u.Scheme)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", shown, err)
+		return nil, fmt.Errorf("%s: %s", shown, hideUserInfo(err, u))
 	}
 	return t, nil
+}
+
+// hideUserInfo returns the text of a go-redis URL error without the URL's
+// password: go-redis repeats the whole URL in some parse errors
+// (FuzzRedisURL found `parse "redis://:pw@host:A?…": invalid port`).
+func hideUserInfo(err error, u *url.URL) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the reason, without the URL
+	}
+	msg := err.Error()
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.PathEscape(pw), "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+	}
+	return msg
 }
 
 // redactURL renders u without user, password or query (query options may
