@@ -45,7 +45,12 @@ cache directory) and logs how to point processes at it.
 Flags override the config file; unset flags come from LOCKGOV_CONFIG,
 LOCKGOV_POLICY, LOCKGOV_REDIS (space-separated), LOCKGOV_ETCD, LOCKGOV_LISTEN,
 LOCKGOV_INTERVAL and LOCKGOV_REMEDIATION_TOKEN. Prefer the environment for the
-token: command lines are visible to other users.`,
+token: command lines are visible to other users.
+
+Credentials and TLS: the config file's redis_auth and etcd_auth (username,
+password_file, tls_ca, tls_cert, tls_key, tls_server_name; TLS files need
+rediss:// or https:// URLs). Passwords are never read from the config file:
+use password_file, or LOCKGOV_REDIS_PASSWORD and LOCKGOV_ETCD_PASSWORD.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := envFlags(cmd.Flags(), agentEnv); err != nil {
@@ -113,6 +118,12 @@ func (f *agentFlags) merge(cmd *cobra.Command) (*agent.Config, error) {
 		cfg.DataDir = f.dataDir
 	}
 	cfg.RemediationToken = f.token
+	if pw := os.Getenv("LOCKGOV_REDIS_PASSWORD"); pw != "" {
+		cfg.RedisAuth.Password = pw
+	}
+	if pw := os.Getenv("LOCKGOV_ETCD_PASSWORD"); pw != "" {
+		cfg.EtcdAuth.Password = pw
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	cfg.Stdout = cmd.OutOrStdout()
 	if err := agent.CheckConfig(cfg); err != nil {

@@ -73,11 +73,21 @@ func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
 	if err := os.WriteFile(badPolicy, []byte("defaults:\n  ttl: forever\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	authCfg := filepath.Join(t.TempDir(), "auth.yaml")
+	if err := os.WriteFile(authCfg, []byte("redis: rediss://h:1\nredis_auth:\n  tls_ca: /nonexistent/ca.pem\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pwCfg := filepath.Join(t.TempDir(), "pw.yaml")
+	if err := os.WriteFile(pwCfg, []byte("redis_auth:\n  password: hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"agent", "--config", cfg}, cfg + `:2: interval: "often" is not a positive duration`},
+		{[]string{"agent", "--config", authCfg}, "redis_auth.tls_ca: open /nonexistent/ca.pem"},
+		{[]string{"agent", "--config", pwCfg}, pwCfg + ":2: redis_auth.password: not read from files: use password_file, or LOCKGOV_REDIS_PASSWORD"},
 		{[]string{"agent", "--redis", "redis://:hunter2@h:port"}, `--redis "redis://xxxxx@h:port": malformed URL`},
 		{[]string{"agent", "--etcd", "ftp://h:1"}, `--etcd etcd`},
 		{[]string{"agent", "--interval", "-1s"}, "--interval -1s: want > 0"},

@@ -101,7 +101,9 @@ func (v epochValue) String() string {
 	if v.t == nil {
 		return ""
 	}
-	return v.t.Format(time.RFC3339)
+	// RFC3339Nano, the form Set parses: an epoch with a fraction of a
+	// second is shown as given, not truncated (found by FuzzEpochFlag).
+	return v.t.Format(time.RFC3339Nano)
 }
 func (v epochValue) Type() string { return "time" }
 func (v epochValue) Set(s string) error {

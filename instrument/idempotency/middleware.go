@@ -120,14 +120,8 @@ func Middleware(s *Store, opts ...MiddlewareOption) func(http.Handler) http.Hand
 			if cfg.principal != nil {
 				principal = cfg.principal(r)
 			}
-			// Length-prefixed, so no principal/key pair collides with another.
-			scoped := strconv.Itoa(len(principal)) + ":" + principal + ":" + key
-			h := sha256.New()
-			fmt.Fprintf(h, "%s\n%s\n", r.Method, r.URL.RequestURI())
-			h.Write(body)
-
 			var failed *stored
-			res, err := s.Do(r.Context(), scoped, h.Sum(nil), func(ctx context.Context, _ Attempt) ([]byte, error) {
+			res, err := s.Do(r.Context(), scopeKey(principal, key), fingerprint(r.Method, r.URL.RequestURI(), body), func(ctx context.Context, _ Attempt) ([]byte, error) {
 				rec := &recorder{header: http.Header{}, status: http.StatusOK}
 				next.ServeHTTP(rec, r.WithContext(ctx))
 				// The first response's Date is part of what a replay repeats.
@@ -185,6 +179,22 @@ func parseKey(vals []string) (string, bool) {
 		}
 	}
 	return k, true
+}
+
+// scopeKey is the Store key of an Idempotency-Key for a principal.
+// Length-prefixed, so no principal/key pair collides with another.
+func scopeKey(principal, key string) string {
+	return strconv.Itoa(len(principal)) + ":" + principal + ":" + key
+}
+
+// fingerprint identifies a request by method, URI and body: a key reused
+// with any of them changed is refused. The method (an HTTP token) and the
+// request URI (escaped) hold no newline, so the encoding is unambiguous.
+func fingerprint(method, requestURI string, body []byte) []byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", method, requestURI)
+	h.Write(body)
+	return h.Sum(nil)
 }
 
 func write(w http.ResponseWriter, resp stored) {

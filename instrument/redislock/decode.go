@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 )
 
@@ -18,9 +19,15 @@ type Keys struct {
 	Waiters string // Fair mode: waiter deadlines
 }
 
-// KeysFor returns the keys of the lock on key. It fails for a key whose
-// braces do not form a Redis hash tag (such a key cannot be locked).
+// KeysFor returns the keys of the lock on key. It fails, wrapping
+// instrument.ErrInvalidKey, for a key Acquire refuses: one ValidateKey
+// refuses, or whose braces do not form a Redis hash tag.
 func KeysFor(key string) (Keys, error) {
+	// A key Acquire refuses has no lock; without this, "" had companions
+	// ("{}:fence") outside its slot (found by FuzzKeysFor).
+	if err := instrument.ValidateKey(key); err != nil {
+		return Keys{}, err
+	}
 	k, err := keysFor(key)
 	if err != nil {
 		return Keys{}, err

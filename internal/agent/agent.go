@@ -184,11 +184,11 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error
 		}
 	}
 	a.lister = &lister{patterns: cfg.Patterns, match: policy.NewMatcher(a.pol), now: time.Now}
-	if a.stores, err = openRedis(cfg.Redis); err != nil {
+	if a.stores, err = openRedis(cfg.Redis, cfg.RedisAuth); err != nil {
 		return nil, err
 	}
 	if len(cfg.Etcd) > 0 {
-		s, err := openEtcd(cfg.Etcd)
+		s, err := openEtcd(cfg.Etcd, cfg.EtcdAuth)
 		if err != nil {
 			return nil, err
 		}
@@ -199,7 +199,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (_ *Agent, err error
 			return nil, err
 		}
 		ep := a.embedded.Clients[0].Addr().String()
-		s, err := openEtcd([]string{"http://" + ep})
+		s, err := openEtcd([]string{"http://" + ep}, StoreAuth{})
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,10 @@ type Config struct {
 	Redis []string
 	// Etcd are the endpoints of one etcd cluster, as URLs.
 	Etcd []string
+	// RedisAuth and EtcdAuth are credentials and TLS files for the stores
+	// (redis_auth, etcd_auth in the file).
+	RedisAuth StoreAuth
+	EtcdAuth  StoreAuth
 	// Policy is the policy file (patterns, max TTL and max hold, skew tiers).
 	Policy string
 	// Listen is the HTTP address (default DefaultListen); port 0 picks one.
@@ -68,7 +73,7 @@ type Config struct {
 	Stdout io.Writer `yaml:"-"`
 }
 
-var configFields = []string{"redis", "etcd", "policy", "listen", "interval", "scan_timeout", "patterns", "data_dir", "id"}
+var configFields = []string{"redis", "redis_auth", "etcd", "etcd_auth", "policy", "listen", "interval", "scan_timeout", "patterns", "data_dir", "id"}
 
 // LoadConfig reads the YAML config file at path. Errors name the file, the
 // line and the field ("agent.yaml:3: interval: ..."), like the policy's.
@@ -123,6 +128,10 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			if _, err := parseEtcdEndpoints(cfg.Etcd); err != nil {
 				p.fail(k, "etcd", "%v", err)
 			}
+		case "redis_auth":
+			cfg.RedisAuth = p.auth(k, v)
+		case "etcd_auth":
+			cfg.EtcdAuth = p.auth(k, v)
 		case "policy":
 			cfg.Policy = p.str(k, v)
 		case "listen":
@@ -156,12 +165,57 @@ func (p *cfgParser) fail(n *yaml.Node, field, format string, args ...any) {
 	p.errs = append(p.errs, &policy.Error{File: p.file, Line: n.Line, Field: field, Problem: fmt.Sprintf(format, args...)})
 }
 
-func (p *cfgParser) str(k, v *yaml.Node) string {
+func (p *cfgParser) str(k, v *yaml.Node) string { return p.strAt(k.Value, k, v) }
+
+// strAt is str for a field whose path is not its key (redis_auth.username).
+func (p *cfgParser) strAt(field string, k, v *yaml.Node) string {
 	if v.Kind != yaml.ScalarNode || isNull(v) {
-		p.fail(k, k.Value, "must be a string, got %s", kind(v))
+		p.fail(k, field, "must be a string, got %s", kind(v))
 		return ""
 	}
 	return v.Value
+}
+
+// auth parses a redis_auth or etcd_auth mapping. A password is refused:
+// it belongs in password_file or the environment, not in a config file.
+func (p *cfgParser) auth(k, v *yaml.Node) StoreAuth {
+	var a StoreAuth
+	if v.Kind != yaml.MappingNode {
+		p.fail(k, k.Value, "must be a mapping (%s), got %s", strings.Join(authFields, ", "), kind(v))
+		return a
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		fk, fv := v.Content[i], v.Content[i+1]
+		field := k.Value + "." + fk.Value
+		if first, dup := seen[fk.Value]; dup {
+			p.fail(fk, field, "duplicate field (first at line %d)", first)
+			continue
+		}
+		seen[fk.Value] = fk.Line
+		switch fk.Value {
+		case "username":
+			a.Username = p.strAt(field, fk, fv)
+		case "password_file":
+			a.PasswordFile = p.strAt(field, fk, fv)
+		case "tls_ca":
+			a.CAFile = p.strAt(field, fk, fv)
+		case "tls_cert":
+			a.CertFile = p.strAt(field, fk, fv)
+		case "tls_key":
+			a.KeyFile = p.strAt(field, fk, fv)
+		case "tls_server_name":
+			a.ServerName = p.strAt(field, fk, fv)
+		case "password":
+			p.fail(fk, field, "not read from files: use password_file, or LOCKGOV_%s_PASSWORD", strings.ToUpper(strings.TrimSuffix(k.Value, "_auth")))
+		default:
+			p.fail(fk, field, "unknown field (known: %s)", strings.Join(authFields, ", "))
+		}
+	}
+	if (a.CertFile == "") != (a.KeyFile == "") {
+		p.fail(k, k.Value, "tls_cert and tls_key go together (one is empty)")
+	}
+	return a
 }
 
 // strings accepts a list of strings or one string (a comma-separated list
@@ -285,6 +339,17 @@ func CheckConfig(cfg *Config) error {
 	}
 	if cfg.Interval < 0 {
 		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	for _, a := range []struct {
+		field string
+		auth  StoreAuth
+	}{{"redis_auth", cfg.RedisAuth}, {"etcd_auth", cfg.EtcdAuth}} {
+		if err := a.auth.applyTLS(a.field, &tls.Config{}); err != nil {
+			return err // names the field and the file
+		}
+		if _, err := a.auth.password(a.field); err != nil {
+			return err
+		}
 	}
 	if cfg.Policy != "" {
 		if _, err := policy.Load(cfg.Policy); err != nil {

@@ -33,11 +33,11 @@ func OpenInventory(redisURLs, etcd, patterns []string, pol *policy.Policy) (*Inv
 	}
 	in := &Inventory{lister: &lister{patterns: patterns, match: policy.NewMatcher(pol), now: time.Now}}
 	var err error
-	if in.stores, err = openRedis(redisURLs); err != nil {
+	if in.stores, err = openRedis(redisURLs, StoreAuth{}); err != nil {
 		return nil, err
 	}
 	if len(etcd) > 0 {
-		s, err := openEtcd(etcd)
+		s, err := openEtcd(etcd, StoreAuth{})
 		if err != nil {
 			in.Close()
 			return nil, err

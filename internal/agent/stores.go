@@ -71,10 +71,13 @@ func ParseRedisURL(raw string) (*RedisTarget, error) {
 		}
 		return nil, fmt.Errorf("%s: malformed URL: %v", redactRaw(raw), err)
 	}
-	shown := redactURL(u)
 	if u.Host == "" {
-		return nil, fmt.Errorf("%s: want redis://host:port, rediss://, or redis-sentinel://host:port/master", shown)
+		// Without a host, url.Parse may have put user and password into
+		// the path: show the raw text with its user info hidden
+		// (FuzzRedisURL found "/://:pw@" repeated).
+		return nil, fmt.Errorf("%s: want redis://host:port, rediss://, or redis-sentinel://host:port/master", redactRaw(raw))
 	}
+	shown := redactURL(u)
 	q := u.Query()
 	t := &RedisTarget{Name: shown}
 	switch u.Scheme {
@@ -116,9 +119,26 @@ func ParseRedisURL(raw string) (*RedisTarget, error) {
 		return nil, fmt.Errorf("%s: scheme %q: want redis, rediss, redis-sentinel or rediss-sentinel", shown, u.Scheme)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", shown, err)
+		return nil, fmt.Errorf("%s: %s", shown, hideUserInfo(err, u))
 	}
 	return t, nil
+}
+
+// hideUserInfo returns the text of a go-redis URL error without the URL's
+// password: go-redis repeats the whole URL in some parse errors
+// (FuzzRedisURL found `parse "redis://:pw@host:A?…": invalid port`).
+func hideUserInfo(err error, u *url.URL) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the reason, without the URL
+	}
+	msg := err.Error()
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.PathEscape(pw), "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+	}
+	return msg
 }
 
 // redactURL renders u without user, password or query (query options may
@@ -149,10 +169,43 @@ func redactRaw(raw string) string {
 	return fmt.Sprintf("%q", scheme+"://"+rest)
 }
 
-// openRedis opens the Redis deployments of urls. URLs with cluster=1 are
-// seeds of one Cluster.
-func openRedis(urls []string) ([]*store, error) {
+// openRedis opens the Redis deployments of urls with auth's credentials and
+// TLS files. URLs with cluster=1 are seeds of one Cluster.
+func openRedis(urls []string, auth StoreAuth) (_ []*store, err error) {
+	pw, err := auth.password("redis_auth")
+	if err != nil {
+		return nil, err
+	}
+	// secure fills what auth gives into one deployment's options.
+	secure := func(name string, tlsCfg *tls.Config, user, pass *string, addrs []string) error {
+		if auth.hasTLS() {
+			if tlsCfg == nil {
+				return fmt.Errorf("--redis %s: redis_auth sets TLS files but the URL is not TLS: use rediss:// (or rediss-sentinel://)", name)
+			}
+			if err := auth.applyTLS("redis_auth", tlsCfg); err != nil {
+				return err
+			}
+		}
+		if *user == "" && *pass == "" {
+			*user, *pass = auth.Username, pw
+		}
+		if tlsCfg != nil {
+			for _, a := range addrs {
+				if err := probeTLS("--redis "+name, a, tlsCfg); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	var out []*store
+	defer func() {
+		if err != nil {
+			for _, s := range out {
+				_ = s.close()
+			}
+		}
+	}()
 	var cluster *redis.ClusterOptions
 	var clusterNames []string
 	for _, raw := range urls {
@@ -168,16 +221,30 @@ func openRedis(urls []string) ([]*store, error) {
 			cluster.Addrs = append(cluster.Addrs, t.ClusterO.Addrs...)
 			clusterNames = append(clusterNames, t.Name)
 		case t.Sentinel:
-			t.Failover.ContextTimeoutEnabled = true
-			out = append(out, &store{name: t.Name, redis: redis.NewFailoverClient(t.Failover)})
+			f := t.Failover
+			// Sentinels are reached in plain text unless the URL says TLS;
+			// the nodes they name get the TLS configuration.
+			if err := secure(t.Name, f.TLSConfig, &f.Username, &f.Password, nil); err != nil {
+				return nil, err
+			}
+			f.ContextTimeoutEnabled = true
+			out = append(out, &store{name: t.Name, redis: redis.NewFailoverClient(f)})
 		default:
-			t.Single.ContextTimeoutEnabled = true
-			out = append(out, &store{name: t.Name, redis: redis.NewClient(t.Single)})
+			o := t.Single
+			if err := secure(t.Name, o.TLSConfig, &o.Username, &o.Password, []string{o.Addr}); err != nil {
+				return nil, err
+			}
+			o.ContextTimeoutEnabled = true
+			out = append(out, &store{name: t.Name, redis: redis.NewClient(o)})
 		}
 	}
 	if cluster != nil {
+		name := strings.Join(clusterNames, ",")
+		if err := secure(name, cluster.TLSConfig, &cluster.Username, &cluster.Password, cluster.Addrs); err != nil {
+			return nil, err
+		}
 		cluster.ContextTimeoutEnabled = true
-		out = append(out, &store{name: strings.Join(clusterNames, ","), redis: redis.NewClusterClient(cluster)})
+		out = append(out, &store{name: name, redis: redis.NewClusterClient(cluster)})
 	}
 	return out, nil
 }
@@ -220,10 +287,31 @@ func parseEtcdEndpoints(eps []string) (clientv3.Config, error) {
 	return cfg, nil
 }
 
-func openEtcd(eps []string) (*store, error) {
+func openEtcd(eps []string, auth StoreAuth) (*store, error) {
 	cfg, err := parseEtcdEndpoints(eps)
 	if err != nil {
 		return nil, fmt.Errorf("--etcd %w", err)
+	}
+	if auth.hasTLS() {
+		if cfg.TLS == nil {
+			return nil, errors.New("--etcd: etcd_auth sets TLS files but the endpoints are not TLS: use https://")
+		}
+		if err := auth.applyTLS("etcd_auth", cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Username == "" && cfg.Password == "" && auth.Username != "" {
+		if cfg.Password, err = auth.password("etcd_auth"); err != nil {
+			return nil, err
+		}
+		cfg.Username = auth.Username
+	}
+	if cfg.TLS != nil {
+		for _, ep := range cfg.Endpoints {
+			if err := probeTLS("--etcd "+trimSchemes([]string{ep})[0], hostPort(ep), cfg.TLS); err != nil {
+				return nil, err
+			}
+		}
 	}
 	cfg.DialTimeout = 5 * time.Second
 	cfg.Logger = zap.NewNop()

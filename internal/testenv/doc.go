@@ -13,6 +13,10 @@
 //     postgres OS user, in a temporary directory it owns).
 //   - NewProxy: latency, blackhole (drop traffic) and reset between any
 //     client and any of the above.
+//   - Security: WithRedisTLS (TLS only, client certificates required) and
+//     WithRedisACLUser (ACL users, default user off) for NewRedis;
+//     WithEtcdClientCertTLS for NewEtcd; NewCerts generates the CA, server
+//     and client certificates (crypto/x509) a test needs.
 //
 // Nothing here is a fake. Tests talk to the same server binaries that
 // production runs, so Lua scripts, expiry, leases, watches and failure

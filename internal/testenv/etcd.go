@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -39,6 +41,9 @@ type Etcd struct {
 	token      string
 	tickMs     uint
 	electionMs uint
+	certs      *Certs // client-certificate TLS on the client URL (WithEtcdClientCertTLS)
+	// rootPassword is root's password once WithEtcdUser turned auth on.
+	rootPassword string
 
 	mu     sync.Mutex
 	e      *embed.Etcd // nil while stopped
@@ -47,9 +52,9 @@ type Etcd struct {
 
 // NewEtcd starts a single-member etcd for the test and stops it, removing
 // its directory, when the test ends. It fails the test if etcd cannot start.
-func NewEtcd(t testing.TB) *Etcd {
+func NewEtcd(t testing.TB, opts ...EtcdOption) *Etcd {
 	t.Helper()
-	e, err := StartEtcd()
+	e, err := StartEtcd(opts...)
 	if err != nil {
 		t.Fatalf("testenv: start etcd: %v", err)
 	}
@@ -60,11 +65,21 @@ func NewEtcd(t testing.TB) *Etcd {
 // StartEtcd starts a single-member etcd on free loopback ports. The caller
 // must Close it. A port taken between choosing and binding is retried with
 // fresh ports.
-func StartEtcd() (*Etcd, error) {
+func StartEtcd(opts ...EtcdOption) (*Etcd, error) {
+	var cfg etcdConfig
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
 	var last error
 	for range etcdStartTries {
 		m, err := newEtcdMember("single", "", 50, 500)
 		if err != nil {
+			return nil, err
+		}
+		if err := m.secure(cfg); err != nil {
+			m.Close()
 			return nil, err
 		}
 		m.cluster = m.name + "=" + m.peerURL.String()
@@ -75,6 +90,10 @@ func StartEtcd() (*Etcd, error) {
 			err = m.waitReady(etcdReadyTimeout)
 		}
 		if err == nil {
+			if err = m.enableAuth(cfg); err != nil {
+				m.Close()
+				return nil, err
+			}
 			return m, nil
 		}
 		m.Close()
@@ -133,9 +152,18 @@ func (e *Etcd) startLocked() error {
 	cfg.TickMs = e.tickMs
 	cfg.ElectionMs = e.electionMs
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = 4 // bcrypt.MinCost: test passwords, logins not seconds under -race
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
+	if e.certs != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       e.certs.ServerCertFile,
+			KeyFile:        e.certs.ServerKeyFile,
+			TrustedCAFile:  e.certs.CAFile,
+			ClientCertAuth: true,
+		}
+	}
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("testenv: etcd member %s: %w", e.name, err)
@@ -259,7 +287,25 @@ func NewEtcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
 }
 
 // Client returns a client on this member that the test closes when it ends.
+// Under WithEtcdClientCertTLS it presents the client certificate; under
+// WithEtcdUser it logs in as root.
 func (e *Etcd) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
+	if e.certs != nil || e.rootPassword != "" {
+		var tc *tls.Config
+		if e.certs != nil {
+			tc = e.certs.ClientTLS()
+		}
+		cfg := e.ClientConfig(tc)
+		if e.rootPassword != "" {
+			cfg.Username, cfg.Password = "root", e.rootPassword
+		}
+		c, err := clientv3.New(cfg)
+		if err != nil {
+			t.Fatalf("testenv: etcd client for %s: %v", e.Endpoint(), err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
 	return NewEtcdClient(t, e.Endpoint())
 }

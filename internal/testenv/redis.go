@@ -38,6 +38,7 @@ type RedisOption interface {
 type redisConfig struct {
 	args       []string
 	configFile string
+	sec        redisSecurity
 }
 
 type redisOptionFunc func(*redisConfig)
@@ -68,6 +69,7 @@ type Redis struct {
 	port       int
 	args       []string
 	configFile string
+	sec        *redisSecurity // nil: plain TCP, no ACL
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while not running
@@ -114,6 +116,10 @@ func StartRedis(opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("testenv: redis temp dir: %w", err)
 	}
 	r := &Redis{bin: bin, dir: dir, args: cfg.args, configFile: cfg.configFile}
+	if err := r.secure(cfg.sec); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 
 	var lastErr error
 	for try := 0; try < redisStartTries; try++ {
@@ -261,8 +267,8 @@ func (r *Redis) startLocked() error {
 	if r.configFile != "" {
 		args = append(args, r.configFile)
 	}
+	args = append(args, r.portArgs()...)
 	args = append(args,
-		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -271,6 +277,7 @@ func (r *Redis) startLocked() error {
 		"--protected-mode", "no",
 		"--logfile", r.logPath(),
 	)
+	args = append(args, r.securityArgs()...)
 	args = append(args, r.args...)
 	// Config errors go to stderr before the log file is open; send them to
 	// the same file so the error's log tail shows them. An *os.File needs no
@@ -294,7 +301,7 @@ func (r *Redis) startLocked() error {
 	}()
 	r.cmd, r.exited = cmd, exited
 
-	if err := waitReady(r.Addr(), exited); err != nil {
+	if err := waitReady(r.Addr(), exited, r.ping); err != nil {
 		_ = r.killLocked()
 		tail := r.logTail()
 		if strings.Contains(tail, "in use") {
@@ -307,7 +314,7 @@ func (r *Redis) startLocked() error {
 
 // waitReady dials addr until a raw PING gets +PONG, the process exits or
 // redisReadyTimeout passes.
-func waitReady(addr string, exited <-chan struct{}) error {
+func waitReady(addr string, exited <-chan struct{}, ping func(addr string, timeout time.Duration) error) error {
 	deadline := time.Now().Add(redisReadyTimeout)
 	var lastErr error
 	for time.Now().Before(deadline) {

@@ -33,8 +33,15 @@ func NewRedisClient(t testing.TB, addr string) *redis.Client {
 }
 
 // Client returns a client on this server that the test closes when it ends.
+// With WithRedisTLS or WithRedisACLUser it connects over TLS with the client
+// certificate and as testenv's administrator (every command and key).
 func (r *Redis) Client(t testing.TB) *redis.Client {
 	t.Helper()
+	if r.sec != nil {
+		c := redis.NewClient(r.ClientOptions(adminUser, r.sec.adminPassword))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
 	return NewRedisClient(t, r.Addr())
 }
 
