@@ -19,8 +19,11 @@ const (
 )
 
 // contend runs b.N acquisitions of one key spread over 8 goroutines that
-// each hold it ~1 ms, and reports acquisitions/s and the p50/p99 wait.
-// lock returns an unlock function.
+// each hold it ~1 ms, and reports acquisitions/s, the p50/p99 wait, and
+// where a cycle's time goes: the median hold (the 1 ms sleep as this
+// machine serves it) and the median handoff, from the holder calling
+// unlock to the next holder's lock returning. lock returns an unlock
+// function.
 func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) (func(), error)) {
 	locks := make([]func(ctx context.Context) (func(), error), contenders)
 	for i := range locks {
@@ -30,14 +33,19 @@ func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) 
 		left  atomic.Int64
 		mu    sync.Mutex
 		waits []time.Duration
+		holds []time.Duration
+		hands []time.Duration
 		wg    sync.WaitGroup
+		// unlockAt is when the last holder called unlock (UnixNano), 0 once
+		// the next holder has taken the lock.
+		unlockAt atomic.Int64
 	)
 	left.Store(int64(b.N))
 	b.ResetTimer()
 	start := time.Now()
 	for _, lock := range locks {
 		wg.Go(func() {
-			var mine []time.Duration
+			var mine, held, handed []time.Duration
 			for left.Add(-1) >= 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				t0 := time.Now()
@@ -47,12 +55,20 @@ func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) 
 					b.Error(err)
 					return
 				}
-				mine = append(mine, time.Since(t0))
+				got := time.Now()
+				mine = append(mine, got.Sub(t0))
+				if u := unlockAt.Swap(0); u != 0 {
+					handed = append(handed, got.Sub(time.Unix(0, u)))
+				}
 				time.Sleep(holdFor)
+				held = append(held, time.Since(got))
+				unlockAt.Store(time.Now().UnixNano())
 				unlock()
 			}
 			mu.Lock()
 			waits = append(waits, mine...)
+			holds = append(holds, held...)
+			hands = append(hands, handed...)
 			mu.Unlock()
 		})
 	}
@@ -66,6 +82,19 @@ func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) 
 	b.ReportMetric(float64(len(waits))/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(float64(waits[len(waits)/2].Microseconds())/1000, "p50-wait-ms")
 	b.ReportMetric(float64(waits[len(waits)*99/100].Microseconds())/1000, "p99-wait-ms")
+	slices.Sort(holds)
+	b.ReportMetric(float64(holds[len(holds)/2].Microseconds())/1000, "p50-hold-ms")
+	if len(hands) > 0 {
+		slices.Sort(hands)
+		b.ReportMetric(float64(hands[len(hands)/2].Microseconds())/1000, "p50-handoff-ms")
+		b.ReportMetric(float64(hands[len(hands)*9/10].Microseconds())/1000, "p90-handoff-ms")
+		b.ReportMetric(float64(hands[len(hands)*99/100].Microseconds())/1000, "p99-handoff-ms")
+		var sum time.Duration
+		for _, h := range hands {
+			sum += h
+		}
+		b.ReportMetric(float64((sum/time.Duration(len(hands))).Microseconds())/1000, "mean-handoff-ms")
+	}
 }
 
 // BenchmarkContention compares etcdlock with the stock concurrency.Mutex

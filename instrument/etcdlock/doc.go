@@ -22,10 +22,15 @@
 // holders of a key strictly increase and never repeat, even after the key
 // was idle (no per-key counter exists to expire).
 //
-// Waiting (WaitUntilDeadline, the default) queues: each waiter watches only
-// its predecessor's entry and re-checks when it is deleted, so a release
-// wakes exactly one waiter and waiters acquire in the order they queued. The
-// watch is started at the current revision, which etcd serves as a synced
+// Waiting (WaitUntilDeadline, the default) queues, and waiters acquire in
+// the order they queued. A waiter with at most 16 entries ahead of it
+// watches the whole queue (deletions only, with the deleted entry's previous
+// value) and counts down the deletions of entries created before its own:
+// at zero the lock is its own, with no round trip after the event. A waiter
+// further back watches only its predecessor's entry and re-reads the queue
+// when it is deleted, so a release reaches at most 17 waiters of a key
+// however long its queue is (each only decrements a counter). The watch is
+// started at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only
 // delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
 // manages about 80 handoffs a second). The current revision is the serving
@@ -42,20 +47,24 @@
 // alive and expire on their own. Ownership is always checked by the entry's
 // create revision, never by the lease ID, so reuse cannot confuse holders.
 // A reused lease gives the new entry the name of its previous one on the same
-// key; the watches on an entry (a holder's own, a waiter's predecessor) only
-// count a deletion after the revision they know the entry existed at, so
-// that the old entry's deletion, replayed by a lagging member, is neither a
-// loss nor a handoff.
+// key; the watches on an entry (a holder's own, a waiter's queue or
+// predecessor) only count a deletion after the revision they know the entry
+// existed at, so that the old entry's deletion, replayed by a lagging
+// member, is neither a loss nor a handoff.
 //
-// When the head entry is a waiter's direct predecessor, its deletion event
-// hands the lock over (no entry older than ours can appear later) once a
-// read-only transaction confirms that our own entry still exists with its
-// create revision: our entry may have been deleted before the predecessor's
-// (our lease revoked, or expired while the process was paused) without our
-// own watch having told us yet, and taking over then would make two holders.
-// The handoff therefore costs one linearizable read after the event, no raft
-// write. In other cases the waiter re-checks the queue in one transaction.
-// Acquire never returns a lease whose local deadline (below) has passed.
+// The queue watch also covers the waiter's own entry. etcd delivers a
+// watch's events in revision order without gaps, so when the deletion of
+// the last older entry arrives and no deletion of the waiter's own entry
+// came before it, its entry still existed at that revision: the lock is its
+// own. Its entry may have been deleted first (its lease revoked, or expired
+// while the process was paused) without the own-entry watch having told it
+// yet; the queue watch then shows that deletion first and the waiter stops
+// with ErrLockLost instead of taking over, which would make two holders. A
+// handoff therefore costs the holder's delete and one watch event: no raft
+// write and no read by the waiter. In other cases (a predecessor-only
+// watch, a watch that ended or started late) the waiter re-checks the queue
+// in one transaction. Acquire never returns a lease whose local deadline
+// (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
 // pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms; a

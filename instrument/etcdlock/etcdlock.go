@@ -229,16 +229,21 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 	}
 }
 
+// maxCounted is how many entries ahead of it a waiter counts down on one
+// watch of the whole queue. A waiter further back watches only its
+// predecessor until it is this close to the head.
+const maxCounted = 16
+
 // queue enters the key's queue and waits, in create-revision order, until
-// every earlier entry is gone. Each waiter watches only its predecessor.
+// every earlier entry is gone.
 func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	st := a.st
 	now := time.Now()
 	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
+			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
-			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
 	if err != nil {
@@ -252,25 +257,40 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	if resp.Succeeded {
 		return myRev, nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
+	ahead := resp.Responses[0].GetResponseRange().Count // read before our put: all older
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if len(kvs) == 0 || ahead == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
-	first := resp.Responses[1].GetResponseRange().Kvs
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, kvs[0], len(first) == 1 && first[0].CreateRevision == kvs[0].CreateRevision, myRev)
+	return a.waitTurn(ctx, myRev, ahead, kvs[0], myRev)
 }
 
-// waitTurn waits until no entry created before myRev is left. pred is the
-// newest such entry as of revision readRev; predIsHead says it was the only
-// one. Entries created later have higher revisions, so once the head
-// predecessor is deleted nothing older than us is left: the handoff then
-// costs no round trip after the watch event (our own entry's deletion is
-// caught by the own-key watch and ends the lease).
-func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, predIsHead bool, readRev int64) (int64, error) {
+// waitTurn waits until no entry created before myRev is left. As of
+// revision readRev, ahead entries were older than ours (more than
+// maxCounted when ahead is maxCounted+1) and pred was the newest of them.
+// Entries created later have higher revisions, so the entries ahead of us
+// only ever go away.
+//
+// Near the head (ahead <= maxCounted) one watch covers the whole queue, our
+// own entry included, with the previous value of each deleted entry: every
+// deletion of an entry created before ours counts one down, and at zero the
+// lock is ours with no round trip after the event. etcd delivers a watch's
+// events in revision order without gaps, so when the last older entry's
+// deletion at revision R arrives and no deletion of our entry came before
+// it, our entry (which existed at readRev) still existed at R: the lock is
+// ours as of R. Our entry may have been deleted before that (our lease
+// revoked, or expired while the process was paused) without the own-key
+// watch having told us yet; this watch then shows that deletion first, and
+// we stop waiting instead of taking over, which would make two holders.
+//
+// Further back, a waiter watches only its predecessor's entry and re-reads
+// the queue in one transaction when it is deleted, so a long queue does not
+// send every release to every waiter.
+func (a *acquirer) waitTurn(ctx context.Context, myRev, ahead int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
 	st := a.st
 	var (
-		watched string
+		watched string // st.pfx when counting, else the predecessor's key
 		wch     clientv3.WatchChan
 		wcancel context.CancelFunc = func() {}
 	)
@@ -278,7 +298,12 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
 	for {
-		if watched != string(pred.Key) {
+		counting := ahead <= maxCounted
+		want := st.pfx
+		if !counting {
+			want = string(pred.Key)
+		}
+		if watched != want {
 			// A watch from the current revision is synced at once; one from
 			// an older revision would be delivered only by etcd's 100 ms
 			// resync of unsynced watchers. "Current" is the serving member's:
@@ -289,8 +314,12 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			if ctx.Err() != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
-			watched = string(pred.Key)
-			wch, wcancel = a.l.watch(ctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			watched = want
+			if counting {
+				wch, wcancel = a.l.watch(ctx, st.pfx, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			} else {
+				wch, wcancel = a.l.watch(ctx, want, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			}
 		}
 		recheck := false
 		select {
@@ -309,22 +338,25 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 				recheck = wr.Header.Revision > readRev
 			default:
 				for _, ev := range wr.Events {
-					// A reused lease gives the predecessor's entry the name
-					// of an earlier entry of its; that entry's deletion,
-					// replayed by a lagging member, is not this one's.
-					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
-						if predIsHead && st.Context().Err() == nil {
-							ours, err := a.confirm(ctx, myRev)
-							if err == nil && ours {
-								st.stamp <- a.value(st.queuedAt(), time.Now())
-								return myRev, nil
-							}
-							if err == nil {
-								st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
-								return 0, a.waitErr(ctx)
-							}
+					// Events up to readRev are replays of a lagging member,
+					// which the read covered: with a reused lease, the
+					// deletion of an earlier entry of the same name.
+					if ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= readRev {
+						continue
+					}
+					switch key := string(ev.Kv.Key); {
+					case key == st.own:
+						st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted at revision %d while waiting", instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
+						return 0, a.waitErr(ctx)
+					case !counting:
+						recheck = recheck || key == watched
+					case ev.PrevKv == nil:
+						recheck = true // cannot tell whether it was ahead of us
+					case ev.PrevKv.CreateRevision < myRev:
+						if ahead--; ahead == 0 && st.Context().Err() == nil {
+							st.stamp <- a.value(st.queuedAt(), time.Now())
+							return myRev, nil
 						}
-						recheck = true // (or the confirmation failed: the full check reports why)
 					}
 				}
 			}
@@ -350,7 +382,8 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		).Else(
 			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
 			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
-			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
+			// Up to maxCounted+1 of the older entries: how many are left.
+			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1), clientv3.WithLimit(maxCounted+1)),
 		).Commit()
 		if err != nil {
 			if ctx.Err() != nil || st.Context().Err() != nil {
@@ -362,33 +395,18 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		if resp.Succeeded {
 			return myRev, nil
 		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
 			st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
 			return 0, a.waitErr(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
-		if len(kvs) == 0 {
+		older := resp.Responses[2].GetResponseRange().Kvs
+		if len(kvs) == 0 || len(older) == 0 {
 			// Only possible if our own entry was recreated; treat as lost.
 			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
 		}
-		first := resp.Responses[2].GetResponseRange().Kvs
-		pred, readRev = kvs[0], resp.Header.Revision
-		predIsHead = len(first) == 1 && first[0].CreateRevision == pred.CreateRevision
+		pred, readRev, ahead = kvs[0], resp.Header.Revision, int64(len(older))
 	}
-}
-
-// confirm reads whether our entry still exists with its create revision
-// myRev. The predecessor's deletion alone does not say so: our entry may have
-// been deleted before it (our lease revoked, or expired while this process
-// was paused) with our own watch's event not yet delivered. A linearizable
-// read after the deletion that finds our entry means that no older entry is
-// left and that ours is live. It is a read-only transaction (no raft write).
-func (a *acquirer) confirm(ctx context.Context, myRev int64) (bool, error) {
-	resp, err := a.l.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(a.st.own), "=", myRev)).Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
 }
 
 // watchCreateGrace bounds how long a watch whose stop context has ended may

@@ -46,7 +46,9 @@ func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
 func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
-	const key, n = "fifo", 10
+	// More waiters than a waiter counts down on a watch of the whole queue
+	// (16): the last ones start out watching only their predecessor.
+	const key, n = "fifo", 20
 	h, err := l.Acquire(timeout(t, 5*time.Second), key)
 	if err != nil {
 		t.Fatal(err)
