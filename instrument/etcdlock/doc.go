@@ -23,16 +23,17 @@
 // was idle (no per-key counter exists to expire).
 //
 // Waiting (WaitUntilDeadline, the default) queues, and waiters acquire in
-// the order they queued. A waiter with at most 16 entries ahead of it
-// watches the whole queue (deletions only, with the deleted entry's previous
-// value) and counts down the deletions of entries created before its own:
-// at zero the lock is its own, with no round trip after the event. A waiter
-// further back watches only its predecessor's entry and re-reads the queue
-// when it is deleted, so a release reaches at most 17 waiters of a key
-// however long its queue is (each only decrements a counter). The watch is
-// started at the current revision, which etcd serves as a synced
-// watcher (a watch from an older revision is parked as unsynced and is only
-// delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
+// the order they queued. A waiter with at most 16 entries ahead of it reads
+// their names when it queues and watches the key range they and its own
+// entry span (deletions only), crossing each older entry off as its
+// deletion arrives: when the last is gone the lock is its own, with no
+// round trip after the event. A waiter further back watches only its
+// predecessor's entry and re-reads the queue when it is deleted, so a
+// release reaches at most 17 waiters however long the queue is (each only
+// crosses off a name). The watch is started at the current revision, which
+// etcd serves as a synced watcher (a watch from an older revision is
+// parked as unsynced and is only delivered by etcd's 100 ms resync, which
+// is why stock concurrency.Mutex
 // manages about 80 handoffs a second). The current revision is the serving
 // member's: if it is past the revision of the waiter's read, the waiter
 // re-checks, so no release is missed; if the member lags behind (a follower
@@ -52,13 +53,13 @@
 // existed at, so that the old entry's deletion, replayed by a lagging
 // member, is neither a loss nor a handoff.
 //
-// The queue watch also covers the waiter's own entry. etcd delivers a
+// A near-head waiter's watch also covers its own entry. etcd delivers a
 // watch's events in revision order without gaps, so when the deletion of
 // the last older entry arrives and no deletion of the waiter's own entry
 // came before it, its entry still existed at that revision: the lock is its
 // own. Its entry may have been deleted first (its lease revoked, or expired
 // while the process was paused) without the own-entry watch having told it
-// yet; the queue watch then shows that deletion first and the waiter stops
+// yet; the waiter's watch then shows that deletion first and the waiter stops
 // with ErrLockLost instead of taking over, which would make two holders. A
 // handoff therefore costs the holder's delete and one watch event: no raft
 // write and no read by the waiter. In other cases (a predecessor-only

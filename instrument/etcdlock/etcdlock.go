@@ -229,9 +229,9 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 	}
 }
 
-// maxCounted is how many entries ahead of it a waiter counts down on one
-// watch of the whole queue. A waiter further back watches only its
-// predecessor until it is this close to the head.
+// maxCounted is how many entries ahead of it a waiter tracks on one watch.
+// A waiter further back watches only its predecessor until it is this close
+// to the head.
 const maxCounted = 16
 
 // queue enters the key's queue and waits, in create-revision order, until
@@ -242,7 +242,8 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
-			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			// Read before our put, so every entry here is older than ours.
+			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(maxCounted+1)),
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
@@ -257,76 +258,88 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	if resp.Succeeded {
 		return myRev, nil
 	}
-	ahead := resp.Responses[0].GetResponseRange().Count // read before our put: all older
+	older := resp.Responses[0].GetResponseRange().Kvs
 	kvs := resp.Responses[1].GetResponseRange().Kvs
-	if len(kvs) == 0 || ahead == 0 { // the queue emptied between compare and get: impossible in one txn
+	if len(kvs) == 0 || len(older) == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, ahead, kvs[0], myRev)
+	return a.waitTurn(ctx, myRev, older, kvs[0], myRev)
 }
 
 // waitTurn waits until no entry created before myRev is left. As of
-// revision readRev, ahead entries were older than ours (more than
-// maxCounted when ahead is maxCounted+1) and pred was the newest of them.
-// Entries created later have higher revisions, so the entries ahead of us
-// only ever go away.
+// revision readRev, older held the entries created before ours (the first
+// maxCounted+1 of them when there were more) and pred was the newest of
+// them. Entries created later have higher revisions, so the entries ahead
+// of us only ever go away.
 //
-// Near the head (ahead <= maxCounted) one watch covers the whole queue, our
-// own entry included, with the previous value of each deleted entry: every
-// deletion of an entry created before ours counts one down, and at zero the
-// lock is ours with no round trip after the event. etcd delivers a watch's
-// events in revision order without gaps, so when the last older entry's
-// deletion at revision R arrives and no deletion of our entry came before
-// it, our entry (which existed at readRev) still existed at R: the lock is
-// ours as of R. Our entry may have been deleted before that (our lease
-// revoked, or expired while the process was paused) without the own-key
-// watch having told us yet; this watch then shows that deletion first, and
-// we stop waiting instead of taking over, which would make two holders.
+// Near the head (at most maxCounted entries ahead) one watch covers the
+// keys of those entries and our own, and the waiter crosses each older
+// entry off as its deletion arrives: when the last is gone the lock is
+// ours, with no round trip after the event. etcd delivers a watch's events
+// in revision order without gaps, so when the last older entry's deletion
+// at revision R arrives and no deletion of our entry came before it, our
+// entry (which existed at readRev) still existed at R: the lock is ours as
+// of R. Our entry may have been deleted before that (our lease revoked, or
+// expired while the process was paused) without the own-key watch having
+// told us yet; this watch then shows that deletion first, and we stop
+// waiting instead of taking over, which would make two holders. An entry
+// name can come back (a reused lease) only after its entry was deleted, so
+// the first deletion of a name after readRev is that of the older entry.
 //
 // Further back, a waiter watches only its predecessor's entry and re-reads
 // the queue in one transaction when it is deleted, so a long queue does not
 // send every release to every waiter.
-func (a *acquirer) waitTurn(ctx context.Context, myRev, ahead int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
+func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.KeyValue, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
 	st := a.st
 	var (
-		watched string // st.pfx when counting, else the predecessor's key
-		wch     clientv3.WatchChan
-		wcancel context.CancelFunc = func() {}
+		wch      clientv3.WatchChan // nil: no watch open
+		wcancel  context.CancelFunc = func() {}
+		counting bool
+		ahead    map[string]bool // counting: the older entries not yet deleted
+		from, to string          // the watched key range, inclusive
 	)
 	defer func() { wcancel() }()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
-	for {
-		counting := ahead <= maxCounted
-		want := st.pfx
+	// track takes in a read of the queue. It reports whether the open
+	// watch still covers what must be watched.
+	track := func() bool {
+		was, wasFrom, wasTo := counting, from, to
+		counting = len(older) <= maxCounted
 		if !counting {
-			want = string(pred.Key)
+			from, to = string(pred.Key), string(pred.Key)
+			return !was && from == wasFrom
 		}
-		if watched != want {
+		ahead = make(map[string]bool, len(older))
+		from, to = st.own, st.own
+		for _, kv := range older {
+			ahead[string(kv.Key)] = true
+			from, to = min(from, string(kv.Key)), max(to, string(kv.Key))
+		}
+		return was && wasFrom <= from && to <= wasTo
+	}
+	track()
+	for {
+		if wch == nil {
 			// A watch from the current revision is synced at once; one from
 			// an older revision would be delivered only by etcd's 100 ms
 			// resync of unsynced watchers. "Current" is the serving member's:
 			// if it is ahead of readRev (the created response says so),
 			// re-check; if it lags behind, the watch replays events up to
 			// readRev, which the read already covers and which are skipped.
-			wcancel()
 			if ctx.Err() != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
-			watched = want
-			if counting {
-				wch, wcancel = a.l.watch(ctx, st.pfx, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-			} else {
-				wch, wcancel = a.l.watch(ctx, want, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-			}
+			wch, wcancel = a.l.watch(ctx, from, clientv3.WithRange(to+"\x00"), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		}
 		recheck := false
 		select {
 		case wr, ok := <-wch:
 			switch {
 			case !ok || wr.Err() != nil || wr.Canceled:
-				watched, recheck = "", true
+				wcancel()
+				wch, recheck = nil, true
 				if ctx.Err() == nil {
 					// The watch ended (no leader, connection lost): do not
 					// spin; the poll timer and a fresh watch take over.
@@ -349,11 +362,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev, ahead int64, pred *mvccp
 						st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted at revision %d while waiting", instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
 						return 0, a.waitErr(ctx)
 					case !counting:
-						recheck = recheck || key == watched
-					case ev.PrevKv == nil:
-						recheck = true // cannot tell whether it was ahead of us
-					case ev.PrevKv.CreateRevision < myRev:
-						if ahead--; ahead == 0 && st.Context().Err() == nil {
+						recheck = recheck || key == string(pred.Key)
+					case ahead[key]:
+						delete(ahead, key)
+						if len(ahead) == 0 && st.Context().Err() == nil {
 							st.stamp <- a.value(st.queuedAt(), time.Now())
 							return myRev, nil
 						}
@@ -382,7 +394,6 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev, ahead int64, pred *mvccp
 		).Else(
 			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
 			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
-			// Up to maxCounted+1 of the older entries: how many are left.
 			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1), clientv3.WithLimit(maxCounted+1)),
 		).Commit()
 		if err != nil {
@@ -400,12 +411,18 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev, ahead int64, pred *mvccp
 			return 0, a.waitErr(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
-		older := resp.Responses[2].GetResponseRange().Kvs
+		older = resp.Responses[2].GetResponseRange().Kvs
 		if len(kvs) == 0 || len(older) == 0 {
 			// Only possible if our own entry was recreated; treat as lost.
 			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
 		}
-		pred, readRev, ahead = kvs[0], resp.Header.Revision, int64(len(older))
+		pred, readRev = kvs[0], resp.Header.Revision
+		if !track() && wch != nil {
+			// The open watch does not cover the new range: a new one, whose
+			// created response is checked against this read.
+			wcancel()
+			wch = nil
+		}
 	}
 }
 
