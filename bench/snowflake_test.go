@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,6 +136,121 @@ func BenchmarkBatch(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "ids/s")
 		})
 	}
+}
+
+// BenchmarkRounds measures the three libraries in alternating slices of slice each, in
+// rotating order, one round per b.Loop iteration (run it with -benchtime Nx for N rounds),
+// and reports medians over the rounds: on a shared machine the CPU a process gets drifts by
+// more than the differences measured, so only ratios taken side by side in the same round
+// mean anything.
+//
+//   - limit/41x10x12: one goroutine per library. <lib>-%limit is its IDs/s as a share of the
+//     layout's limit (4,096,000 IDs/s). On a shared machine a process waits for a CPU for part
+//     of the time, and no generator can issue IDs in the milliseconds it is not running;
+//     <lib>-%fill leaves those out: IDs / (4096 x milliseconds in which it issued any), the
+//     share of each millisecond's sequence used in the milliseconds it ran (a millisecond it
+//     was preempted in still counts, so this is a lower bound). lockgov/<peer> is the ratio of
+//     IDs/s in the same round.
+//   - parallel/41x1x21: GOMAXPROCS goroutines sharing one generator. <lib>-ns/ID is wall time
+//     per ID; lockgov/<peer> is the ratio of IDs/s in the same round (> 1: lockgov faster).
+func BenchmarkRounds(b *testing.B) {
+	const slice = 20 * time.Millisecond
+	for _, c := range []struct {
+		name       string
+		l          layout
+		goroutines int
+	}{
+		{"limit/41x10x12", layouts[0], 1},
+		{"parallel/41x1x21", layouts[1], runtime.GOMAXPROCS(0)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rate := map[string][]float64{}
+			fill := map[string][]float64{}
+			ratio := map[string][]float64{}
+			round := 0
+			for b.Loop() {
+				got := map[string]float64{}
+				for i := range libs {
+					lib := libs[(round+i)%len(libs)]
+					next := generators(b, c.l)[lib]
+					ids, ms, d, err := runFor(next, c.goroutines, slice)
+					if err != nil {
+						b.Fatalf("%s: %v", lib, err)
+					}
+					got[lib] = float64(ids) / d.Seconds()
+					rate[lib] = append(rate[lib], got[lib])
+					fill[lib] = append(fill[lib], float64(ids)/float64(ms*4096))
+				}
+				for _, peer := range libs[1:] {
+					ratio[peer] = append(ratio[peer], got["lockgov"]/got[peer])
+				}
+				round++
+			}
+			for _, lib := range libs {
+				if c.goroutines == 1 {
+					b.ReportMetric(100*median(rate[lib])/4_096_000, lib+"-%limit")
+					b.ReportMetric(100*median(fill[lib]), lib+"-%fill")
+				} else {
+					b.ReportMetric(1e9/median(rate[lib]), lib+"-ns/ID")
+				}
+			}
+			for _, peer := range libs[1:] {
+				b.ReportMetric(median(ratio[peer]), "lockgov/"+peer)
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// runFor has goroutines goroutines call next for about d and returns the IDs issued, the
+// sum over goroutines of the distinct milliseconds their IDs carry (every library here puts
+// the time above bit 22 in both layouts), and the wall time taken.
+func runFor(next func() (int64, error), goroutines int, d time.Duration) (ids, ms int64, took time.Duration, err error) {
+	var stop atomic.Bool
+	var nIDs, nMs atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			var n, m, last int64 = 0, 0, -1
+			for !stop.Load() {
+				for range 64 {
+					id, err := next()
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						stop.Store(true)
+						break
+					}
+					n++
+					if t := id >> 22; t != last {
+						last, m = t, m+1
+					}
+				}
+			}
+			nIDs.Add(n)
+			nMs.Add(m)
+		})
+	}
+	time.Sleep(d) // the measuring window, not synchronisation
+	stop.Store(true)
+	wg.Wait()
+	took = time.Since(start)
+	if e := firstErr.Load(); e != nil {
+		return 0, 0, 0, fmt.Errorf("generating: %w", e.(error))
+	}
+	return nIDs.Load(), nMs.Load(), took, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // BenchmarkClockRead is the floor under every generator here: one clock read per ID.
