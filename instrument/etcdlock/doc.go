@@ -22,18 +22,12 @@
 // holders of a key strictly increase and never repeat, even after the key
 // was idle (no per-key counter exists to expire).
 //
-// Waiting (WaitUntilDeadline, the default) queues, and waiters acquire in
-// the order they queued. A waiter with at most 16 entries ahead of it reads
-// their names when it queues and watches the key range they and its own
-// entry span (deletions only), crossing each older entry off as its
-// deletion arrives: when the last is gone the lock is its own, with no
-// round trip after the event. A waiter further back watches only its
-// predecessor's entry and re-reads the queue when it is deleted, so a
-// release reaches at most 17 waiters however long the queue is (each only
-// crosses off a name). The watch is started at the current revision, which
-// etcd serves as a synced watcher (a watch from an older revision is
-// parked as unsynced and is only delivered by etcd's 100 ms resync, which
-// is why stock concurrency.Mutex
+// Waiting (WaitUntilDeadline, the default) queues: each waiter watches only
+// its predecessor's entry and re-checks when it is deleted, so a release
+// wakes exactly one waiter and waiters acquire in the order they queued. The
+// watch is started at the current revision, which etcd serves as a synced
+// watcher (a watch from an older revision is parked as unsynced and is only
+// delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
 // manages about 80 handoffs a second). The current revision is the serving
 // member's: if it is past the revision of the waiter's read, the waiter
 // re-checks, so no release is missed; if the member lags behind (a follower
@@ -48,31 +42,29 @@
 // alive and expire on their own. Ownership is always checked by the entry's
 // create revision, never by the lease ID, so reuse cannot confuse holders.
 // A reused lease gives the new entry the name of its previous one on the same
-// key; the watches on an entry (a holder's own, a waiter's queue or
-// predecessor) only count a deletion after the revision they know the entry
-// existed at, so that the old entry's deletion, replayed by a lagging
-// member, is neither a loss nor a handoff.
+// key; the watches on an entry (a holder's own, a waiter's predecessor) only
+// count a deletion after the revision they know the entry existed at, so
+// that the old entry's deletion, replayed by a lagging member, is neither a
+// loss nor a handoff.
 //
-// A near-head waiter's watch also covers its own entry. etcd delivers a
-// watch's events in revision order without gaps, so when the deletion of
-// the last older entry arrives and no deletion of the waiter's own entry
-// came before it, its entry still existed at that revision: the lock is its
-// own. Its entry may have been deleted first (its lease revoked, or expired
-// while the process was paused) without the own-entry watch having told it
-// yet; the waiter's watch then shows that deletion first and the waiter stops
-// with ErrLockLost instead of taking over, which would make two holders. A
-// handoff therefore costs the holder's delete and one watch event: no raft
-// write and no read by the waiter. In other cases (a predecessor-only
-// watch, a watch that ended or started late) the waiter re-checks the queue
-// in one transaction. Acquire never returns a lease whose local deadline
-// (below) has passed.
+// The re-check is one read-only transaction (a linearizable read, no raft
+// write): our entry still exists with its create revision and no entry
+// older than ours is left. The predecessor's deletion alone does not say
+// so: older entries may remain (the predecessor gave up), and our own entry
+// may have been deleted before the predecessor's (our lease revoked, or
+// expired while the process was paused) without our own watch having told
+// us yet; taking over then would make two holders. A contended handoff
+// therefore costs the holder's delete, one watch event and one read.
+// Acquire never returns a lease whose local deadline (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
-// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms; a
-// waiter records acquired_at_ms just after it takes over, from its lease's
-// background goroutine, so the handoff does not wait for that write. The
-// fence is the key's create_revision. Lease IDs are never in metrics, logs
-// or spans.
+// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. A lock
+// taken without waiting has acquired_at_ms from its first write; a waiter
+// that takes over records it (the instant it took over) from its lease's
+// background goroutine once it has held the lock for 100 ms, so the handoff
+// does not wait for that write and a shorter critical section, over before
+// any hold-time rule could apply, costs etcd no write for it. The fence is
+// the key's create_revision. Lease IDs are never in metrics, logs or spans.
 //
 // # TTL, watchdog and loss
 //

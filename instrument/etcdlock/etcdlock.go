@@ -229,21 +229,14 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 	}
 }
 
-// maxCounted is how many entries ahead of it a waiter tracks on one watch.
-// A waiter further back watches only its predecessor until it is this close
-// to the head.
-const maxCounted = 16
-
 // queue enters the key's queue and waits, in create-revision order, until
-// every earlier entry is gone.
+// every earlier entry is gone. Each waiter watches only its predecessor.
 func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	st := a.st
 	now := time.Now()
 	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
-			// Read before our put, so every entry here is older than ours.
-			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(maxCounted+1)),
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
@@ -258,88 +251,60 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	if resp.Succeeded {
 		return myRev, nil
 	}
-	older := resp.Responses[0].GetResponseRange().Kvs
-	kvs := resp.Responses[1].GetResponseRange().Kvs
-	if len(kvs) == 0 || len(older) == 0 { // the queue emptied between compare and get: impossible in one txn
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, older, kvs[0], myRev)
+	return a.waitTurn(ctx, myRev, kvs[0], myRev)
 }
 
-// waitTurn waits until no entry created before myRev is left. As of
-// revision readRev, older held the entries created before ours (the first
-// maxCounted+1 of them when there were more) and pred was the newest of
-// them. Entries created later have higher revisions, so the entries ahead
-// of us only ever go away.
+// waitTurn waits until no entry created before myRev is left. pred is the
+// newest such entry as of revision readRev. Entries created later have
+// higher revisions, so the entries ahead of us only ever go away, and a
+// release wakes only the waiter right behind it.
 //
-// Near the head (at most maxCounted entries ahead) one watch covers the
-// keys of those entries and our own, and the waiter crosses each older
-// entry off as its deletion arrives: when the last is gone the lock is
-// ours, with no round trip after the event. etcd delivers a watch's events
-// in revision order without gaps, so when the last older entry's deletion
-// at revision R arrives and no deletion of our entry came before it, our
-// entry (which existed at readRev) still existed at R: the lock is ours as
-// of R. Our entry may have been deleted before that (our lease revoked, or
-// expired while the process was paused) without the own-key watch having
-// told us yet; this watch then shows that deletion first, and we stop
-// waiting instead of taking over, which would make two holders. An entry
-// name can come back (a reused lease) only after its entry was deleted, so
-// the first deletion of a name after readRev is that of the older entry.
-//
-// Further back, a waiter watches only its predecessor's entry and re-reads
-// the queue in one transaction when it is deleted, so a long queue does not
-// send every release to every waiter.
-func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.KeyValue, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
+// When pred is deleted the waiter checks in one read-only transaction (a
+// linearizable read, no raft write) that its own entry still exists with
+// its create revision and that no older entry is left. The deletion alone
+// does not say so: entries older than pred may remain (pred gave up), and
+// our own entry may have been deleted before pred's (our lease revoked, or
+// expired while the process was paused) with the own-key watch's event not
+// yet delivered; taking over then would make two holders. A handoff
+// therefore costs the holder's delete, one watch event and one read; the
+// acquisition time is recorded in the lock value afterwards, off the
+// handoff's path.
+func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
 	st := a.st
 	var (
-		wch      clientv3.WatchChan // nil: no watch open
-		wcancel  context.CancelFunc = func() {}
-		counting bool
-		ahead    map[string]bool // counting: the older entries not yet deleted
-		from, to string          // the watched key range, inclusive
+		watched string
+		wch     clientv3.WatchChan
+		wcancel context.CancelFunc = func() {}
 	)
 	defer func() { wcancel() }()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
-	// track takes in a read of the queue. It reports whether the open
-	// watch still covers what must be watched.
-	track := func() bool {
-		was, wasFrom, wasTo := counting, from, to
-		counting = len(older) <= maxCounted
-		if !counting {
-			from, to = string(pred.Key), string(pred.Key)
-			return !was && from == wasFrom
-		}
-		ahead = make(map[string]bool, len(older))
-		from, to = st.own, st.own
-		for _, kv := range older {
-			ahead[string(kv.Key)] = true
-			from, to = min(from, string(kv.Key)), max(to, string(kv.Key))
-		}
-		return was && wasFrom <= from && to <= wasTo
-	}
-	track()
 	for {
-		if wch == nil {
+		if watched != string(pred.Key) {
 			// A watch from the current revision is synced at once; one from
 			// an older revision would be delivered only by etcd's 100 ms
 			// resync of unsynced watchers. "Current" is the serving member's:
 			// if it is ahead of readRev (the created response says so),
 			// re-check; if it lags behind, the watch replays events up to
 			// readRev, which the read already covers and which are skipped.
+			wcancel()
 			if ctx.Err() != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
-			wch, wcancel = a.l.watch(ctx, from, clientv3.WithRange(to+"\x00"), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			watched = string(pred.Key)
+			wch, wcancel = a.l.watch(ctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		}
 		recheck := false
 		select {
 		case wr, ok := <-wch:
 			switch {
 			case !ok || wr.Err() != nil || wr.Canceled:
-				wcancel()
-				wch, recheck = nil, true
+				watched, recheck = "", true
 				if ctx.Err() == nil {
 					// The watch ended (no leader, connection lost): do not
 					// spin; the poll timer and a fresh watch take over.
@@ -351,24 +316,11 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.Ke
 				recheck = wr.Header.Revision > readRev
 			default:
 				for _, ev := range wr.Events {
-					// Events up to readRev are replays of a lagging member,
-					// which the read covered: with a reused lease, the
-					// deletion of an earlier entry of the same name.
-					if ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= readRev {
-						continue
-					}
-					switch key := string(ev.Kv.Key); {
-					case key == st.own:
-						st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted at revision %d while waiting", instrument.ErrLockLost, st.key, ev.Kv.ModRevision))
-						return 0, a.waitErr(ctx)
-					case !counting:
-						recheck = recheck || key == string(pred.Key)
-					case ahead[key]:
-						delete(ahead, key)
-						if len(ahead) == 0 && st.Context().Err() == nil {
-							st.stamp <- a.value(st.queuedAt(), time.Now())
-							return myRev, nil
-						}
+					// A reused lease gives the predecessor's entry the name
+					// of an earlier entry of its; that entry's deletion,
+					// replayed by a lagging member, is not this one's.
+					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
+						recheck = true
 					}
 				}
 			}
@@ -383,18 +335,14 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.Ke
 			continue
 		}
 		poll.Reset(a.cfg.PollInterval)
-		// Our turn if our entry still exists and none older is left; then
-		// record the acquisition time in the value in the same round trip.
-		now := time.Now()
+		// Our turn if our entry still exists and none older is left. Read
+		// only: the acquisition time is written after the handoff.
 		resp, err := a.l.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
 			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
-		).Then(
-			clientv3.OpPut(st.own, a.value(st.queuedAt(), now), clientv3.WithIgnoreLease()),
 		).Else(
 			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
 			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
-			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1), clientv3.WithLimit(maxCounted+1)),
 		).Commit()
 		if err != nil {
 			if ctx.Err() != nil || st.Context().Err() != nil {
@@ -404,6 +352,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.Ke
 		}
 		a.attempted(resp.Succeeded)
 		if resp.Succeeded {
+			if st.Context().Err() != nil {
+				return 0, a.waitErr(ctx)
+			}
+			st.stamp <- a.value(st.queuedAt(), time.Now())
 			return myRev, nil
 		}
 		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
@@ -411,18 +363,11 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, older []*mvccpb.Ke
 			return 0, a.waitErr(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
-		older = resp.Responses[2].GetResponseRange().Kvs
-		if len(kvs) == 0 || len(older) == 0 {
+		if len(kvs) == 0 {
 			// Only possible if our own entry was recreated; treat as lost.
 			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
 		}
 		pred, readRev = kvs[0], resp.Header.Revision
-		if !track() && wch != nil {
-			// The open watch does not cover the new range: a new one, whose
-			// created response is checked against this read.
-			wcancel()
-			wch = nil
-		}
 	}
 }
 

