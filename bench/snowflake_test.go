@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -138,23 +139,24 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
-// BenchmarkRounds measures the three libraries in alternating slices of slice each, in
+// BenchmarkRounds measures the three libraries in alternating windows of 20 ms each, in
 // rotating order, one round per b.Loop iteration (run it with -benchtime Nx for N rounds),
 // and reports medians over the rounds: on a shared machine the CPU a process gets drifts by
 // more than the differences measured, so only ratios taken side by side in the same round
 // mean anything.
 //
-//   - limit/41x10x12: one goroutine per library. <lib>-%limit is its IDs/s as a share of the
-//     layout's limit (4,096,000 IDs/s). On a shared machine a process waits for a CPU for part
-//     of the time, and no generator can issue IDs in the milliseconds it is not running;
-//     <lib>-%fill leaves those out: IDs / (4096 x milliseconds in which it issued any), the
-//     share of each millisecond's sequence used in the milliseconds it ran (a millisecond it
-//     was preempted in still counts, so this is a lower bound). lockgov/<peer> is the ratio of
-//     IDs/s in the same round.
+//   - limit/41x10x12: one goroutine per library. <lib>-%limit is its rate as a share of the
+//     layout's limit (4096 IDs per millisecond), over the whole milliseconds of the slice: the
+//     IDs of the milliseconds between its first and last ID / (4096 x their number). On a
+//     shared machine a process waits for a CPU for part of the time, and no generator can issue
+//     IDs in the milliseconds it is not running; <lib>-%fill leaves those out: the same IDs /
+//     (4096 x those milliseconds in which it issued any), the share of each millisecond's
+//     sequence used in the milliseconds it ran (one it was preempted in still counts, so this
+//     is a lower bound). lockgov/<peer> is the ratio of the two libraries' IDs/s in the round.
 //   - parallel/41x1x21: GOMAXPROCS goroutines sharing one generator. <lib>-ns/ID is wall time
 //     per ID; lockgov/<peer> is the ratio of IDs/s in the same round (> 1: lockgov faster).
 func BenchmarkRounds(b *testing.B) {
-	const slice = 20 * time.Millisecond
+	const window = 20 * time.Millisecond
 	for _, c := range []struct {
 		name       string
 		l          layout
@@ -165,6 +167,7 @@ func BenchmarkRounds(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			rate := map[string][]float64{}
+			limit := map[string][]float64{}
 			fill := map[string][]float64{}
 			ratio := map[string][]float64{}
 			round := 0
@@ -173,13 +176,16 @@ func BenchmarkRounds(b *testing.B) {
 				for i := range libs {
 					lib := libs[(round+i)%len(libs)]
 					next := generators(b, c.l)[lib]
-					ids, ms, d, err := runFor(next, c.goroutines, slice)
+					r, err := runFor(next, c.goroutines, window)
 					if err != nil {
 						b.Fatalf("%s: %v", lib, err)
 					}
-					got[lib] = float64(ids) / d.Seconds()
+					got[lib] = float64(r.ids) / r.took.Seconds()
 					rate[lib] = append(rate[lib], got[lib])
-					fill[lib] = append(fill[lib], float64(ids)/float64(ms*4096))
+					if r.span > 0 && r.ran > 0 {
+						limit[lib] = append(limit[lib], float64(r.inner)/float64(4096*r.span))
+						fill[lib] = append(fill[lib], float64(r.inner)/float64(4096*r.ran))
+					}
 				}
 				for _, peer := range libs[1:] {
 					ratio[peer] = append(ratio[peer], got["lockgov"]/got[peer])
@@ -188,7 +194,7 @@ func BenchmarkRounds(b *testing.B) {
 			}
 			for _, lib := range libs {
 				if c.goroutines == 1 {
-					b.ReportMetric(100*median(rate[lib])/4_096_000, lib+"-%limit")
+					b.ReportMetric(100*median(limit[lib]), lib+"-%limit")
 					b.ReportMetric(100*median(fill[lib]), lib+"-%fill")
 				} else {
 					b.ReportMetric(1e9/median(rate[lib]), lib+"-ns/ID")
@@ -202,44 +208,70 @@ func BenchmarkRounds(b *testing.B) {
 	}
 }
 
-// runFor has goroutines goroutines call next for about d and returns the IDs issued, the
-// sum over goroutines of the distinct milliseconds their IDs carry (every library here puts
-// the time above bit 22 in both layouts), and the wall time taken.
-func runFor(next func() (int64, error), goroutines int, d time.Duration) (ids, ms int64, took time.Duration, err error) {
-	var stop atomic.Bool
-	var nIDs, nMs atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
+// slice is what runFor measured. inner, span and ran are summed over the goroutines and
+// leave out each goroutine's first and last millisecond, which the window cuts: inner is the
+// IDs of the milliseconds in between, span their number, ran the number of them that carry
+// any ID (every library here puts the time above bit 22 in both layouts).
+type slice struct {
+	ids, inner, span, ran int64
+	took                  time.Duration
+}
+
+// runFor has goroutines goroutines call next for about d.
+func runFor(next func() (int64, error), goroutines int, d time.Duration) (slice, error) {
+	var (
+		stop     atomic.Bool
+		mu       sync.Mutex
+		sum      slice
+		firstErr error
+		wg       sync.WaitGroup
+	)
 	start := time.Now()
 	for range goroutines {
 		wg.Go(func() {
-			var n, m, last int64 = 0, 0, -1
+			var n, ms, first, last, inFirst, inLast int64 = 0, 0, -1, -1, 0, 0
 			for !stop.Load() {
 				for range 64 {
 					id, err := next()
 					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
+						mu.Lock()
+						firstErr = cmp.Or(firstErr, err)
+						mu.Unlock()
 						stop.Store(true)
 						break
 					}
 					n++
-					if t := id >> 22; t != last {
-						last, m = t, m+1
+					t := id >> 22
+					if t != last {
+						last, inLast, ms = t, 0, ms+1
 					}
+					if first < 0 {
+						first = t
+					}
+					if t == first {
+						inFirst++
+					}
+					inLast++
 				}
 			}
-			nIDs.Add(n)
-			nMs.Add(m)
+			mu.Lock()
+			sum.ids += n
+			if ms > 2 {
+				sum.inner += n - inFirst - inLast
+				sum.span += last - first - 1
+				sum.ran += ms - 2
+			}
+			mu.Unlock()
 		})
 	}
 	time.Sleep(d) // the measuring window, not synchronisation
 	stop.Store(true)
 	wg.Wait()
-	took = time.Since(start)
-	if e := firstErr.Load(); e != nil {
-		return 0, 0, 0, fmt.Errorf("generating: %w", e.(error))
+	sum.took = time.Since(start)
+	if firstErr != nil {
+		return slice{}, fmt.Errorf("generating: %w", firstErr)
 	}
-	return nIDs.Load(), nMs.Load(), took, nil
+	return sum, nil
 }
 
 func median(xs []float64) float64 {
