@@ -153,8 +153,10 @@ func BenchmarkBatch(b *testing.B) {
 //     (4096 x those milliseconds in which it issued any), the share of each millisecond's
 //     sequence used in the milliseconds it ran (one it was preempted in still counts, so this
 //     is a lower bound). lockgov/<peer> is the ratio of the two libraries' IDs/s in the round.
-//   - parallel/41x1x21: GOMAXPROCS goroutines sharing one generator. <lib>-ns/ID is wall time
-//     per ID; lockgov/<peer> is the ratio of IDs/s in the same round (> 1: lockgov faster).
+//   - hot/41x1x21: one goroutine, a layout with room for 2M IDs per millisecond, so the hot
+//     path itself. <lib>-ns/ID is wall time per ID; lockgov/<peer> is the ratio of IDs/s in
+//     the same round (> 1: lockgov faster).
+//   - parallel/41x1x21: the same with GOMAXPROCS goroutines sharing one generator.
 func BenchmarkRounds(b *testing.B) {
 	const window = 20 * time.Millisecond
 	for _, c := range []struct {
@@ -163,6 +165,7 @@ func BenchmarkRounds(b *testing.B) {
 		goroutines int
 	}{
 		{"limit/41x10x12", layouts[0], 1},
+		{"hot/41x1x21", layouts[1], 1},
 		{"parallel/41x1x21", layouts[1], runtime.GOMAXPROCS(0)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
@@ -193,7 +196,7 @@ func BenchmarkRounds(b *testing.B) {
 				round++
 			}
 			for _, lib := range libs {
-				if c.goroutines == 1 {
+				if c.l.sequenceBits == 12 {
 					b.ReportMetric(100*median(limit[lib]), lib+"-%limit")
 					b.ReportMetric(100*median(fill[lib]), lib+"-%fill")
 				} else {
