@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,6 +137,155 @@ func BenchmarkBatch(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "ids/s")
 		})
 	}
+}
+
+// BenchmarkRounds measures the three libraries in alternating windows of 20 ms each, in
+// rotating order, one round per b.Loop iteration (run it with -benchtime Nx for N rounds),
+// and reports medians over the rounds: on a shared machine the CPU a process gets drifts by
+// more than the differences measured, so only ratios taken side by side in the same round
+// mean anything.
+//
+//   - limit/41x10x12: one goroutine per library. <lib>-%limit is its rate as a share of the
+//     layout's limit (4096 IDs per millisecond), over the whole milliseconds of the slice: the
+//     IDs of the milliseconds between its first and last ID / (4096 x their number). On a
+//     shared machine a process waits for a CPU for part of the time, and no generator can issue
+//     IDs in the milliseconds it is not running; <lib>-%fill leaves those out: the same IDs /
+//     (4096 x those milliseconds in which it issued any), the share of each millisecond's
+//     sequence used in the milliseconds it ran (one it was preempted in still counts, so this
+//     is a lower bound). lockgov/<peer> is the ratio of the two libraries' IDs/s in the round.
+//   - hot/41x1x21: one goroutine, a layout with room for 2M IDs per millisecond, so the hot
+//     path itself. <lib>-ns/ID is wall time per ID; lockgov/<peer> is the ratio of IDs/s in
+//     the same round (> 1: lockgov faster).
+//   - parallel/41x1x21: the same with GOMAXPROCS goroutines sharing one generator.
+func BenchmarkRounds(b *testing.B) {
+	const window = 20 * time.Millisecond
+	for _, c := range []struct {
+		name       string
+		l          layout
+		goroutines int
+	}{
+		{"limit/41x10x12", layouts[0], 1},
+		{"hot/41x1x21", layouts[1], 1},
+		{"parallel/41x1x21", layouts[1], runtime.GOMAXPROCS(0)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rate := map[string][]float64{}
+			limit := map[string][]float64{}
+			fill := map[string][]float64{}
+			ratio := map[string][]float64{}
+			round := 0
+			for b.Loop() {
+				got := map[string]float64{}
+				for i := range libs {
+					lib := libs[(round+i)%len(libs)]
+					next := generators(b, c.l)[lib]
+					r, err := runFor(next, c.goroutines, window)
+					if err != nil {
+						b.Fatalf("%s: %v", lib, err)
+					}
+					got[lib] = float64(r.ids) / r.took.Seconds()
+					rate[lib] = append(rate[lib], got[lib])
+					if r.span > 0 && r.ran > 0 {
+						limit[lib] = append(limit[lib], float64(r.inner)/float64(4096*r.span))
+						fill[lib] = append(fill[lib], float64(r.inner)/float64(4096*r.ran))
+					}
+				}
+				for _, peer := range libs[1:] {
+					ratio[peer] = append(ratio[peer], got["lockgov"]/got[peer])
+				}
+				round++
+			}
+			for _, lib := range libs {
+				if c.l.sequenceBits == 12 {
+					b.ReportMetric(100*median(limit[lib]), lib+"-%limit")
+					b.ReportMetric(100*median(fill[lib]), lib+"-%fill")
+				} else {
+					b.ReportMetric(1e9/median(rate[lib]), lib+"-ns/ID")
+				}
+			}
+			for _, peer := range libs[1:] {
+				b.ReportMetric(median(ratio[peer]), "lockgov/"+peer)
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// slice is what runFor measured. inner, span and ran are summed over the goroutines and
+// leave out each goroutine's first and last millisecond, which the window cuts: inner is the
+// IDs of the milliseconds in between, span their number, ran the number of them that carry
+// any ID (every library here puts the time above bit 22 in both layouts).
+type slice struct {
+	ids, inner, span, ran int64
+	took                  time.Duration
+}
+
+// runFor has goroutines goroutines call next for about d.
+func runFor(next func() (int64, error), goroutines int, d time.Duration) (slice, error) {
+	var (
+		stop     atomic.Bool
+		mu       sync.Mutex
+		sum      slice
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			var n, ms, first, last, inFirst, inLast int64 = 0, 0, -1, -1, 0, 0
+			for !stop.Load() {
+				for range 64 {
+					id, err := next()
+					if err != nil {
+						mu.Lock()
+						firstErr = cmp.Or(firstErr, err)
+						mu.Unlock()
+						stop.Store(true)
+						break
+					}
+					n++
+					t := id >> 22
+					if t != last {
+						last, inLast, ms = t, 0, ms+1
+					}
+					if first < 0 {
+						first = t
+					}
+					if t == first {
+						inFirst++
+					}
+					inLast++
+				}
+			}
+			mu.Lock()
+			sum.ids += n
+			if ms > 2 {
+				sum.inner += n - inFirst - inLast
+				sum.span += last - first - 1
+				sum.ran += ms - 2
+			}
+			mu.Unlock()
+		})
+	}
+	time.Sleep(d) // the measuring window, not synchronisation
+	stop.Store(true)
+	wg.Wait()
+	sum.took = time.Since(start)
+	if firstErr != nil {
+		return slice{}, fmt.Errorf("generating: %w", firstErr)
+	}
+	return sum, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // BenchmarkClockRead is the floor under every generator here: one clock read per ID.

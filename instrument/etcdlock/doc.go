@@ -47,22 +47,24 @@
 // that the old entry's deletion, replayed by a lagging member, is neither a
 // loss nor a handoff.
 //
-// When the head entry is a waiter's direct predecessor, its deletion event
-// hands the lock over (no entry older than ours can appear later) once a
-// read-only transaction confirms that our own entry still exists with its
-// create revision: our entry may have been deleted before the predecessor's
-// (our lease revoked, or expired while the process was paused) without our
-// own watch having told us yet, and taking over then would make two holders.
-// The handoff therefore costs one linearizable read after the event, no raft
-// write. In other cases the waiter re-checks the queue in one transaction.
+// The re-check is one read-only transaction (a linearizable read, no raft
+// write): our entry still exists with its create revision and no entry
+// older than ours is left. The predecessor's deletion alone does not say
+// so: older entries may remain (the predecessor gave up), and our own entry
+// may have been deleted before the predecessor's (our lease revoked, or
+// expired while the process was paused) without our own watch having told
+// us yet; taking over then would make two holders. A contended handoff
+// therefore costs the holder's delete, one watch event and one read.
 // Acquire never returns a lease whose local deadline (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
-// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms; a
-// waiter records acquired_at_ms just after it takes over, from its lease's
-// background goroutine, so the handoff does not wait for that write. The
-// fence is the key's create_revision. Lease IDs are never in metrics, logs
-// or spans.
+// pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. A lock
+// taken without waiting has acquired_at_ms from its first write; a waiter
+// that takes over records it (the instant it took over) from its lease's
+// background goroutine once it has held the lock for 100 ms, so the handoff
+// does not wait for that write and a shorter critical section, over before
+// any hold-time rule could apply, costs etcd no write for it. The fence is
+// the key's create_revision. Lease IDs are never in metrics, logs or spans.
 //
 // # TTL, watchdog and loss
 //

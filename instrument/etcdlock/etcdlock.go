@@ -238,7 +238,6 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
-			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
 	if err != nil {
@@ -256,18 +255,26 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
-	first := resp.Responses[1].GetResponseRange().Kvs
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, kvs[0], len(first) == 1 && first[0].CreateRevision == kvs[0].CreateRevision, myRev)
+	return a.waitTurn(ctx, myRev, kvs[0], myRev)
 }
 
 // waitTurn waits until no entry created before myRev is left. pred is the
-// newest such entry as of revision readRev; predIsHead says it was the only
-// one. Entries created later have higher revisions, so once the head
-// predecessor is deleted nothing older than us is left: the handoff then
-// costs no round trip after the watch event (our own entry's deletion is
-// caught by the own-key watch and ends the lease).
-func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, predIsHead bool, readRev int64) (int64, error) {
+// newest such entry as of revision readRev. Entries created later have
+// higher revisions, so the entries ahead of us only ever go away, and a
+// release wakes only the waiter right behind it.
+//
+// When pred is deleted the waiter checks in one read-only transaction (a
+// linearizable read, no raft write) that its own entry still exists with
+// its create revision and that no older entry is left. The deletion alone
+// does not say so: entries older than pred may remain (pred gave up), and
+// our own entry may have been deleted before pred's (our lease revoked, or
+// expired while the process was paused) with the own-key watch's event not
+// yet delivered; taking over then would make two holders. A handoff
+// therefore costs the holder's delete, one watch event and one read; the
+// acquisition time is recorded in the lock value afterwards, off the
+// handoff's path.
+func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
 	st := a.st
 	var (
 		watched string
@@ -313,18 +320,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 					// of an earlier entry of its; that entry's deletion,
 					// replayed by a lagging member, is not this one's.
 					if ev.Type == clientv3.EventTypeDelete && ev.Kv.ModRevision > readRev {
-						if predIsHead && st.Context().Err() == nil {
-							ours, err := a.confirm(ctx, myRev)
-							if err == nil && ours {
-								st.stamp <- a.value(st.queuedAt(), time.Now())
-								return myRev, nil
-							}
-							if err == nil {
-								st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
-								return 0, a.waitErr(ctx)
-							}
-						}
-						recheck = true // (or the confirmation failed: the full check reports why)
+						recheck = true
 					}
 				}
 			}
@@ -339,18 +335,14 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			continue
 		}
 		poll.Reset(a.cfg.PollInterval)
-		// Our turn if our entry still exists and none older is left; then
-		// record the acquisition time in the value in the same round trip.
-		now := time.Now()
+		// Our turn if our entry still exists and none older is left. Read
+		// only: the acquisition time is written after the handoff.
 		resp, err := a.l.c.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
 			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
-		).Then(
-			clientv3.OpPut(st.own, a.value(st.queuedAt(), now), clientv3.WithIgnoreLease()),
 		).Else(
 			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
 			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
-			clientv3.OpGet(st.pfx, clientv3.WithFirstCreate()...),
 		).Commit()
 		if err != nil {
 			if ctx.Err() != nil || st.Context().Err() != nil {
@@ -360,9 +352,13 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		}
 		a.attempted(resp.Succeeded)
 		if resp.Succeeded {
+			if st.Context().Err() != nil {
+				return 0, a.waitErr(ctx)
+			}
+			st.stamp <- a.value(st.queuedAt(), time.Now())
 			return myRev, nil
 		}
-		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
 			st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
 			return 0, a.waitErr(ctx)
 		}
@@ -371,24 +367,8 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			// Only possible if our own entry was recreated; treat as lost.
 			return 0, fmt.Errorf("etcdlock: acquire %q: inconsistent queue at revision %d", st.key, resp.Header.Revision)
 		}
-		first := resp.Responses[2].GetResponseRange().Kvs
 		pred, readRev = kvs[0], resp.Header.Revision
-		predIsHead = len(first) == 1 && first[0].CreateRevision == pred.CreateRevision
 	}
-}
-
-// confirm reads whether our entry still exists with its create revision
-// myRev. The predecessor's deletion alone does not say so: our entry may have
-// been deleted before it (our lease revoked, or expired while this process
-// was paused) with our own watch's event not yet delivered. A linearizable
-// read after the deletion that finds our entry means that no older entry is
-// left and that ours is live. It is a read-only transaction (no raft write).
-func (a *acquirer) confirm(ctx context.Context, myRev int64) (bool, error) {
-	resp, err := a.l.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(a.st.own), "=", myRev)).Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
 }
 
 // watchCreateGrace bounds how long a watch whose stop context has ended may

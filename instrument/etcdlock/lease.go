@@ -107,6 +107,10 @@ func (st *leaseState) Context() context.Context          { return st.core.Contex
 func (st *leaseState) Refresh(ctx context.Context) error { return st.core.Refresh(ctx) }
 func (st *leaseState) Release(ctx context.Context) error { return st.core.Release(ctx) }
 
+// stampAfter is how long a waiter that took the lock over holds it before
+// acquired_at_ms is written into its entry's value.
+const stampAfter = 100 * time.Millisecond
+
 // startOwnWatch watches our queue entry from rev: its deletion by anyone
 // (lease expiry, revoke, an operator) ends the lease.
 func (st *leaseState) startOwnWatch(rev int64) {
@@ -117,6 +121,10 @@ func (st *leaseState) startOwnWatch(rev int64) {
 func (st *leaseState) watchOwn(rev int64) {
 	defer close(st.owDone)
 	ownRev := rev - 1 // the create revision of our entry
+	var (
+		stamp   string           // the value to write once stampAt fires
+		stampAt <-chan time.Time // nil: nothing to write
+	)
 	for {
 		if st.bg.Err() != nil {
 			return
@@ -130,13 +138,20 @@ func (st *leaseState) watchOwn(rev int64) {
 			select {
 			case <-st.bg.Done():
 				break watching
-			case v := <-st.stamp:
-				// Record the acquisition time off the handoff's critical
-				// path, only while the entry is still ours.
+			case stamp = <-st.stamp:
+				// Record the acquisition time off the handoff's path, and
+				// only once the lock has been held for stampAfter: a
+				// shorter hold is over before anyone needs it (hold-time
+				// rules are longer), and skipping the write spares etcd
+				// one write per short critical section.
+				stampAt = time.After(stampAfter)
+			case <-stampAt:
+				stampAt = nil
+				// Only while the entry is still ours.
 				sctx, scancel := context.WithTimeout(st.bg, st.ttl/3)
 				_, _ = st.l.c.Txn(sctx).
 					If(clientv3.Compare(clientv3.CreateRevision(st.own), "=", ownRev)).
-					Then(clientv3.OpPut(st.own, v, clientv3.WithIgnoreLease())).Commit()
+					Then(clientv3.OpPut(st.own, stamp, clientv3.WithIgnoreLease())).Commit()
 				scancel()
 			case wr, ok := <-wch:
 				if !ok {
