@@ -1,0 +1,292 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+)
+
+// benchDuration is how long each contended or parallel measurement runs:
+// LOCKGOV_BENCH_DURATION (a Go duration), default 3s.
+func benchDuration(b *testing.B) time.Duration {
+	d := 3 * time.Second
+	if s := os.Getenv("LOCKGOV_BENCH_DURATION"); s != "" {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("LOCKGOV_BENCH_DURATION: %v", err)
+		}
+		d = v
+	}
+	return d
+}
+
+// BenchmarkContended is issue 12's contention measurement without the
+// peers: 8 contenders on one key, each with its own go-redis client and its
+// own Locker (like 8 processes), each holding the lock ~1 ms and asking
+// again at once. It runs for LOCKGOV_BENCH_DURATION whatever b.N is (run it
+// with -benchtime 1x) and reports:
+//
+//	acq/s       acquisitions per second, all contenders
+//	busy-%      sum of the measured holds / wall time
+//	p50-wait-ms, p99-wait-ms, max-wait-ms   Acquire call to return
+//	min/max     fewest / most acquisitions of one contender
+//	conns/acq   new connections (all clients) per acquisition
+//	cmds/acq    commands sent (all clients) per acquisition
+//
+// The go-redis clients are the package tests' (newClient).
+func BenchmarkContended(b *testing.B) {
+	_, seed := setup(b)
+	_ = seed
+	for _, tc := range []struct {
+		name string
+		opts []redislock.Option
+	}{
+		{"wait", nil},
+		{"fair", []redislock.Option{redislock.Fair()}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			r, _ := setup(b)
+			runContended(b, r.Addr(), tc.opts)
+		})
+	}
+}
+
+const (
+	contenders = 8
+	holdFor    = time.Millisecond
+)
+
+func runContended(b *testing.B, addr string, opts []redislock.Option) {
+	var dials, cmds atomic.Int64
+	lockers := make([]*redislock.Locker, contenders)
+	for i := range lockers {
+		c := newClient(b, addr)
+		c.AddHook(statHook{dials: &dials, cmds: &cmds})
+		lockers[i] = newLocker(b, c, opts...)
+	}
+	const key = "lock:bench:contended"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	// Warm every client (pool connection, script cache, pub/sub).
+	for _, l := range lockers {
+		lease, err := l.Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := benchDuration(b)
+	dials.Store(0)
+	cmds.Store(0)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		waits []time.Duration
+		held  time.Duration
+		count = make([]int, contenders)
+		stop  atomic.Bool
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for i, l := range lockers {
+		wg.Go(func() {
+			var myWaits []time.Duration
+			var myHeld time.Duration
+			for !stop.Load() {
+				t0 := time.Now()
+				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+				lease, err := l.Acquire(actx, key, instrument.WithTTL(10*time.Second))
+				acancel()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				t1 := time.Now()
+				myWaits = append(myWaits, t1.Sub(t0))
+				time.Sleep(holdFor)
+				myHeld += time.Since(t1)
+				if err := lease.Release(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			mu.Lock()
+			waits = append(waits, myWaits...)
+			held += myHeld
+			count[i] = len(myWaits)
+			mu.Unlock()
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	wall := time.Since(start)
+	b.StopTimer()
+	reportContended(b, wall, held, waits, count, dials.Load(), cmds.Load())
+}
+
+func reportContended(b *testing.B, wall, held time.Duration, waits []time.Duration, count []int, dials, cmds int64) {
+	slices.Sort(waits)
+	n := len(waits)
+	if n == 0 {
+		b.Fatal("no acquisitions")
+	}
+	q := func(p float64) float64 {
+		return float64(waits[min(n-1, int(p*float64(n)))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(float64(n)/wall.Seconds(), "acq/s")
+	b.ReportMetric(100*float64(held)/float64(wall), "busy-%")
+	b.ReportMetric(q(0.50), "p50-wait-ms")
+	b.ReportMetric(q(0.99), "p99-wait-ms")
+	b.ReportMetric(float64(waits[n-1])/float64(time.Millisecond), "max-wait-ms")
+	b.ReportMetric(float64(slices.Min(count))/float64(max(1, slices.Max(count))), "min/max")
+	b.ReportMetric(float64(dials)/float64(n), "conns/acq")
+	b.ReportMetric(float64(cmds)/float64(n), "cmds/acq")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("acquisitions per contender: %v", count)
+}
+
+// statHook counts dials and commands of a client.
+type statHook struct{ dials, cmds *atomic.Int64 }
+
+func (h statHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		h.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+func (h statHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h statHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BenchmarkUncontendedParallel is issue 12's uncontended comparison without
+// the peers: 16 goroutines, each on its own key, one shared client, in one
+// run: the raw floor (SET NX PX + EVALSHA compare-and-delete), the bare
+// redislock Locker, and redislock through Govern (metrics on a registry,
+// spans with the global no-op tracer, fences). The variants take turns in
+// rotating order for LOCKGOV_BENCH_ROUNDS rounds (default 5) of
+// LOCKGOV_BENCH_DURATION/5 each, and the medians of the per-round ratios
+// are reported: bare/raw and governed/raw throughput, and governed/raw
+// client CPU per pair (getrusage: the client's CPU alone, Redis is another
+// process). Run it with -benchtime 1x.
+func BenchmarkUncontendedParallel(b *testing.B) {
+	r, c := setup(b)
+	_ = r
+	const workers = 16
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	rawRelease.Load(ctx, c)
+	bare := newLocker(b, c)
+	governed, err := instrument.NewGoverned(bare, instrument.WithRegisterer(prometheus.NewRegistry()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const tok = "6f1c1f4e-3c4d-4a52-9b8e-2f1f6a3b7c10"
+	raw := func(key string) error {
+		ok, err := c.SetNX(ctx, key, tok, 30*time.Second).Result()
+		if err != nil || !ok {
+			return fmt.Errorf("raw: %v %w", ok, err)
+		}
+		return rawRelease.Run(ctx, c, []string{key}, tok).Err()
+	}
+	locked := func(l instrument.Locker) func(string) error {
+		return func(key string) error {
+			lease, err := l.Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				return err
+			}
+			return lease.Release(ctx)
+		}
+	}
+	variants := []struct {
+		name string
+		pair func(key string) error
+	}{{"raw", raw}, {"bare", locked(bare)}, {"governed", locked(governed)}}
+
+	rounds := 5
+	if s := os.Getenv("LOCKGOV_BENCH_ROUNDS"); s != "" {
+		if _, err := fmt.Sscan(s, &rounds); err != nil || rounds < 1 {
+			b.Fatalf("LOCKGOV_BENCH_ROUNDS: %q", s)
+		}
+	}
+	slice := benchDuration(b) / 5
+	measure := func(name string, pair func(string) error, d time.Duration) (opsPerSec, cpuPerOp float64) {
+		var ops atomic.Int64
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		cpu0 := cpuTime()
+		t0 := time.Now()
+		for w := range workers {
+			key := fmt.Sprintf("lock:bench:par:%s:%d", name, w)
+			wg.Go(func() {
+				for !stop.Load() {
+					if err := pair(key); err != nil {
+						b.Error(err)
+						return
+					}
+					ops.Add(1)
+				}
+			})
+		}
+		time.Sleep(d)
+		stop.Store(true)
+		wg.Wait()
+		wall := time.Since(t0)
+		n := float64(ops.Load())
+		return n / wall.Seconds(), float64(cpuTime()-cpu0) / float64(time.Microsecond) / n
+	}
+	for _, v := range variants { // warm up
+		measure(v.name, v.pair, 100*time.Millisecond)
+	}
+	tput := make([][]float64, len(variants))
+	cpu := make([][]float64, len(variants))
+	b.ResetTimer()
+	for round := range rounds {
+		for j := range variants {
+			i := (round + j) % len(variants)
+			t, c := measure(variants[i].name, variants[i].pair, slice)
+			tput[i] = append(tput[i], t)
+			cpu[i] = append(cpu[i], c)
+		}
+	}
+	b.StopTimer()
+	median := func(xs []float64) float64 {
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	ratio := func(a, bb []float64) float64 {
+		r := make([]float64, len(a))
+		for i := range a {
+			r[i] = a[i] / bb[i]
+		}
+		return median(r)
+	}
+	b.ReportMetric(median(tput[0]), "raw-pairs/s")
+	b.ReportMetric(ratio(tput[1], tput[0]), "bare/raw")
+	b.ReportMetric(ratio(tput[2], tput[0]), "governed/raw")
+	b.ReportMetric(median(cpu[0]), "raw-cpu-µs/pair")
+	b.ReportMetric(ratio(cpu[2], cpu[0]), "governed/raw-cpu")
+	b.ReportMetric(ratio(cpu[1], cpu[0]), "bare/raw-cpu")
+	b.ReportMetric(0, "ns/op")
+}
