@@ -44,6 +44,13 @@ func benchDuration(b *testing.B) time.Duration {
 //	min/max     fewest / most acquisitions of one contender
 //	conns/acq   new connections (all clients) per acquisition
 //	cmds/acq    commands sent (all clients) per acquisition
+//	p50-handoff-µs  from a holder calling Release to the next holder's
+//	            Acquire returning (the lock's idle time per acquisition)
+//	p50-rtt-µs  a PING round trip on another client, sampled during the run
+//	handoff/rtt the two medians' ratio: how many round trips a handoff
+//	            costs, which machine load moves less than either
+//	p50-hold-ms, p99-hold-ms  the measured holds (a 1 ms sleep overshoots
+//	            on a loaded machine, and a waiter waits for 7 of them)
 //
 // The go-redis clients are the package tests' (newClient).
 func BenchmarkContended(b *testing.B) {
@@ -99,12 +106,31 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 		held  time.Duration
 		count = make([]int, contenders)
 		stop  atomic.Bool
+		gaps  []time.Duration
+		holds []time.Duration
+		rtts  []time.Duration
+		// lastRelease is when the current holder called Release, in ns
+		// since start (0: nobody released yet).
+		lastRelease atomic.Int64
 	)
+	pinger := newClient(b, addr)
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		for !stop.Load() {
+			t := time.Now()
+			if err := pinger.Ping(ctx).Err(); err != nil {
+				return
+			}
+			rtts = append(rtts, time.Since(t))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	b.ResetTimer()
 	start := time.Now()
 	for i, l := range lockers {
 		wg.Go(func() {
-			var myWaits []time.Duration
+			var myWaits, myGaps, myHolds []time.Duration
 			var myHeld time.Duration
 			for !stop.Load() {
 				t0 := time.Now()
@@ -116,9 +142,15 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 					return
 				}
 				t1 := time.Now()
+				if r := lastRelease.Load(); r != 0 {
+					myGaps = append(myGaps, t1.Sub(start)-time.Duration(r))
+				}
 				myWaits = append(myWaits, t1.Sub(t0))
 				time.Sleep(holdFor)
-				myHeld += time.Since(t1)
+				t2 := time.Now()
+				myHeld += t2.Sub(t1)
+				myHolds = append(myHolds, t2.Sub(t1))
+				lastRelease.Store(int64(t2.Sub(start)))
 				if err := lease.Release(ctx); err != nil {
 					b.Error(err)
 					return
@@ -126,6 +158,8 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 			}
 			mu.Lock()
 			waits = append(waits, myWaits...)
+			gaps = append(gaps, myGaps...)
+			holds = append(holds, myHolds...)
 			held += myHeld
 			count[i] = len(myWaits)
 			mu.Unlock()
@@ -136,7 +170,21 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 	wg.Wait()
 	wall := time.Since(start)
 	b.StopTimer()
+	<-pingDone
 	reportContended(b, wall, held, waits, count, dials.Load(), cmds.Load())
+	if len(gaps) > 0 && len(rtts) > 0 {
+		slices.Sort(gaps)
+		slices.Sort(rtts)
+		g, r := gaps[len(gaps)/2], rtts[len(rtts)/2]
+		b.ReportMetric(float64(g)/float64(time.Microsecond), "p50-handoff-µs")
+		b.ReportMetric(float64(r)/float64(time.Microsecond), "p50-rtt-µs")
+		b.ReportMetric(float64(g)/float64(r), "handoff/rtt")
+	}
+	// How long the holds themselves ran (time.Sleep(1ms) on a loaded
+	// machine): a waiter behind 7 others waits 7 of them.
+	slices.Sort(holds)
+	b.ReportMetric(float64(holds[len(holds)/2])/float64(time.Millisecond), "p50-hold-ms")
+	b.ReportMetric(float64(holds[len(holds)*99/100])/float64(time.Millisecond), "p99-hold-ms")
 }
 
 func reportContended(b *testing.B, wall, held time.Duration, waits []time.Duration, count []int, dials, cmds int64) {

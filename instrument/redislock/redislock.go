@@ -259,5 +259,8 @@ func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b[:]) + " "
+	var t [23]byte         // 22 base64 characters and the space
+	base64.RawURLEncoding.Encode(t[:22], b[:])
+	t[22] = ' '
+	return string(t[:])
 }
