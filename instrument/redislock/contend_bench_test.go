@@ -46,6 +46,7 @@ func benchDuration(b *testing.B) time.Duration {
 //	cmds/acq    commands sent (all clients) per acquisition
 //	p50-handoff-µs  from a holder calling Release to the next holder's
 //	            Acquire returning (the lock's idle time per acquisition)
+//	p99-handoff-µs  its 99th percentile
 //	p50-rtt-µs  a PING round trip on another client, sampled during the run
 //	handoff/rtt the two medians' ratio: how many round trips a handoff
 //	            costs, which machine load moves less than either
@@ -177,6 +178,7 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 		slices.Sort(rtts)
 		g, r := gaps[len(gaps)/2], rtts[len(rtts)/2]
 		b.ReportMetric(float64(g)/float64(time.Microsecond), "p50-handoff-µs")
+		b.ReportMetric(float64(gaps[len(gaps)*99/100])/float64(time.Microsecond), "p99-handoff-µs")
 		b.ReportMetric(float64(r)/float64(time.Microsecond), "p50-rtt-µs")
 		b.ReportMetric(float64(g)/float64(r), "handoff/rtt")
 	}
