@@ -9,7 +9,7 @@
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  metadata: a JSON object without its closing brace
 -- ARGV[4]  fence counter TTL in milliseconds (TTL + retention)
--- ARGV[5]  waiting only: this waiter's queue entry, "<token> <ttl> <metadata>"
+-- ARGV[5]  waiting only: this waiter's queue entry, "<token> <ttl> <locker id> <metadata>"
 -- ARGV[6]  waiting only: waiter timeout in milliseconds
 --
 -- Returns {1, fence} when acquired (also when this token already holds it,

@@ -14,7 +14,7 @@
 -- ARGV[5]  waiter timeout in milliseconds: a waiter that has not retried
 --          for this long is skipped
 -- ARGV[6]  '1' for a single attempt (FailFast): never join the queue
--- ARGV[7]  this waiter's queue entry, "<token> <ttl> <metadata>" (see
+-- ARGV[7]  this waiter's queue entry, "<token> <ttl> <locker id> <metadata>" (see
 --          handoff_lib.lua: a release hands the lock to the head entry)
 --
 -- Returns {1, fence} when acquired, or {0, pttl, position, counter} where

@@ -134,7 +134,7 @@ func TestHandoff_WaiterThatGaveUpHandsTheLockOn(t *testing.T) {
 			}
 			// A waiter ahead of b, queued the way acquire.lua queues.
 			const tok = "gaveup "
-			entry := tok + "5000 " + `{"service":"test"`
+			entry := tok + "5000 0123456789abcdef " + `{"service":"test"`
 			c.RPush(ctx, queueKey(key), entry)
 			c.ZAdd(ctx, waitersKey(key), redisZ(float64(time.Now().Add(time.Minute).UnixMilli()), entry))
 			c.PExpire(ctx, queueKey(key), time.Minute)
@@ -178,7 +178,7 @@ func TestHandoff_GoneWaiterIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := "dead 5000 " + `{"service":"test"`
+	entry := "dead 5000 0123456789abcdef " + `{"service":"test"`
 	c.RPush(ctx, queueKey(key), entry)
 	c.ZAdd(ctx, waitersKey(key), redisZ(float64(time.Now().Add(-time.Second).UnixMilli()), entry))
 	b := newLocker(t, newClient(t, r.Addr()))
@@ -214,8 +214,8 @@ func TestHandoff_StaleNotificationIsIgnored(t *testing.T) {
 			var attempts atomic.Int32
 			got := acquireInBackground(ctx, b, key, &attempts)
 			waitQueued(t, ctx, c, key, 1)
-			entry := c.LIndex(ctx, queueKey(key), 0).Val()
-			tok := entry[:strings.IndexByte(entry, ' ')+1]
+			entry := strings.Fields(c.LIndex(ctx, queueKey(key), 0).Val())
+			tok, lid := entry[0]+" ", entry[2] // "<token> <ttl> <locker id> <metadata>"
 			// Both modes attempt again once the subscription is confirmed:
 			// from then on a notification reaches the waiter.
 			for attempts.Load() < 2 {
@@ -226,7 +226,7 @@ func TestHandoff_StaleNotificationIsIgnored(t *testing.T) {
 			}
 			before := attempts.Load()
 			stale := redislock.WaiterID(tok) + " " + strconv.FormatUint(held.Fence()-1, 10)
-			c.Publish(ctx, "{"+key+"}:released", stale)
+			c.Publish(ctx, "{"+key+"}:released:"+lid, stale)
 			for attempts.Load() == before {
 				select {
 				case l := <-got:

@@ -68,6 +68,9 @@ func (l *Locker) Close() error { return l.notify.close() }
 type notifier struct {
 	c    redis.UniversalClient
 	idle time.Duration
+	// suffix makes a key's channel this Locker's own: channels are
+	// subscribed as name+suffix, and known here by name alone.
+	suffix string
 
 	closed atomic.Bool // set under mu, read without it on Acquire's fast path
 
@@ -142,12 +145,12 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 		// which would cost every waiter of the Locker its notifications
 		// for one impatient caller.
 		wctx := context.WithoutCancel(ctx)
-		if err := pc.ps.Subscribe(wctx, channel); err != nil {
+		if err := pc.ps.Subscribe(wctx, channel+n.suffix); err != nil {
 			// go-redis remembers the channel even when the write failed
 			// and would resubscribe it on its next connection. The failed
 			// write made it replace the connection: the other channels need
 			// a new barrier.
-			uerr := pc.ps.Unsubscribe(wctx, channel)
+			uerr := pc.ps.Unsubscribe(wctx, channel+n.suffix)
 			n.brokenLocked(pc)
 			if uerr == nil && len(pc.chans) > 0 {
 				_ = n.pingLocked(wctx, pc)
@@ -257,7 +260,11 @@ func (n *notifier) unsubscribeLocked(pc *pubsubConn, channels ...string) {
 		delete(pc.chans, ch)
 		pc.idleN--
 	}
-	if err := pc.ps.Unsubscribe(context.Background(), channels...); err != nil {
+	names := make([]string, len(channels))
+	for i, ch := range channels {
+		names[i] = ch + n.suffix
+	}
+	if err := pc.ps.Unsubscribe(context.Background(), names...); err != nil {
 		n.brokenLocked(pc)
 	}
 }
@@ -428,7 +435,8 @@ func (n *notifier) dispatchLocked(pc *pubsubConn, msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
 		// "" wakes every waiter; "<id> <fence>" is a handoff to waiter id.
-		if cs := pc.chans[m.Channel]; cs != nil {
+		name, _ := strings.CutSuffix(m.Channel, n.suffix)
+		if cs := pc.chans[name]; cs != nil {
 			id, fence, _ := strings.Cut(m.Payload, " ")
 			for w := range cs.waiters {
 				switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,10 @@ type Locker struct {
 	local     localQueue
 	retention time.Duration
 	value     lockvalue.Writer
+	// lid names this Locker's own release channels: a handoff is published
+	// on the key's channel + ":" + lid, so only the process whose waiter
+	// got the lock wakes (see notifier).
+	lid string
 }
 
 // New returns a Locker on c. The client should have ContextTimeoutEnabled
@@ -56,9 +61,13 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	lid := hex.EncodeToString(id[:])
 	return &Locker{
 		store:     s,
-		notify:    notifier{c: c, idle: o.idleTimeout},
+		notify:    notifier{c: c, idle: o.idleTimeout, suffix: ":" + lid},
+		lid:       lid,
 		retention: o.retention,
 		value:     value,
 	}, nil
@@ -93,6 +102,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		meta:     l.meta(&cfg),
 		fenceTTL: cfg.TTL + l.retention,
 		once:     cfg.Wait == instrument.WaitFailFast,
+		lid:      l.lid,
 	}
 
 	// Deadline waiters of this Locker take turns locally; the one whose turn

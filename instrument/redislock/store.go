@@ -56,13 +56,14 @@ type request struct {
 	once     bool          // FailFast: one attempt, so join no queue
 	queue    bool          // a deadline waiter that subscribed: attempts queue it for a handoff
 	entry    string        // its queue entry, made on the first queued attempt
+	lid      string        // the Locker's channel suffix: a handoff is published there
 }
 
 // queueEntry is the request's entry in the waiter queue: what a release
 // needs to hand it the lock (see handoff_lib.lua).
 func (r *request) queueEntry() string {
 	if r.entry == "" {
-		r.entry = r.tok + strconv.FormatInt(r.ttl.Milliseconds(), 10) + " " + r.meta
+		r.entry = r.tok + strconv.FormatInt(r.ttl.Milliseconds(), 10) + " " + r.lid + " " + r.meta
 	}
 	return r.entry
 }
