@@ -44,9 +44,11 @@
 // # Keys
 //
 // A lock on key K uses K itself (value "<token> <fence> <json metadata>",
-// readable by the agent), a fence counter and a notification channel that
-// hash to K's slot: K+":fence" and K+":released" when K has a hash tag,
-// "{K}:fence" and "{K}:released" otherwise. While waiters wait, the waiter
+// readable by the agent), a fence counter and notification channels that
+// hash to K's slot: K+":fence" and K+":released:<locker id>" when K has a
+// hash tag, "{K}:fence" and "{K}:released:<locker id>" otherwise (each
+// Locker has its own channel per key, named by 16 random hex digits of its
+// own, so that a handoff wakes one process). While waiters wait, the waiter
 // queue K+":queue" and the waiter deadlines K+":waiters" ("{K}:queue",
 // "{K}:waiters"), both under a TTL of twice the waiter timeout plus the
 // lock TTL, re-armed by every waiting attempt. Keys with braces that do not
@@ -80,7 +82,7 @@
 // # Waiting
 //
 // WaitUntilDeadline waiters of one Locker queue in-process per key, and only
-// the head contends in Redis. It subscribes to the key's release channel,
+// the head contends in Redis. It subscribes to its Locker's release channel of the key,
 // queues in Redis for a handoff (below), and retries when the holder's TTL
 // runs out (expiry hands nothing over), at the poll interval or a third of
 // the waiter timeout (5s, DefaultWaiterTimeout) as a last resort, and when
@@ -93,9 +95,10 @@
 // the release itself: it pops the first live entry of the key's waiter
 // queue, writes the lock value that waiter's own acquire would have written
 // (its token, TTL and metadata, which the entry carries, and a fresh fence),
-// and PUBLISHes "<waiter id> <fence>", the id being 24 hex digits of the
-// SHA-1 of the waiter's token (the token never goes on a channel). Only
-// that waiter wakes, and it already holds the lock: no acquire round trip,
+// and PUBLISHes "<waiter id> <fence>" on the channel of the waiter's
+// Locker (the entry names it), the id being 24 hex digits of the SHA-1 of
+// the waiter's token (the token never goes on a channel). Only that process
+// and that waiter wake, and it already holds the lock: no acquire round trip,
 // no herd of waiters running acquire.lua to fail, and the releasing
 // goroutine, asking again at once, cannot take the lock back first (it
 // queues behind the others). Waiters get the lock in the order they queued,

@@ -15,7 +15,7 @@ type keySet struct {
 	base    string // prefix of the companion keys: key with a hash tag, else "{key}"
 	lock    string // the lock itself: "<token> <fence> <json>" under PX
 	fence   string // the fence counter, under PX TTL+retention
-	channel string // release notifications
+	channel string // release notifications: a Locker subscribes channel+":"+its id
 	queue   string // fair mode: waiter tokens, oldest first
 	waiters string // fair mode: waiter deadlines
 }
