@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -280,10 +282,11 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 		}
 	}
 	slice := benchDuration(b) / 5
-	measure := func(name string, pair func(string) error, d time.Duration) (opsPerSec, cpuPerOp float64) {
+	measure := func(name string, pair func(string) error, d time.Duration) (opsPerSec, cpuPerOp, srvPerOp float64) {
 		var ops atomic.Int64
 		var stop atomic.Bool
 		var wg sync.WaitGroup
+		srv0 := serverCPU(b, c)
 		cpu0 := cpuTime()
 		t0 := time.Now()
 		for w := range workers {
@@ -303,20 +306,23 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 		wg.Wait()
 		wall := time.Since(t0)
 		n := float64(ops.Load())
-		return n / wall.Seconds(), float64(cpuTime()-cpu0) / float64(time.Microsecond) / n
+		cpu := float64(cpuTime()-cpu0) / float64(time.Microsecond) / n
+		return n / wall.Seconds(), cpu, float64(serverCPU(b, c)-srv0) / float64(time.Microsecond) / n
 	}
 	for _, v := range variants { // warm up
 		measure(v.name, v.pair, 100*time.Millisecond)
 	}
 	tput := make([][]float64, len(variants))
 	cpu := make([][]float64, len(variants))
+	srv := make([][]float64, len(variants))
 	b.ResetTimer()
 	for round := range rounds {
 		for j := range variants {
 			i := (round + j) % len(variants)
-			t, c := measure(variants[i].name, variants[i].pair, slice)
+			t, c, sc := measure(variants[i].name, variants[i].pair, slice)
 			tput[i] = append(tput[i], t)
 			cpu[i] = append(cpu[i], c)
+			srv[i] = append(srv[i], sc)
 		}
 	}
 	b.StopTimer()
@@ -338,5 +344,40 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 	b.ReportMetric(median(cpu[0]), "raw-cpu-µs/pair")
 	b.ReportMetric(ratio(cpu[2], cpu[0]), "governed/raw-cpu")
 	b.ReportMetric(ratio(cpu[1], cpu[0]), "bare/raw-cpu")
+	b.ReportMetric(median(srv[0]), "raw-server-µs/pair")
+	b.ReportMetric(median(srv[2]), "governed-server-µs/pair")
+	b.ReportMetric(median(srv[1]), "bare-server-µs/pair")
+	total := func(i int) []float64 {
+		t := make([]float64, len(cpu[i]))
+		for j := range t {
+			t[j] = cpu[i][j] + srv[i][j]
+		}
+		return t
+	}
+	// On a machine where client and server share the cores, throughput
+	// follows the CPU both spend per pair: raw total / governed total is
+	// the throughput ratio the CPU allows.
+	b.ReportMetric(ratio(total(0), total(2)), "raw/governed-total-cpu")
 	b.ReportMetric(0, "ns/op")
+}
+
+// serverCPU is redis-server's CPU time (user + system) from INFO cpu.
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", k, err)
+		}
+		total += time.Duration(secs * float64(time.Second))
+	}
+	return total
 }
