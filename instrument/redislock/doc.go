@@ -131,6 +131,10 @@
 //     next holder's and its own tombstone: it reports success and hands
 //     nothing over twice.
 //
+// Retry and FailFast callers never queue: while deadline waiters queue on a
+// key, every release goes to one of them, and a retrying caller gets the
+// lock only when nobody queues (or it expired).
+//
 // A waiter that finds the key's channel subscribed already (the key was
 // contended lately) queues on its first attempt, so a contended
 // acquisition costs two commands in all: the queuing attempt and, later,
