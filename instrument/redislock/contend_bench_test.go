@@ -52,6 +52,7 @@ func benchDuration(b *testing.B) time.Duration {
 //	p50-rtt-µs  a PING round trip on another client, sampled during the run
 //	handoff/rtt the two medians' ratio: how many round trips a handoff
 //	            costs, which machine load moves less than either
+//	server-µs/script  redis-server's time per EVALSHA (INFO commandstats)
 //	p50-hold-ms, p99-hold-ms  the measured holds (a 1 ms sleep overshoots
 //	            on a loaded machine, and a waiter waits for 7 of them)
 //
@@ -174,6 +175,21 @@ func runContended(b *testing.B, addr string, opts []redislock.Option) {
 	wall := time.Since(start)
 	b.StopTimer()
 	<-pingDone
+	// Server time per script call (wall time inside redis-server, which a
+	// loaded machine inflates like everything else).
+	if st, err := pinger.Info(ctx, "commandstats").Result(); err == nil {
+		for line := range strings.Lines(st) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+				for field := range strings.SplitSeq(strings.TrimSpace(rest), ",") {
+					if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+						if f, err := strconv.ParseFloat(v, 64); err == nil {
+							b.ReportMetric(f, "server-µs/script")
+						}
+					}
+				}
+			}
+		}
+	}
 	reportContended(b, wall, held, waits, count, dials.Load(), cmds.Load())
 	if len(gaps) > 0 && len(rtts) > 0 {
 		slices.Sort(gaps)
