@@ -14,9 +14,14 @@
 -- ARGV[5]  waiter timeout in milliseconds: a waiter that has not retried
 --          for this long is skipped
 -- ARGV[6]  '1' for a single attempt (FailFast): never join the queue
+-- ARGV[7]  this waiter's queue entry, "<token> <ttl> <locker id> <metadata>" (see
+--          handoff_lib.lua: a release hands the lock to the head entry)
 --
--- Returns {1, fence} when acquired, or {0, pttl, position} where position is
--- this caller's 0-based place in the queue (0: next in line).
+-- Returns {1, fence} when acquired, or {0, pttl, position, counter} where
+-- position is this caller's 0-based place in the queue (0: next in line)
+-- and counter the fence counter now: a handoff after this attempt has a
+-- larger fence, so a waiter ignores a notification whose fence is not
+-- above it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -45,7 +50,7 @@ end
 local queueTTL = tonumber(ARGV[5]) * 2 + tonumber(ARGV[2])
 if not cur then
 	local head = redis.call('LINDEX', KEYS[3], 0)
-	if not head or head == ARGV[1] then
+	if not head or head == ARGV[7] then
 		if head then
 			redis.call('LPOP', KEYS[3])
 			redis.call('ZREM', KEYS[4], head)
@@ -65,11 +70,10 @@ if ARGV[6] == '1' then
 end
 
 -- Queue up, or refresh this waiter's deadline.
-if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
-	redis.call('RPUSH', KEYS[3], ARGV[1])
+if redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), ARGV[7]) == 1 then
+	redis.call('RPUSH', KEYS[3], ARGV[7])
 end
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[5]), ARGV[1])
 redis.call('PEXPIRE', KEYS[3], queueTTL)
 redis.call('PEXPIRE', KEYS[4], queueTTL)
-local pos = redis.call('LPOS', KEYS[3], ARGV[1])
-return {0, redis.call('PTTL', KEYS[1]), pos or 0}
+local pos = redis.call('LPOS', KEYS[3], ARGV[7])
+return {0, redis.call('PTTL', KEYS[1]), pos or 0, tonumber(redis.call('GET', KEYS[2]) or '0')}

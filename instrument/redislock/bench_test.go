@@ -42,6 +42,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	defer cancel()
 
 	b.Run("raw-setnx-evalsha", func(b *testing.B) {
+		b.ReportAllocs()
 		const tok = "6f1c1f4e-3c4d-4a52-9b8e-2f1f6a3b7c10"
 		rawRelease.Load(ctx, c)
 		start := cpuTime()
@@ -59,6 +60,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 	backend := newLocker(b, c)
 	run := func(b *testing.B, l instrument.Locker, key string) {
+		b.ReportAllocs()
 		start := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {

@@ -14,7 +14,7 @@ import (
 type Keys struct {
 	Lock    string // the lock: "<token> <fence> <json>" under PX
 	Fence   string // the fence counter, under PX
-	Channel string // release notifications (a pub/sub channel, not a key)
+	Channel string // release notifications: each Locker subscribes Channel+":"+its id (pub/sub channels, not keys)
 	Queue   string // Fair mode: waiter tokens, oldest first
 	Waiters string // Fair mode: waiter deadlines
 }

@@ -33,8 +33,9 @@
 // Acquire is one EVALSHA of acquire.lua: set-if-absent with PX and the owner
 // token, and the next fence from a per-key counter in the same hash slot,
 // atomically. Release is one EVALSHA of release.lua: compare the owner token,
-// DEL, leave a short-lived tombstone for the token, PUBLISH a release
-// notification. Refresh is one EVALSHA of refresh.lua:
+// leave a short-lived tombstone for the token, and hand the lock to the
+// first waiter queued for it (see "Waiting: the handoff") or DEL it.
+// Refresh is one EVALSHA of refresh.lua:
 // compare the owner token, PEXPIRE. Never GET-then-DEL (which deletes the
 // next holder's lock when the first one ran past its TTL) and never a bare
 // EXPIRE (which extends whoever holds the key now). The fast path is the
@@ -43,9 +44,14 @@
 // # Keys
 //
 // A lock on key K uses K itself (value "<token> <fence> <json metadata>",
-// readable by the agent), a fence counter and a notification channel that
-// hash to K's slot: K+":fence" and K+":released" when K has a hash tag,
-// "{K}:fence" and "{K}:released" otherwise. Keys with braces that do not
+// readable by the agent), a fence counter and notification channels that
+// hash to K's slot: K+":fence" and K+":released:<locker id>" when K has a
+// hash tag, "{K}:fence" and "{K}:released:<locker id>" otherwise (each
+// Locker has its own channel per key, named by 16 random hex digits of its
+// own, so that a handoff wakes one process). While waiters wait, the waiter
+// queue K+":queue" and the waiter deadlines K+":waiters" ("{K}:queue",
+// "{K}:waiters"), both under a TTL of twice the waiter timeout plus the
+// lock TTL, re-armed by every waiting attempt. Keys with braces that do not
 // form a hash tag are refused. A release leaves a tombstone K+":rel:<hash of
 // the token>" (or "{K}:rel:…") under PX for as long as the release call can
 // be retried (its context's deadline plus a second; a minute without one).
@@ -76,10 +82,63 @@
 // # Waiting
 //
 // WaitUntilDeadline waiters of one Locker queue in-process per key, and only
-// the head contends in Redis. It subscribes to the key's release channel and
-// retries when a release is published, when the holder's TTL runs out
-// (expiry publishes nothing), or at the poll interval as a last resort.
-// Retry and FailFast callers go to Redis directly.
+// the head contends in Redis. It subscribes to its Locker's release channel of the key,
+// queues in Redis for a handoff (below), and retries when the holder's TTL
+// runs out (expiry hands nothing over), at the poll interval or a third of
+// the waiter timeout (5s, DefaultWaiterTimeout) as a last resort, and when
+// its pub/sub connection was lost. Retry and FailFast callers go to Redis
+// directly and never queue.
+//
+// # Waiting: the handoff
+//
+// A release hands the lock over inside release.lua, in the round trip of
+// the release itself: it pops the first live entry of the key's waiter
+// queue, writes the lock value that waiter's own acquire would have written
+// (its token, TTL and metadata, which the entry carries, and a fresh fence),
+// and PUBLISHes "<waiter id> <fence>" on the channel of the waiter's
+// Locker (the entry names it), the id being 24 hex digits of the SHA-1 of
+// the waiter's token (the token never goes on a channel). Only that process
+// and that waiter wake, and it already holds the lock: no acquire round trip,
+// no herd of waiters running acquire.lua to fail, and the releasing
+// goroutine, asking again at once, cannot take the lock back first (it
+// queues behind the others). Waiters get the lock in the order they queued,
+// in both modes.
+//
+// What keeps it safe:
+//
+//   - The lease counts from when the waiter's last attempt was sent, not from
+//     when it heard of the handoff. The handoff ran after that attempt (had
+//     it run before, that attempt would have found the lock this token's),
+//     so the key lives at least a TTL from then. A notification that arrives
+//     more than a third of the TTL after that attempt is not trusted for the
+//     timing: the waiter runs acquire.lua, which finds the lock its own and
+//     re-arms the TTL, and counts from that attempt.
+//   - A notification older than the waiter's last attempt is ignored: every
+//     attempt reports the fence counter it saw, and a handoff after it
+//     carries a larger fence.
+//   - A lost notification (pub/sub reconnecting) costs time, not the lock:
+//     the waiter's next attempt finds the lock its own.
+//   - A waiter that gives up leaves the queue (leave.lua); if a release had
+//     handed it the lock before it heard, leave.lua hands the lock on in
+//     turn. A waiter that died without leaving is skipped once its deadline
+//     (the waiter timeout after its last attempt) passed; one that died less
+//     than that before a release is handed the lock, which then stays unused
+//     until its TTL runs out: the price of a handoff, bounded by waiter
+//     timeout + TTL, and only for a process killed while it waited.
+//   - Fences stay monotonic: the handoff takes its fence from the same
+//     counter as acquire.lua (max(counter + 1, server µs)).
+//   - A release that go-redis retries after a lost reply finds the lock the
+//     next holder's and its own tombstone: it reports success and hands
+//     nothing over twice.
+//
+// Retry and FailFast callers never queue: while deadline waiters queue on a
+// key, every release goes to one of them, and a retrying caller gets the
+// lock only when nobody queues (or it expired).
+//
+// A waiter that finds the key's channel subscribed already (the key was
+// contended lately) queues on its first attempt, so a contended
+// acquisition costs two commands in all: the queuing attempt and, later,
+// the holder's release.
 //
 // A Locker has at most one pub/sub connection, shared by all its waiters.
 // The first wait opens it; it stays open while waits keep coming and closes
@@ -93,12 +152,15 @@
 //
 // # Fair mode
 //
-// With Fair, waiters queue in Redis in the order they asked (a list plus a
-// sorted set of waiter deadlines, both in the lock's slot and under a TTL).
-// The lock goes only to the head of the queue; a release wakes only the
-// head; a waiter that has not retried for the waiter timeout (default 5s) is
-// skipped. A goroutine that releases and asks again goes to the back of the
-// queue instead of barging in. Every Locker on a key must agree on Fair.
+// Without Fair, waiters already get the lock in queue order by the
+// handoff, but a caller that does not wait (FailFast, Retry), or a waiter's
+// first attempt, takes a lock that is free whoever queues. With Fair,
+// every caller queues in Redis in the order it asked, the lock goes only
+// to the head of the queue, even when it is free (expired, or left by a
+// waiter that gave up: leave.lua then hands it to the next), and a FailFast
+// caller gets nothing while anyone queues. A waiter that has not retried
+// for the waiter timeout (WithWaiterTimeout, default 5s) is skipped. Every
+// Locker on a key must agree on Fair.
 //
 // # Quorum mode
 //

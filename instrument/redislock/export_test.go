@@ -1,4 +1,26 @@
 package redislock
 
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // MaxIdleChannels exposes the bound on idle subscriptions to the tests.
 const MaxIdleChannels = maxIdleChannels
+
+// WaiterID exposes the id handoff notifications name a waiter by.
+func WaiterID(tok string) string { return waiterID(tok) }
+
+// Leave runs leave.lua for a waiter with token tok and queue entry entry,
+// as an Acquire that gives up does.
+func Leave(ctx context.Context, c redis.UniversalClient, key, tok, entry string, fair bool) error {
+	keys, err := keysFor(key)
+	if err != nil {
+		return err
+	}
+	r := &request{keys: keys, tok: tok, entry: entry, ttl: time.Second, fenceTTL: time.Minute}
+	leave(ctx, c, r, fair)
+	return nil
+}

@@ -14,18 +14,22 @@ type fairNode struct {
 }
 
 func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
+	r.queue = !r.once // every attempt but a single one queues
 	kk, args := r.scriptArgs()
 	kk = append(kk, r.keys.queue, r.keys.waiters)
 	once := "0"
 	if r.once {
 		once = "1" // one attempt: do not join the queue only to leave it
 	}
-	args = append(args, s.waiterTTL.Milliseconds(), once)
+	args = append(args, s.waiterTTL.Milliseconds(), once, r.queueEntry())
 	a, res, err := runAcquire(ctx, s.c, acquireFairScript, kk, args)
 	if err == nil && !a.acquired {
 		a.queued = !r.once
 		if len(res) > 2 {
 			a.pos = res[2]
+		}
+		if len(res) > 3 {
+			a.seen = uint64(max(res[3], 0))
 		}
 	}
 	return a, err
@@ -33,15 +37,11 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 
 // leave takes the waiter out of the queue, so the next one need not wait
 // for its deadline to pass; the deadline is the net.
-func (s fairNode) leave(ctx context.Context, r *request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	_ = leaveFairScript.Run(ctx, s.c, []string{r.keys.lock, r.keys.queue, r.keys.waiters}, r.tok, r.keys.channel).Err()
-}
+func (s fairNode) leave(ctx context.Context, r *request) { leave(ctx, s.c, r, true) }
 
-// wakeID is the waiter's token: a release names the head of the queue, so
-// only the waiter whose turn it is wakes.
-func (fairNode) wakeID(r *request) (string, bool) { return r.tok, true }
+// wakeID is the waiter's id: a release hands the lock to the head of the
+// queue and wakes only that waiter.
+func (fairNode) wakeID(r *request) (string, bool) { return waiterID(r.tok), true }
 
 // retryDelay keeps the waiter's place in the queue (retry at a third of the
 // waiter timeout); only the head waits for the holder's expiry.
@@ -51,11 +51,4 @@ func (s fairNode) retryDelay(poll time.Duration, a attempt) time.Duration {
 		return d
 	}
 	return untilExpiry(d, a.holderTTL)
-}
-
-func (s fairNode) release(ctx context.Context, keys keySet, tok string, _ time.Duration) (bool, error) {
-	// With the queue, release.lua names the head waiter in its notification.
-	n, err := releaseScript.Run(ctx, s.c, []string{keys.lock, keys.tombstone(tok), keys.queue},
-		tok, keys.channel, tombstoneTTL(ctx)).Int64()
-	return n >= 1, err
 }

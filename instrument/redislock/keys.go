@@ -15,7 +15,7 @@ type keySet struct {
 	base    string // prefix of the companion keys: key with a hash tag, else "{key}"
 	lock    string // the lock itself: "<token> <fence> <json>" under PX
 	fence   string // the fence counter, under PX TTL+retention
-	channel string // release notifications
+	channel string // release notifications: a Locker subscribes channel+":"+its id
 	queue   string // fair mode: waiter tokens, oldest first
 	waiters string // fair mode: waiter deadlines
 }
@@ -29,15 +29,34 @@ type keySet struct {
 // companion and is refused.
 func keysFor(key string) (keySet, error) {
 	if hashTag(key) != "" {
-		return keySet{base: key, lock: key, fence: key + ":fence", channel: key + ":released",
-			queue: key + ":queue", waiters: key + ":waiters"}, nil
+		return companions(key, key), nil
 	}
 	if strings.ContainsAny(key, "{}") {
 		return keySet{}, fmt.Errorf("%w: key %q has braces that do not form a Redis hash tag", instrument.ErrInvalidKey, key)
 	}
-	tag := "{" + key + "}"
-	return keySet{base: tag, lock: key, fence: tag + ":fence", channel: tag + ":released",
-		queue: tag + ":queue", waiters: tag + ":waiters"}, nil
+	return companions(key, "{"+key+"}"), nil
+}
+
+// companions builds the names beside lock, which all start with base, in
+// one allocation: slices of one string.
+func companions(lock, base string) keySet {
+	const fence, channel, queue, waiters = ":fence", ":released", ":queue", ":waiters"
+	var b strings.Builder
+	b.Grow(4*len(base) + len(fence) + len(channel) + len(queue) + len(waiters))
+	for _, s := range [...]string{fence, channel, queue, waiters} {
+		b.WriteString(base)
+		b.WriteString(s)
+	}
+	all := b.String()
+	k := keySet{base: base, lock: lock}
+	at := 0
+	next := func(suffix string) string {
+		s := all[at : at+len(base)+len(suffix)]
+		at += len(s)
+		return s
+	}
+	k.fence, k.channel, k.queue, k.waiters = next(fence), next(channel), next(queue), next(waiters)
+	return k
 }
 
 // hashTag returns the hash tag of key by Redis Cluster's rule: the text

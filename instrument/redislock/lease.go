@@ -45,7 +45,7 @@ func newLease(s store, key string, r *request, fence uint64, sent time.Time, cfg
 			return ttl, err
 		},
 		Release: func(ctx context.Context) error {
-			ok, err := s.release(ctx, keys, tok, ttl)
+			ok, err := s.release(ctx, r)
 			switch {
 			case ok:
 				return nil

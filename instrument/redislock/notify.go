@@ -68,6 +68,9 @@ func (l *Locker) Close() error { return l.notify.close() }
 type notifier struct {
 	c    redis.UniversalClient
 	idle time.Duration
+	// suffix makes a key's channel this Locker's own: channels are
+	// subscribed as name+suffix, and known here by name alone.
+	suffix string
 
 	closed atomic.Bool // set under mu, read without it on Acquire's fast path
 
@@ -104,6 +107,16 @@ type waiter struct {
 	channel string
 	wake    chan struct{} // buffered 1: a release seen since the last drain
 	ready   <-chan struct{}
+	handed  atomic.Uint64 // the fence of the last handoff to this waiter (0: none)
+}
+
+// handedOver returns the fence of the last handoff notification naming w,
+// 0 when there was none (or w is nil).
+func (w *waiter) handedOver() uint64 {
+	if w == nil {
+		return 0
+	}
+	return w.handed.Load()
 }
 
 // subscribe registers a waiter on channel. The returned waiter's ready
@@ -132,12 +145,12 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 		// which would cost every waiter of the Locker its notifications
 		// for one impatient caller.
 		wctx := context.WithoutCancel(ctx)
-		if err := pc.ps.Subscribe(wctx, channel); err != nil {
+		if err := pc.ps.Subscribe(wctx, channel+n.suffix); err != nil {
 			// go-redis remembers the channel even when the write failed
 			// and would resubscribe it on its next connection. The failed
 			// write made it replace the connection: the other channels need
 			// a new barrier.
-			uerr := pc.ps.Unsubscribe(wctx, channel)
+			uerr := pc.ps.Unsubscribe(wctx, channel+n.suffix)
 			n.brokenLocked(pc)
 			if uerr == nil && len(pc.chans) > 0 {
 				_ = n.pingLocked(wctx, pc)
@@ -159,6 +172,40 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 	cs.waiters[w] = struct{}{}
 	pc.waitersN++
 	return w, nil
+}
+
+// subscribed reports whether channel is subscribed and confirmed: join
+// then registers a waiter on it without a round trip.
+func (n *notifier) subscribed(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conn == nil {
+		return false
+	}
+	cs := n.conn.chans[channel]
+	return cs != nil && cs.readySeq == 0
+}
+
+// join registers a waiter on channel if it is subscribed and confirmed,
+// and returns nil otherwise (subscribe then).
+func (n *notifier) join(channel, id string) *waiter {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pc := n.conn
+	if pc == nil || n.closed.Load() {
+		return nil
+	}
+	cs := pc.chans[channel]
+	if cs == nil || cs.readySeq != 0 {
+		return nil
+	}
+	if len(cs.waiters) == 0 {
+		pc.idleN--
+	}
+	w := &waiter{pc: pc, id: id, channel: channel, wake: make(chan struct{}, 1), ready: cs.ready}
+	cs.waiters[w] = struct{}{}
+	pc.waitersN++
+	return w
 }
 
 // unsubscribe removes w. The channel stays subscribed, and the connection
@@ -213,7 +260,11 @@ func (n *notifier) unsubscribeLocked(pc *pubsubConn, channels ...string) {
 		delete(pc.chans, ch)
 		pc.idleN--
 	}
-	if err := pc.ps.Unsubscribe(context.Background(), channels...); err != nil {
+	names := make([]string, len(channels))
+	for i, ch := range channels {
+		names[i] = ch + n.suffix
+	}
+	if err := pc.ps.Unsubscribe(context.Background(), names...); err != nil {
 		n.brokenLocked(pc)
 	}
 }
@@ -383,9 +434,18 @@ func (n *notifier) read(pc *pubsubConn) {
 func (n *notifier) dispatchLocked(pc *pubsubConn, msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
-		if cs := pc.chans[m.Channel]; cs != nil {
+		// "" wakes every waiter; "<id> <fence>" is a handoff to waiter id.
+		name, _ := strings.CutSuffix(m.Channel, n.suffix)
+		if cs := pc.chans[name]; cs != nil {
+			id, fence, _ := strings.Cut(m.Payload, " ")
 			for w := range cs.waiters {
-				if m.Payload == "" || w.id == "" || m.Payload == w.id {
+				switch {
+				case m.Payload == "" || w.id == "":
+					w.signal()
+				case id == w.id:
+					if f, err := strconv.ParseUint(fence, 10, 64); err == nil {
+						w.handed.Store(f)
+					}
 					w.signal()
 				}
 			}

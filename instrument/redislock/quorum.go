@@ -179,7 +179,7 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	}
 	// Give back what was granted: a minority, or a majority that came too late.
 	if granted > 0 {
-		_, _ = q.release(context.WithoutCancel(ctx), r.keys, r.tok, r.ttl)
+		_, _ = q.release(context.WithoutCancel(ctx), r)
 	}
 	if answered < q.majority {
 		return attempt{}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
@@ -222,9 +222,10 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 // one node outlives the others): the lease had already ended, and what was
 // deleted there was only this token's leftover. Otherwise ok when any node
 // still had the lock (or had released it on an earlier try of this call).
-func (q *quorum) release(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
-	released, denied, err := q.vote(ctx, ttl, func(ctx context.Context, n node) (bool, error) {
-		return n.release(ctx, keys, tok, ttl)
+func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
+	// No handoff: quorum waiters poll, none queues on a node.
+	released, denied, err := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
+		return runRelease(ctx, n.c, r, false)
 	})
 	if denied > len(q.nodes)-q.majority {
 		return false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -30,6 +31,10 @@ type Locker struct {
 	local     localQueue
 	retention time.Duration
 	value     lockvalue.Writer
+	// lid names this Locker's own release channels: a handoff is published
+	// on the key's channel + ":" + lid, so only the process whose waiter
+	// got the lock wakes (see notifier).
+	lid string
 }
 
 // New returns a Locker on c. The client should have ContextTimeoutEnabled
@@ -42,9 +47,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s store = node{c: c}
+	var s store = node{c: c, waiterTTL: o.waiterTTL}
 	if o.fair {
-		s = fairNode{node: node{c: c}, waiterTTL: o.waiterTTL}
+		s = fairNode{node: node{c: c, waiterTTL: o.waiterTTL}, waiterTTL: o.waiterTTL}
 	}
 	return newLocker(c, s, o)
 }
@@ -56,9 +61,13 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	lid := hex.EncodeToString(id[:])
 	return &Locker{
 		store:     s,
-		notify:    notifier{c: c, idle: o.idleTimeout},
+		notify:    notifier{c: c, idle: o.idleTimeout, suffix: ":" + lid},
+		lid:       lid,
 		retention: o.retention,
 		value:     value,
 	}, nil
@@ -93,6 +102,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		meta:     l.meta(&cfg),
 		fenceTTL: cfg.TTL + l.retention,
 		once:     cfg.Wait == instrument.WaitFailFast,
+		lid:      l.lid,
 	}
 
 	// Deadline waiters of this Locker take turns locally; the one whose turn
@@ -129,10 +139,24 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			cfg.Observer.Waiting(false)
 		}
 	}()
+	if cfg.Wait == instrument.WaitDeadline && l.notify.subscribed(keys.channel) {
+		// The key was contended lately and its channel is still
+		// subscribed: wait on it from the first attempt, which then queues
+		// this waiter for a handoff already.
+		if id, ok := l.store.wakeID(r); ok {
+			if w = l.notify.join(keys.channel, id); w != nil {
+				r.queue = true
+			}
+		}
+	}
+	var sent time.Time // when the last attempt was sent
+	var seen uint64    // the fence counter as of the last attempt that failed
 	for n := 1; ; n++ {
-		sent := time.Now()
+		sent = time.Now()
 		a, err := l.store.attempt(ctx, r)
 		if err != nil {
+			// The attempt may have run and queued this waiter.
+			queued = queued || r.queue
 			if cerr := context.Cause(ctx); cerr != nil && (w != nil || n > 1) {
 				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 			}
@@ -145,7 +169,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			leaveQueue = nil
 			return lease, nil
 		}
-		queued = a.queued
+		queued, seen = a.queued, a.seen
 
 		var sleep time.Duration
 		switch cfg.Wait {
@@ -157,10 +181,13 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			}
 			sleep = cfg.Backoff.Delay(n)
 		default: // WaitDeadline
-			if id, ok := l.store.wakeID(r); ok && w == nil {
+			if w != nil {
+				// queued for a handoff: the release wakes this waiter
+			} else if id, ok := l.store.wakeID(r); ok {
 				if w, err = l.notify.subscribe(ctx, keys.channel, id); err != nil {
 					return nil, fmt.Errorf("redislock: acquire %q: subscribe: %w", key, err)
 				}
+				r.queue = true // the next attempts queue for a handoff
 				startWaiting()
 				// The holder may have released before the subscription was
 				// confirmed; try again as soon as it is.
@@ -174,6 +201,21 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		startWaiting()
 		if err := l.pause(ctx, w, sleep); err != nil {
 			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
+		}
+		if f := w.handedOver(); f > seen && time.Since(sent) < r.ttl/3 {
+			// A release handed this waiter the lock. It did so after the
+			// last attempt ran (that attempt would have found the lock
+			// this token's, and a notification older than it carries a
+			// fence not above what it saw), so the lock lives a TTL from
+			// after sent: the lease counts from sent. A notification that
+			// came too long after sent to leave the lease much of its TTL
+			// is confirmed by the next attempt instead, which re-arms the
+			// TTL (acquire.lua finds the lock this token's).
+			cfg.Observer.Attempt(true)
+			queued = false // the handoff took this waiter out of the queue
+			lease := newLease(l.store, key, r, f, sent, &cfg, leaveQueue)
+			leaveQueue = nil
+			return lease, nil
 		}
 	}
 }
@@ -227,5 +269,8 @@ func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return base64.RawURLEncoding.EncodeToString(b[:]) + " "
+	var t [23]byte         // 22 base64 characters and the space
+	base64.RawURLEncoding.Encode(t[:22], b[:])
+	t[22] = ' '
+	return string(t[:])
 }

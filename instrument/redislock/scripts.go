@@ -17,15 +17,18 @@ var (
 	refreshSrc string
 	//go:embed acquire_fair.lua
 	acquireFairSrc string
-	//go:embed leave_fair.lua
-	leaveFairSrc string
+	//go:embed handoff_lib.lua
+	handoffLibSrc string
+	//go:embed leave.lua
+	leaveSrc string
 
-	// Redis shares no Lua between scripts: both acquire scripts carry the
-	// functions of acquire_lib.lua in front of their own text.
+	// Redis shares no Lua between scripts: the scripts carry the functions
+	// of acquire_lib.lua (and release and leave those of handoff_lib.lua)
+	// in front of their own text.
 	acquireScript = redis.NewScript(acquireLibSrc + acquireSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = redis.NewScript(acquireLibSrc + handoffLibSrc + releaseSrc)
 	refreshScript = redis.NewScript(refreshSrc)
+	leaveScript   = redis.NewScript(acquireLibSrc + handoffLibSrc + leaveSrc)
 
 	acquireFairScript = redis.NewScript(acquireLibSrc + acquireFairSrc)
-	leaveFairScript   = redis.NewScript(leaveFairSrc)
 )

@@ -81,21 +81,22 @@ type Lease struct {
 	ctx   context.Context
 	stop  context.CancelCauseFunc
 
-	renewCtx    context.Context // ends when the lease ends or Release starts
+	mu       sync.Mutex
+	held     bool
+	heldAt   time.Time
+	expires  time.Time   // last confirmed expiry (monotonic)
+	timer    *time.Timer // fires at expires - drift
+	renewTmr *time.Timer
+	renewing chan struct{} // non-nil while a renewal runs; closed when it ends
+	// cancelRenew ends the running renewal's context (set with renewing):
+	// Release cancels it. A context per renewal, not per lease, so that a
+	// lease released before its first renewal makes none.
 	cancelRenew context.CancelFunc
-
-	mu         sync.Mutex
-	held       bool
-	heldAt     time.Time
-	expires    time.Time   // last confirmed expiry (monotonic)
-	timer      *time.Timer // fires at expires - drift
-	renewTmr   *time.Timer
-	renewing   chan struct{} // non-nil while a renewal runs; closed when it ends
-	ended      bool
-	released   bool // Release was called
-	maxHeld    bool // the watchdog stopped at max hold
-	stopRenew  bool // Release started or StopWatchdog: schedule nothing more
-	endedCause error
+	ended       bool
+	released    bool // Release was called
+	maxHeld     bool // the watchdog stopped at max hold
+	stopRenew   bool // Release started or StopWatchdog: schedule nothing more
+	endedCause  error
 }
 
 // New starts the lifecycle of a lease the store granted: the expiry timer
@@ -115,7 +116,6 @@ func New(cfg Config) *Lease {
 		c.heldAt = cfg.Start
 	}
 	c.ctx, c.stop = context.WithCancelCause(context.Background())
-	c.renewCtx, c.cancelRenew = context.WithCancel(c.ctx)
 	c.mu.Lock() // the timers may fire before AfterFunc has returned
 	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.expire)
 	c.scheduleRenewLocked(cfg.TTL / 3)
@@ -279,13 +279,16 @@ func (c *Lease) renew() {
 		return
 	}
 	done := make(chan struct{})
-	c.renewing = done
+	// The renewal's context ends when the lease ends or Release starts.
+	rctx, cancel := context.WithCancel(c.ctx)
+	c.renewing, c.cancelRenew = done, cancel
 	c.mu.Unlock()
 
-	err := c.refresh(c.renewCtx, c.cfg.Renew)
+	err := c.refresh(rctx, c.cfg.Renew)
+	cancel()
 
 	c.mu.Lock()
-	c.renewing = nil
+	c.renewing, c.cancelRenew = nil, nil
 	close(done)
 	switch {
 	case err == nil:
@@ -352,14 +355,14 @@ func (c *Lease) Release(ctx context.Context) error {
 	if c.renewTmr != nil {
 		c.renewTmr.Stop()
 	}
-	inflight := c.renewing
+	inflight, cancelRenew := c.renewing, c.cancelRenew
 	ended, cause := c.ended, c.endedCause
 	c.mu.Unlock()
 	if ended && c.cfg.UnsafeRelease {
 		return fmt.Errorf("%s: release %q: %w: the lease had already ended (%w)", c.cfg.Name, c.cfg.Key, ErrNotHeld, cause)
 	}
 	if inflight != nil {
-		c.cancelRenew()
+		cancelRenew()
 		select {
 		case <-inflight:
 		case <-ctx.Done():
