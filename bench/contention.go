@@ -140,6 +140,7 @@ type contRow struct {
 	minAcq, maxAcq float64 // per contender, medians over rounds
 	share          float64 // min/max acquisitions per contender
 	retries        float64 // wait-strategy give-ups per acquisition
+	dials          float64 // new redis connections per acquisition
 	perContender   []int   // of the median round (by acquisitions/s)
 	waits          []time.Duration
 	rounds         []contRound
@@ -152,6 +153,7 @@ type contRound struct {
 	waits        []time.Duration // sorted
 	perContender []int
 	giveUps      int
+	dials        int64 // new redis connections during the round
 }
 
 func (r contRound) acqPerSec() float64 { return float64(r.acq) / r.wall.Seconds() }
@@ -176,6 +178,7 @@ func contend(ctx context.Context, e *env, im contImpl, key string, d time.Durati
 	giveUps := make([]int, contenders)
 	errs := make([]error, contenders)
 	var wg sync.WaitGroup
+	dials0 := e.dials.Load()
 	start := time.Now()
 	end := start.Add(d)
 	for i := range contenders {
@@ -216,7 +219,7 @@ func contend(ctx context.Context, e *env, im contImpl, key string, d time.Durati
 	if err := errors.Join(errs...); err != nil {
 		return contRound{}, err
 	}
-	r := contRound{wall: wall, waits: slices.Concat(waits...)}
+	r := contRound{wall: wall, waits: slices.Concat(waits...), dials: e.dials.Load() - dials0}
 	slices.Sort(r.waits)
 	r.acq = len(r.waits)
 	for i := range contenders {
@@ -261,7 +264,7 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 }
 
 func summarizeContRow(r *contRow) {
-	var acq, busy, p50, p99, mx, mn, mxA, share, retries []float64
+	var acq, busy, p50, p99, mx, mn, mxA, share, retries, dials []float64
 	for _, x := range r.rounds {
 		acq = append(acq, x.acqPerSec())
 		busy = append(busy, float64(x.held)/float64(x.wall))
@@ -272,11 +275,12 @@ func summarizeContRow(r *contRow) {
 		mn, mxA = append(mn, float64(lo)), append(mxA, float64(hi))
 		share = append(share, float64(lo)/float64(max(hi, 1)))
 		retries = append(retries, float64(x.giveUps)/float64(max(x.acq, 1)))
+		dials = append(dials, float64(x.dials)/float64(max(x.acq, 1)))
 		r.waits = append(r.waits, x.waits...)
 	}
 	slices.Sort(r.waits)
 	r.acqPerSec, r.busy, r.p50, r.p99, r.maxW = median(acq), median(busy), median(p50), median(p99), median(mx)
-	r.minAcq, r.maxAcq, r.share, r.retries = median(mn), median(mxA), median(share), median(retries)
+	r.minAcq, r.maxAcq, r.share, r.retries, r.dials = median(mn), median(mxA), median(share), median(retries), median(dials)
 	// The per-contender chart shows the round whose acquisitions/s is the median.
 	order := make([]int, len(r.rounds))
 	for i := range order {

@@ -14,6 +14,8 @@ require (
 	github.com/sony/sonyflake/v2 v2.2.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.opentelemetry.io/otel/sdk v1.47.0
+	go.uber.org/goleak v1.3.0
+	go.uber.org/zap v1.27.1
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -67,7 +69,6 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

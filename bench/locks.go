@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -41,14 +42,22 @@ const (
 	nameRaw      = "raw go-redis SET NX PX + EVALSHA"
 	nameBare     = "lockgov redislock (bare)"
 	nameGoverned = "lockgov redislock + Govern"
+	nameGovNoTr  = "lockgov redislock + Govern, no tracer"
 	nameBSM      = "bsm/redislock"
 	nameRedsync  = "redsync"
 	nameEtcdMu   = "etcd concurrency.Mutex"
 	nameEtcdlock = "lockgov etcdlock"
 )
 
+// newRedis is a client of its own; every connection it opens (the pool's, and the pub/sub
+// connections lockgov's waiters subscribe on) is counted in e.dials.
 func newRedis(e *env) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: e.redisAddr, ContextTimeoutEnabled: true})
+	var d net.Dialer
+	return redis.NewClient(&redis.Options{Addr: e.redisAddr, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			e.dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}})
 }
 
 func keyFor(prefix string, i int) string { return fmt.Sprintf("lock:bench:%s:%d", prefix, i) }
@@ -122,6 +131,20 @@ func lockImpls() []lockImpl {
 				_ = tp.Shutdown(context.Background())
 				_ = c.Close()
 			}, nil
+		}},
+		{name: nameGovNoTr, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+			// Govern with the global (no-op) tracer provider: what the spans cost is the
+			// difference from the row above.
+			c := newRedis(e)
+			l, err := redislock.New(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			g, err := instrument.NewGoverned(l, instrument.WithRegisterer(prometheus.NewRegistry()))
+			if err != nil {
+				return nil, nil, err
+			}
+			return lockgovPairs(g, "governed-notracer", n), func() { _ = g.Close(); _ = c.Close() }, nil
 		}},
 		{name: nameBSM, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			c := newRedis(e)
@@ -338,6 +361,8 @@ func short(name string) string {
 		return "bare"
 	case nameGoverned:
 		return "governed"
+	case nameGovNoTr:
+		return "gov-notracer"
 	case nameEtcdMu:
 		return "etcd-mutex"
 	case nameEtcdlock:

@@ -43,6 +43,7 @@ type config struct {
 	sections  map[string]bool
 	agentKeys []int
 	root      string // repository root, for the subprocess benchmarks
+	note      string // appended to the machine line (what else ran on the machine)
 }
 
 func (c config) has(section string) bool { return len(c.sections) == 0 || c.sections[section] }
@@ -71,6 +72,7 @@ func main() {
 	flag.DurationVar(&contDur, "contention-time", 0, "time per contended case per round (default 4s)")
 	flag.DurationVar(&idDur, "id-time", 0, "time per ID case per round (default 300ms)")
 	flag.StringVar(&cfg.root, "root", "..", "the lockgov repository root")
+	flag.StringVar(&cfg.note, "note", "", "a sentence appended to the machine line, e.g. what else shared the machine")
 	flag.Parse()
 	cfg = withDefaults(cfg, rounds, lockDur, contDur, idDur)
 	cfg.chartRef = chartRef

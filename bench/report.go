@@ -175,8 +175,8 @@ func renderSection(r *results) string {
 	m := r.machine
 	w("Run %s UTC, %v in all. Machine: %s, nproc %d (GOMAXPROCS %d), load average %s at the start and %s at the end; %s; redis-server %s (its own process, loopback, started by the runner); etcd embedded in the runner's process.",
 		r.start.Format("2006-01-02 15:04"), r.elapsed, m.cpu, m.nproc, m.gomaxprocs, m.loadStart, m.loadEnd, m.goVersion, orUnknown(m.redis))
-	if note := os.Getenv("LOCKGOV_BENCH_NOTE"); note != "" {
-		w(" %s", note)
+	if r.cfg.note != "" {
+		w(" %s", r.cfg.note)
 	}
 	w("\n\n")
 	if len(r.versions) > 0 {
@@ -201,7 +201,7 @@ func renderSection(r *results) string {
 
 	if len(r.uncontended) > 0 {
 		w("### Locks: uncontended acquire + release\n\n")
-		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running.\n\n", r.cfg.lockDur)
+		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost.\n\n", r.cfg.lockDur)
 		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.uncontended {
 			w("| %s | %d | %s | %.2f | %.0f | %.0f | %.0f | %.1f | %.2f |\n", x.name, x.goroutines, thousands(x.opsPerSec), x.ratio, x.p50, x.p99, x.allocs, x.cpu, x.cpuRatio)
@@ -212,9 +212,13 @@ func renderSection(r *results) string {
 		w("### Locks: contention on one key\n\n")
 		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time. Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting).\n\n",
 			contenders, hold, r.cfg.contDur)
-		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.contended {
-			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries)
+			dials := fmt.Sprintf("%.2f", x.dials)
+			if strings.Contains(x.name, "etcd") {
+				dials = "-"
+			}
+			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials)
 		}
 		w("\n")
 	}

@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -20,10 +22,12 @@ import (
 type env struct {
 	redisAddr string
 	etcd      []string
+	dials     atomic.Int64 // TCP connections opened to redis-server by every client of the run
 }
 
 func (e *env) etcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: e.etcd, DialTimeout: 10 * time.Second})
+	// No client logging: a cancelled wait logs a warning per call otherwise.
+	return clientv3.New(clientv3.Config{Endpoints: e.etcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 }
 
 // results is everything one run measured.
