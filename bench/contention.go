@@ -141,6 +141,7 @@ type contRow struct {
 	share          float64 // min/max acquisitions per contender
 	retries        float64 // wait-strategy give-ups per acquisition
 	dials          float64 // new redis connections per acquisition
+	meanHold       float64 // ms
 	perContender   []int   // of the median round (by acquisitions/s)
 	waits          []time.Duration
 	rounds         []contRound
@@ -264,7 +265,7 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 }
 
 func summarizeContRow(r *contRow) {
-	var acq, busy, p50, p99, mx, mn, mxA, share, retries, dials []float64
+	var acq, busy, p50, p99, mx, mn, mxA, share, retries, dials, hold []float64
 	for _, x := range r.rounds {
 		acq = append(acq, x.acqPerSec())
 		busy = append(busy, float64(x.held)/float64(x.wall))
@@ -276,11 +277,13 @@ func summarizeContRow(r *contRow) {
 		share = append(share, float64(lo)/float64(max(hi, 1)))
 		retries = append(retries, float64(x.giveUps)/float64(max(x.acq, 1)))
 		dials = append(dials, float64(x.dials)/float64(max(x.acq, 1)))
+		hold = append(hold, ms(x.held)/float64(max(x.acq, 1)))
 		r.waits = append(r.waits, x.waits...)
 	}
 	slices.Sort(r.waits)
 	r.acqPerSec, r.busy, r.p50, r.p99, r.maxW = median(acq), median(busy), median(p50), median(p99), median(mx)
 	r.minAcq, r.maxAcq, r.share, r.retries, r.dials = median(mn), median(mxA), median(share), median(retries), median(dials)
+	r.meanHold = median(hold)
 	// The per-contender chart shows the round whose acquisitions/s is the median.
 	order := make([]int, len(r.rounds))
 	for i := range order {

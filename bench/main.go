@@ -67,10 +67,10 @@ func main() {
 	flag.BoolVar(&noWrite, "n", false, "print the table only; write no doc and no charts")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run: locks,contention,ids,sub (default all)")
 	flag.StringVar(&keys, "agent-keys", "100000,1000000", "lock keys for the agent scan benchmark, comma-separated")
-	flag.IntVar(&rounds, "rounds", 0, "rounds per case (default 5, 3 for contention; 1 with -quick)")
-	flag.DurationVar(&lockDur, "lock-time", 0, "time per uncontended case per round (default 1s)")
-	flag.DurationVar(&contDur, "contention-time", 0, "time per contended case per round (default 4s)")
-	flag.DurationVar(&idDur, "id-time", 0, "time per ID case per round (default 300ms)")
+	flag.IntVar(&rounds, "rounds", 0, "rounds per case (default 10, 5 for contention; 1 with -quick)")
+	flag.DurationVar(&lockDur, "lock-time", 0, "time per uncontended case per round (default 500ms)")
+	flag.DurationVar(&contDur, "contention-time", 0, "time per contended case per round (default 2.5s)")
+	flag.DurationVar(&idDur, "id-time", 0, "time per ID case per round (default 150ms)")
 	flag.StringVar(&cfg.root, "root", "..", "the lockgov repository root")
 	flag.StringVar(&cfg.note, "note", "", "a sentence appended to the machine line, e.g. what else shared the machine")
 	flag.Parse()
@@ -99,7 +99,9 @@ func main() {
 }
 
 func withDefaults(cfg config, rounds int, lockDur, contDur, idDur time.Duration) config {
-	cfg.rounds, cfg.lockDur, cfg.contDur, cfg.idDur = 5, time.Second, 4*time.Second, 300*time.Millisecond
+	// Many short rounds rather than a few long ones: on a shared machine a burst of someone
+	// else's work spoils one round's ratio, and the median over ten shrugs it off.
+	cfg.rounds, cfg.lockDur, cfg.contDur, cfg.idDur = 10, 500*time.Millisecond, 2500*time.Millisecond, 150*time.Millisecond
 	if cfg.quick {
 		cfg.rounds, cfg.lockDur, cfg.contDur, cfg.idDur = 1, 150*time.Millisecond, 300*time.Millisecond, 30*time.Millisecond
 	}

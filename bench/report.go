@@ -20,7 +20,8 @@ type target struct {
 	atMost   bool // the target is an upper bound
 	unit     string
 	format   string
-	measured bool // false: the run did not measure it
+	measured bool   // false: the run did not measure it
+	context  string // the same figure for a peer in the same run, to read the target against
 }
 
 func (t target) pass() bool {
@@ -99,6 +100,7 @@ func (r *results) targets() []target {
 		t := target{what: what, want: want, atMost: atMost, unit: "x", format: "%.2f"}
 		if a != nil && b != nil {
 			t.got, t.measured = pairRatio(a.rounds, b.rounds, f)
+			t.context = fmt.Sprintf("%s %s/s, %s %s/s (%.1f / %.1f µs CPU per pair)", label(a.name), thousands(a.opsPerSec), label(b.name), thousands(b.opsPerSec), a.cpu, b.cpu)
 		}
 		ts = append(ts, t)
 	}
@@ -112,6 +114,13 @@ func (r *results) targets() []target {
 		t := target{what: what, want: want, atMost: atMost, unit: unit, format: format}
 		if row != nil {
 			t.got, t.measured = f(row), true
+			var peers []string
+			for _, p := range []string{nameBSMLinear, nameRedsyncC} {
+				if x := r.contRowFor(p); x != nil {
+					peers = append(peers, fmt.Sprintf("%s %s", label(p), t.fmt(f(x))))
+				}
+			}
+			t.context = strings.Join(peers, ", ")
 		}
 		ts = append(ts, t)
 	}
@@ -123,6 +132,7 @@ func (r *results) targets() []target {
 	et := target{what: "contended: etcdlock acquisitions/s / concurrency.Mutex >= 5x", want: 5, unit: "x", format: "%.1f"}
 	if a, b := r.contRowFor(nameEtcdlockC), r.contRowFor(nameEtcdMuC); a != nil && b != nil {
 		et.got, et.measured = pairRatio(a.rounds, b.rounds, func(x contRound) float64 { return x.acqPerSec() })
+		et.context = fmt.Sprintf("%.0f vs %.0f acquisitions/s", a.acqPerSec, b.acqPerSec)
 	}
 	ts = append(ts, et)
 
@@ -130,6 +140,13 @@ func (r *results) targets() []target {
 	alloc := target{what: "snowflake NextID allocation-free (allocs/ID, every layout and parallelism)", want: 0, atMost: true, format: "%.3f"}
 	if x := r.idRowFor(idLockgov, "41x10x12", 1); x != nil {
 		single.got, single.measured = 100*x.idsPerSec/x.limit, true
+		var peers []string
+		for _, p := range []string{idBwmarrin, idSonyflake} {
+			if y := r.idRowFor(p, "41x10x12", 1); y != nil {
+				peers = append(peers, fmt.Sprintf("%s %.1f%%", p, 100*y.idsPerSec/y.limit))
+			}
+		}
+		single.context = strings.Join(peers, ", ")
 		alloc.measured = true
 		for _, y := range r.ids {
 			if y.name == idLockgov {
@@ -154,6 +171,9 @@ func (r *results) targets() []target {
 			want: 1, unit: "x", format: "%.2f"}
 		if x := r.idRowFor(idLockgov, l.name, par); x != nil && par > 0 {
 			t.got, t.measured = x.ratioBw, true
+			if y := r.idRowFor(idBwmarrin, l.name, par); y != nil {
+				t.context = fmt.Sprintf("%.1f vs %.1f ns/ID", x.nsPerID, y.nsPerID)
+			}
 		}
 		ts = append(ts, t)
 	}
@@ -189,13 +209,13 @@ func renderSection(r *results) string {
 	w("Ratios are computed pair by pair inside each round (every round runs every case once, the order rotated by one each round) and the tables show medians over the rounds: %d rounds for locks and IDs, %d under contention.\n\n",
 		r.cfg.rounds, contRounds(r))
 
-	w("### Targets (issue 12)\n\n| target | measured | result |\n|---|---|---|\n")
+	w("### Targets (issue 12)\n\n| target | measured | result | the same figure in this run |\n|---|---|---|---|\n")
 	for _, t := range r.targets() {
 		got := "-"
 		if t.measured {
 			got = t.fmt(t.got)
 		}
-		w("| %s | %s | %s |\n", t.what, got, t.result())
+		w("| %s | %s | %s | %s |\n", t.what, got, t.result(), t.context)
 	}
 	w("\n")
 
@@ -210,15 +230,15 @@ func renderSection(r *results) string {
 	}
 	if len(r.contended) > 0 {
 		w("### Locks: contention on one key\n\n")
-		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time. Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting).\n\n",
+		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting).\n\n",
 			contenders, hold, r.cfg.contDur)
-		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq | mean hold ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.contended {
 			dials := fmt.Sprintf("%.2f", x.dials)
 			if strings.Contains(x.name, "etcd") {
 				dials = "-"
 			}
-			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials)
+			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold)
 		}
 		w("\n")
 	}

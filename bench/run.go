@@ -84,7 +84,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		if cfg.has("contention") {
 			rounds := cfg.rounds
 			if !cfg.quick {
-				rounds = min(rounds, 3)
+				rounds = min(rounds, 5)
 			}
 			fmt.Fprintf(out, "== contention, 8 contenders on one key, 1 ms holds: %d rounds x %v per case\n", rounds, cfg.contDur)
 			rows, err := runContention(ctx, e, cfg, rounds, out)
