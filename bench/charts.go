@@ -98,7 +98,7 @@ func throughputChart(r *results, path string) error {
 	}
 	p.X.Min, p.X.Max = 0, top*1.35
 	p.X.Tick.Marker = kTicks{}
-	p.Legend.Top = true
+	p.Legend.Top = false // bottom right, beside the short etcd bars
 	p.Legend.Left = false
 	p.Add(plotter.NewGrid())
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
