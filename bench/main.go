@@ -42,8 +42,9 @@ type config struct {
 	idDur     time.Duration // per ID case per round
 	sections  map[string]bool
 	agentKeys []int
-	root      string // repository root, for the subprocess benchmarks
-	note      string // appended to the machine line (what else ran on the machine)
+	root      string        // repository root, for the subprocess benchmarks
+	note      string        // appended to the machine line (what else ran on the machine)
+	budget    time.Duration // the subprocess benchmarks start only while the run is within it
 }
 
 func (c config) has(section string) bool { return len(c.sections) == 0 || c.sections[section] }
@@ -72,6 +73,7 @@ func main() {
 	flag.DurationVar(&contDur, "contention-time", 0, "time per contended case per round (default 2.5s)")
 	flag.DurationVar(&idDur, "id-time", 0, "time per ID case per round (default 150ms)")
 	flag.StringVar(&cfg.root, "root", "..", "the lockgov repository root")
+	flag.DurationVar(&cfg.budget, "budget", 9*time.Minute, "time budget of the whole run: subprocess benchmarks that would start after it are skipped with a note")
 	flag.StringVar(&cfg.note, "note", "", "a sentence appended to the machine line, e.g. what else shared the machine")
 	flag.Parse()
 	cfg = withDefaults(cfg, rounds, lockDur, contDur, idDur)
@@ -104,6 +106,9 @@ func withDefaults(cfg config, rounds int, lockDur, contDur, idDur time.Duration)
 	cfg.rounds, cfg.lockDur, cfg.contDur, cfg.idDur = 10, 500*time.Millisecond, 2500*time.Millisecond, 150*time.Millisecond
 	if cfg.quick {
 		cfg.rounds, cfg.lockDur, cfg.contDur, cfg.idDur = 1, 150*time.Millisecond, 300*time.Millisecond, 30*time.Millisecond
+	}
+	if cfg.budget == 0 {
+		cfg.budget = 9 * time.Minute
 	}
 	if rounds > 0 {
 		cfg.rounds = rounds

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -161,7 +162,7 @@ func (r *results) targets() []target {
 	}
 	ts = append(ts, single, alloc)
 	for _, l := range layouts {
-		par := 0
+		par := runtime.GOMAXPROCS(0)
 		for _, y := range r.ids {
 			if y.layout == l.name && y.goroutines > 1 {
 				par = y.goroutines

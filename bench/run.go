@@ -107,7 +107,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			res.notes = append(res.notes, "quick run: the quota, idempotency and agent benchmarks (subprocesses) were skipped")
 		} else {
 			fmt.Fprintln(out, "== other modules' Go benchmarks (subprocesses)")
-			res.sub = runSub(ctx, cfg, out)
+			res.sub = runSub(ctx, cfg, res.start.Add(cfg.budget), out)
 		}
 	}
 	if err := ctx.Err(); err != nil {
