@@ -39,13 +39,18 @@ func (t target) result() string {
 	if t.pass() {
 		return "**PASS**"
 	}
-	var by float64
 	if t.atMost {
-		by = (t.got/t.want - 1) * 100
-		return fmt.Sprintf("**MISS** by %.0f%% (%s over)", by, t.fmt(t.got-t.want))
+		return fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.fmt(t.got-t.want))
 	}
-	by = (1 - t.got/t.want) * 100
-	return fmt.Sprintf("**MISS** by %.0f%% (%s short)", by, t.fmt(t.want-t.got))
+	return fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.fmt(t.want-t.got))
+}
+
+// percent shows small misses with a decimal, so that none reads "by 0%".
+func percent(p float64) string {
+	if p < 10 {
+		return fmt.Sprintf("%.1f%%", p)
+	}
+	return fmt.Sprintf("%.0f%%", p)
 }
 
 func (t target) fmt(v float64) string { return fmt.Sprintf(t.format, v) + t.unit }
@@ -130,7 +135,7 @@ func (r *results) targets() []target {
 	pct("contended: lockgov default wait p99 wait <= 25 ms", wait, func(c *contRow) float64 { return c.p99 }, 25, true, " ms", "%.1f")
 	pct("contended: Fair mode busy >= 80%", fair, busy, 80, false, "%", "%.0f")
 	pct("contended: Fair mode min/max acquisitions per contender >= 0.9", fair, func(c *contRow) float64 { return c.share }, 0.9, false, "", "%.2f")
-	et := target{what: "contended: etcdlock acquisitions/s / concurrency.Mutex >= 5x", want: 5, unit: "x", format: "%.1f"}
+	et := target{what: "contended: etcdlock acquisitions/s / concurrency.Mutex >= 5x", want: 5, unit: "x", format: "%.2f"}
 	if a, b := r.contRowFor(nameEtcdlockC), r.contRowFor(nameEtcdMuC); a != nil && b != nil {
 		et.got, et.measured = pairRatio(a.rounds, b.rounds, func(x contRound) float64 { return x.acqPerSec() })
 		et.context = fmt.Sprintf("%.0f vs %.0f acquisitions/s", a.acqPerSec, b.acqPerSec)
