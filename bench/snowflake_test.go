@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"cmp"
@@ -16,16 +16,6 @@ import (
 
 	"github.com/lockgov/lockgov/snowflake"
 )
-
-// Two layouts: the classic 41/10/12, whose speed limit is 4,096,000 IDs/s per worker, and
-// a roomy 41/1/21 with 2M IDs per millisecond, which measures each library's hot path
-// rather than the layout's limit.
-type layout struct {
-	name                 string
-	worker, sequenceBits int
-}
-
-var layouts = []layout{{"41x10x12", 10, 12}, {"41x1x21", 1, 21}}
 
 // generators returns a fresh next func per library for l. bwmarrin/snowflake keeps its bit
 // widths in package variables, so its generator must be created (and used) before the next

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/redislock"
+)
+
+const (
+	contenders = 8
+	hold       = time.Millisecond
+)
+
+// acquireFunc waits for the lock and returns its release. An error with a nil ctx error is a
+// wait strategy giving up (redsync's 32 tries, bsm's retry budget): the contender tries again
+// and its wait keeps counting.
+type acquireFunc func(ctx context.Context) (release func(context.Context) error, err error)
+
+// contImpl is one library and wait strategy under contention. newContender builds one
+// contender with its own client (a separate process, in effect) on key.
+type contImpl struct {
+	name, strategy string
+	newContender   func(e *env, key string) (acquireFunc, func(), error)
+}
+
+const (
+	nameBSMLinear = "bsm/redislock, linear 1 ms"
+	nameBSMExp    = "bsm/redislock, exponential 4-128 ms"
+	nameRedsyncC  = "redsync, defaults"
+	nameWait      = "lockgov redislock, default wait"
+	nameFair      = "lockgov redislock, Fair()"
+	nameEtcdMuC   = "etcd concurrency.Mutex"
+	nameEtcdlockC = "lockgov etcdlock"
+)
+
+func contImpls() []contImpl {
+	lockgov := func(opts ...redislock.Option) func(e *env, key string) (acquireFunc, func(), error) {
+		return func(e *env, key string) (acquireFunc, func(), error) {
+			c := newRedis(e)
+			l, err := redislock.New(c, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return lockgovAcquire(l, key), func() { _ = c.Close() }, nil
+		}
+	}
+	bsmWith := func(strategy func() bsm.RetryStrategy) func(e *env, key string) (acquireFunc, func(), error) {
+		return func(e *env, key string) (acquireFunc, func(), error) {
+			c := newRedis(e)
+			cl := bsm.New(c)
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				lock, err := cl.Obtain(ctx, key, 10*time.Second, &bsm.Options{RetryStrategy: strategy()})
+				if err != nil {
+					return nil, err
+				}
+				return lock.Release, nil
+			}, func() { _ = c.Close() }, nil
+		}
+	}
+	return []contImpl{
+		{nameBSMLinear, "retry every 1 ms", bsmWith(func() bsm.RetryStrategy { return bsm.LinearBackoff(time.Millisecond) })},
+		{nameBSMExp, "retry after 4, 8, 16 ... 128 ms", bsmWith(func() bsm.RetryStrategy {
+			return bsm.ExponentialBackoff(time.Millisecond, 128*time.Millisecond)
+		})},
+		{nameRedsyncC, "32 tries, 50-250 ms apart", func(e *env, key string) (acquireFunc, func(), error) {
+			c := newRedis(e)
+			m := redsync.New(goredis.NewPool(c)).NewMutex(key)
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }, nil
+			}, func() { _ = c.Close() }, nil
+		}},
+		{nameWait, "pub/sub release notification", lockgov()},
+		{nameFair, "FIFO queue", lockgov(redislock.Fair())},
+		{nameEtcdMuC, "one Session per contender", func(e *env, key string) (acquireFunc, func(), error) {
+			cli, err := e.etcdClient()
+			if err != nil {
+				return nil, nil, err
+			}
+			s, err := concurrency.NewSession(cli)
+			if err != nil {
+				_ = cli.Close()
+				return nil, nil, err
+			}
+			m := concurrency.NewMutex(s, "/bench/mutex/"+key)
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				if err := m.Lock(ctx); err != nil {
+					return nil, err
+				}
+				return m.Unlock, nil
+			}, func() { _ = s.Close(); _ = cli.Close() }, nil
+		}},
+		{nameEtcdlockC, "watch on the key ahead", func(e *env, key string) (acquireFunc, func(), error) {
+			cli, err := e.etcdClient()
+			if err != nil {
+				return nil, nil, err
+			}
+			l, err := etcdlock.New(cli)
+			if err != nil {
+				_ = cli.Close()
+				return nil, nil, err
+			}
+			return lockgovAcquire(l, key), func() { _ = cli.Close() }, nil
+		}},
+	}
+}
+
+func lockgovAcquire(l instrument.Locker, key string) acquireFunc {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		lease, err := l.Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		return lease.Release, nil
+	}
+}
+
+// contRow is one library under contention: medians over the rounds, and every wait of every
+// round for the CDF.
+type contRow struct {
+	name, strategy string
+	acqPerSec      float64
+	busy           float64 // sum of holds / wall time
+	p50, p99, maxW float64 // ms
+	minAcq, maxAcq float64 // per contender, medians over rounds
+	share          float64 // min/max acquisitions per contender
+	retries        float64 // wait-strategy give-ups per acquisition
+	dials          float64 // new redis connections per acquisition
+	meanHold       float64 // ms
+	perContender   []int   // of the median round (by acquisitions/s)
+	waits          []time.Duration
+	rounds         []contRound
+}
+
+type contRound struct {
+	acq          int
+	wall         time.Duration
+	held         time.Duration
+	waits        []time.Duration // sorted
+	perContender []int
+	giveUps      int
+	dials        int64 // new redis connections during the round
+}
+
+func (r contRound) acqPerSec() float64 { return float64(r.acq) / r.wall.Seconds() }
+
+// contend runs contenders on one fresh key for d: each loops acquire, hold 1 ms (time.Sleep),
+// release. After d no contender starts a new wait; waits in flight finish and count, and the
+// wall time runs until the last release.
+func contend(ctx context.Context, e *env, im contImpl, key string, d time.Duration) (contRound, error) {
+	acq := make([]acquireFunc, contenders)
+	for i := range acq {
+		a, cleanup, err := im.newContender(e, key)
+		if err != nil {
+			return contRound{}, err
+		}
+		defer cleanup()
+		acq[i] = a
+	}
+	runCtx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
+	defer cancel()
+	waits := make([][]time.Duration, contenders)
+	held := make([]time.Duration, contenders)
+	giveUps := make([]int, contenders)
+	errs := make([]error, contenders)
+	var wg sync.WaitGroup
+	dials0 := e.dials.Load()
+	start := time.Now()
+	end := start.Add(d)
+	for i := range contenders {
+		waits[i] = make([]time.Duration, 0, 4096)
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				var release func(context.Context) error
+				for {
+					r, err := acq[i](runCtx)
+					if err == nil {
+						release = r
+						break
+					}
+					if runCtx.Err() != nil {
+						errs[i] = err
+						return
+					}
+					if !giveUp(err) {
+						errs[i] = err
+						return
+					}
+					giveUps[i]++
+				}
+				h0 := time.Now()
+				waits[i] = append(waits[i], h0.Sub(t0))
+				time.Sleep(hold)
+				held[i] += time.Since(h0)
+				if err := release(runCtx); err != nil {
+					errs[i] = fmt.Errorf("release: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return contRound{}, err
+	}
+	r := contRound{wall: wall, waits: slices.Concat(waits...), dials: e.dials.Load() - dials0}
+	slices.Sort(r.waits)
+	r.acq = len(r.waits)
+	for i := range contenders {
+		r.held += held[i]
+		r.perContender = append(r.perContender, len(waits[i]))
+		r.giveUps += giveUps[i]
+	}
+	return r, nil
+}
+
+// giveUp reports a wait strategy ending without the lock while the context is still live.
+func giveUp(err error) bool {
+	return errors.Is(err, bsm.ErrNotObtained) || errors.Is(err, redsync.ErrFailed) ||
+		errors.Is(err, instrument.ErrNotAcquired) || errors.As(err, new(*redsync.ErrTaken))
+}
+
+func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, error) {
+	impls := contImpls()
+	rows := make([]contRow, len(impls))
+	idx := map[string]int{}
+	for i, im := range impls {
+		rows[i] = contRow{name: im.name, strategy: im.strategy}
+		idx[im.name] = i
+	}
+	for round := range rounds {
+		fmt.Fprintf(out, "  round %d: ", round+1)
+		for _, im := range rotate(impls, round) {
+			key := fmt.Sprintf("lock:bench:contended:%d:%d", idx[im.name], round)
+			r, err := contend(ctx, e, im, key, cfg.contDur)
+			if err != nil {
+				return nil, fmt.Errorf("contention, %s: %w", im.name, err)
+			}
+			rows[idx[im.name]].rounds = append(rows[idx[im.name]].rounds, r)
+			fmt.Fprintf(out, "%s %.0f/s busy %.0f%%  ", im.name, r.acqPerSec(), 100*float64(r.held)/float64(r.wall))
+		}
+		fmt.Fprintln(out)
+	}
+	for i := range rows {
+		summarizeContRow(&rows[i])
+	}
+	return rows, nil
+}
+
+func summarizeContRow(r *contRow) {
+	var acq, busy, p50, p99, mx, mn, mxA, share, retries, dials, hold []float64
+	for _, x := range r.rounds {
+		acq = append(acq, x.acqPerSec())
+		busy = append(busy, float64(x.held)/float64(x.wall))
+		p50 = append(p50, ms(quantile(x.waits, 0.5)))
+		p99 = append(p99, ms(quantile(x.waits, 0.99)))
+		mx = append(mx, ms(quantile(x.waits, 1)))
+		lo, hi := slices.Min(x.perContender), slices.Max(x.perContender)
+		mn, mxA = append(mn, float64(lo)), append(mxA, float64(hi))
+		share = append(share, float64(lo)/float64(max(hi, 1)))
+		retries = append(retries, float64(x.giveUps)/float64(max(x.acq, 1)))
+		dials = append(dials, float64(x.dials)/float64(max(x.acq, 1)))
+		hold = append(hold, ms(x.held)/float64(max(x.acq, 1)))
+		r.waits = append(r.waits, x.waits...)
+	}
+	slices.Sort(r.waits)
+	r.acqPerSec, r.busy, r.p50, r.p99, r.maxW = median(acq), median(busy), median(p50), median(p99), median(mx)
+	r.minAcq, r.maxAcq, r.share, r.retries, r.dials = median(mn), median(mxA), median(share), median(retries), median(dials)
+	r.meanHold = median(hold)
+	// The per-contender chart shows the round whose acquisitions/s is the median.
+	order := make([]int, len(r.rounds))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := r.rounds[a].acqPerSec(), r.rounds[b].acqPerSec()
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	if len(order) > 0 {
+		r.perContender = r.rounds[order[len(order)/2]].perContender
+	}
+}

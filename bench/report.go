@@ -1,0 +1,372 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+const (
+	beginMarker = "<!-- bench:begin -->"
+	endMarker   = "<!-- bench:end -->"
+)
+
+// target is one line of the issue's "Must show", checked against this run.
+type target struct {
+	what     string
+	got      float64
+	want     float64
+	atMost   bool // the target is an upper bound
+	unit     string
+	format   string
+	measured bool   // false: the run did not measure it
+	context  string // the same figure for a peer in the same run, to read the target against
+}
+
+func (t target) pass() bool {
+	if t.atMost {
+		return t.got <= t.want
+	}
+	return t.got >= t.want
+}
+
+func (t target) result() string {
+	if !t.measured {
+		return "not measured in this run"
+	}
+	if t.pass() {
+		return "**PASS**"
+	}
+	if t.atMost {
+		return fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.fmt(t.got-t.want))
+	}
+	return fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.fmt(t.want-t.got))
+}
+
+// percent shows small misses with a decimal, so that none reads "by 0%".
+func percent(p float64) string {
+	if p < 10 {
+		return fmt.Sprintf("%.1f%%", p)
+	}
+	return fmt.Sprintf("%.0f%%", p)
+}
+
+func (t target) fmt(v float64) string { return fmt.Sprintf(t.format, v) + t.unit }
+
+func (r *results) lockRowFor(name string, g int) *lockRow {
+	for i := range r.uncontended {
+		if r.uncontended[i].name == name && r.uncontended[i].goroutines == g {
+			return &r.uncontended[i]
+		}
+	}
+	return nil
+}
+
+func (r *results) contRowFor(name string) *contRow {
+	for i := range r.contended {
+		if r.contended[i].name == name {
+			return &r.contended[i]
+		}
+	}
+	return nil
+}
+
+func (r *results) idRowFor(name, layout string, g int) *idRow {
+	for i := range r.ids {
+		if x := r.ids[i]; x.name == name && x.layout == layout && x.goroutines == g {
+			return &r.ids[i]
+		}
+	}
+	return nil
+}
+
+// pairRatio is the median over rounds of f(a's round k) / f(b's round k): a ratio computed
+// pair by pair within each round, never across rounds.
+func pairRatio[R any](a, b []R, f func(R) float64) (float64, bool) {
+	if len(a) == 0 || len(a) != len(b) {
+		return 0, false
+	}
+	var xs []float64
+	for k := range a {
+		if d := f(b[k]); d > 0 {
+			xs = append(xs, f(a[k])/d)
+		}
+	}
+	return median(xs), len(xs) > 0
+}
+
+func (r *results) targets() []target {
+	var ts []target
+	tput := func(x lockRound) float64 { return x.opsPerS }
+	cpu := func(x lockRound) float64 { return float64(x.cpu) }
+	gov := r.lockRowFor(nameGoverned, 16)
+	add := func(what string, a, b *lockRow, f func(lockRound) float64, want float64, atMost bool) {
+		t := target{what: what, want: want, atMost: atMost, unit: "x", format: "%.2f"}
+		if a != nil && b != nil {
+			t.got, t.measured = pairRatio(a.rounds, b.rounds, f)
+			t.context = fmt.Sprintf("%s %s/s, %s %s/s (%.1f / %.1f µs CPU per pair)", label(a.name), thousands(a.opsPerSec), label(b.name), thousands(b.opsPerSec), a.cpu, b.cpu)
+		}
+		ts = append(ts, t)
+	}
+	add("uncontended, 16 goroutines: Govern throughput / bsm/redislock >= 1.0x", gov, r.lockRowFor(nameBSM, 16), tput, 1.0, false)
+	add("uncontended, 16 goroutines: Govern throughput / redsync >= 1.3x", gov, r.lockRowFor(nameRedsync, 16), tput, 1.3, false)
+	add("uncontended, 16 goroutines: Govern throughput / raw floor >= 0.85x", gov, r.lockRowFor(nameRaw, 16), tput, 0.85, false)
+	add("uncontended, 16 goroutines: client CPU per Govern pair / raw pair <= 1.3x", gov, r.lockRowFor(nameRaw, 16), cpu, 1.3, true)
+
+	wait, fair := r.contRowFor(nameWait), r.contRowFor(nameFair)
+	pct := func(what string, row *contRow, f func(*contRow) float64, want float64, atMost bool, unit, format string) {
+		t := target{what: what, want: want, atMost: atMost, unit: unit, format: format}
+		if row != nil {
+			t.got, t.measured = f(row), true
+			var peers []string
+			for _, p := range []string{nameBSMLinear, nameRedsyncC} {
+				if x := r.contRowFor(p); x != nil {
+					peers = append(peers, fmt.Sprintf("%s %s", label(p), t.fmt(f(x))))
+				}
+			}
+			t.context = strings.Join(peers, ", ")
+		}
+		ts = append(ts, t)
+	}
+	busy := func(c *contRow) float64 { return 100 * c.busy }
+	pct("contended: lockgov default wait busy >= 85%", wait, busy, 85, false, "%", "%.0f")
+	pct("contended: lockgov default wait p99 wait <= 25 ms", wait, func(c *contRow) float64 { return c.p99 }, 25, true, " ms", "%.1f")
+	pct("contended: Fair mode busy >= 80%", fair, busy, 80, false, "%", "%.0f")
+	pct("contended: Fair mode min/max acquisitions per contender >= 0.9", fair, func(c *contRow) float64 { return c.share }, 0.9, false, "", "%.2f")
+	et := target{what: "contended: etcdlock acquisitions/s / concurrency.Mutex >= 5x", want: 5, unit: "x", format: "%.2f"}
+	if a, b := r.contRowFor(nameEtcdlockC), r.contRowFor(nameEtcdMuC); a != nil && b != nil {
+		et.got, et.measured = pairRatio(a.rounds, b.rounds, func(x contRound) float64 { return x.acqPerSec() })
+		et.context = fmt.Sprintf("%.0f vs %.0f acquisitions/s", a.acqPerSec, b.acqPerSec)
+	}
+	ts = append(ts, et)
+
+	single := target{what: "snowflake 41/10/12, 1 goroutine >= 97% of the 4.096M IDs/s limit", want: 97, unit: "%", format: "%.1f"}
+	alloc := target{what: "snowflake NextID allocation-free (allocs/ID, every layout and parallelism)", want: 0, atMost: true, format: "%.3f"}
+	if x := r.idRowFor(idLockgov, "41x10x12", 1); x != nil {
+		single.got, single.measured = 100*x.idsPerSec/x.limit, true
+		var peers []string
+		for _, p := range []string{idBwmarrin, idSonyflake} {
+			if y := r.idRowFor(p, "41x10x12", 1); y != nil {
+				peers = append(peers, fmt.Sprintf("%s %.1f%%", p, 100*y.idsPerSec/y.limit))
+			}
+		}
+		single.context = strings.Join(peers, ", ")
+		alloc.measured = true
+		for _, y := range r.ids {
+			if y.name == idLockgov {
+				alloc.got = max(alloc.got, y.allocs)
+			}
+		}
+		// The process allocates a little in the background (runtime, the timer that ends a
+		// case): below one allocation per 1000 IDs is none on the hot path.
+		if alloc.got < 0.001 {
+			alloc.got = 0
+		}
+	}
+	ts = append(ts, single, alloc)
+	for _, l := range layouts {
+		par := runtime.GOMAXPROCS(0)
+		for _, y := range r.ids {
+			if y.layout == l.name && y.goroutines > 1 {
+				par = y.goroutines
+			}
+		}
+		t := target{what: fmt.Sprintf("snowflake %s parallel (%d goroutines): lockgov / bwmarrin >= 1.0x", strings.ReplaceAll(l.name, "x", "/"), par),
+			want: 1, unit: "x", format: "%.2f"}
+		if x := r.idRowFor(idLockgov, l.name, par); x != nil && par > 0 {
+			t.got, t.measured = x.ratioBw, true
+			if y := r.idRowFor(idBwmarrin, l.name, par); y != nil {
+				t.context = fmt.Sprintf("%.1f vs %.1f ns/ID", x.nsPerID, y.nsPerID)
+			}
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// renderSection is the markdown between the bench markers.
+func renderSection(r *results) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("%s\n", beginMarker)
+	w("## Side by side with the peers (generated by bench/)\n\n")
+	w("Everything between the `bench:begin` and `bench:end` markers is rewritten by the runner; edit `bench/` instead.\n")
+	w("Reproduce with `scripts/bench` (or `cd bench && go run .`).")
+	if r.quick {
+		w(" **This is a -quick smoke run: the figures are not meaningful.**")
+	}
+	w("\n\n")
+	m := r.machine
+	w("Run %s UTC, %v in all. Machine: %s, nproc %d (GOMAXPROCS %d), load average %s at the start and %s at the end; %s; redis-server %s (its own process, loopback, started by the runner); etcd embedded in the runner's process.",
+		r.start.Format("2006-01-02 15:04"), r.elapsed, m.cpu, m.nproc, m.gomaxprocs, m.loadStart, m.loadEnd, m.goVersion, orUnknown(m.redis))
+	if r.cfg.note != "" {
+		w(" %s", r.cfg.note)
+	}
+	w("\n\n")
+	if len(r.versions) > 0 {
+		var vs []string
+		for _, v := range r.versions {
+			vs = append(vs, fmt.Sprintf("%s %s", v.path, v.version))
+		}
+		w("Versions: lockgov from this tree; %s.\n\n", strings.Join(vs, ", "))
+	}
+	w("Ratios are computed pair by pair inside each round (every round runs every case once, the order rotated by one each round) and the tables show medians over the rounds: %d rounds for locks and IDs, %d under contention.\n\n",
+		r.cfg.rounds, contRounds(r))
+
+	w("### Targets (issue 12)\n\n| target | measured | result | the same figure in this run |\n|---|---|---|---|\n")
+	for _, t := range r.targets() {
+		got := "-"
+		if t.measured {
+			got = t.fmt(t.got)
+		}
+		w("| %s | %s | %s | %s |\n", t.what, got, t.result(), t.context)
+	}
+	w("\n")
+
+	if len(r.uncontended) > 0 {
+		w("### Locks: uncontended acquire + release\n\n")
+		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost.\n\n", r.cfg.lockDur)
+		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range r.uncontended {
+			w("| %s | %d | %s | %.2f | %.0f | %.0f | %.0f | %.1f | %.2f |\n", x.name, x.goroutines, thousands(x.opsPerSec), x.ratio, x.p50, x.p99, x.allocs, x.cpu, x.cpuRatio)
+		}
+		w("\n")
+	}
+	if len(r.contended) > 0 {
+		w("### Locks: contention on one key\n\n")
+		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff in one round trip on loopback would be ~0.1 ms). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting).\n\n",
+			contenders, hold, r.cfg.contDur)
+		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq | mean hold ms | idle per handoff ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range r.contended {
+			dials := fmt.Sprintf("%.2f", x.dials)
+			if strings.Contains(x.name, "etcd") {
+				dials = "-"
+			}
+			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold, 1000*(1-x.busy)/x.acqPerSec)
+		}
+		w("\n")
+	}
+	if len(r.ids) > 0 {
+		w("### IDs\n\n")
+		w("All generators set to the same layout, worker 1 and a 1 ms time unit; parallel = GOMAXPROCS goroutines on one generator (Fill: each goroutine fills its own buffer of 4096 from the shared generator). %v per case per round. %% of limit = IDs/s over the layout's 2^sequence x 1000 per second.\n\n", r.cfg.idDur)
+		w("| generator | layout | goroutines | M IDs/s | ns/ID | allocs/ID | vs bwmarrin | %% of limit |\n|---|---|---|---|---|---|---|---|\n")
+		for _, x := range r.ids {
+			w("| %s | %s | %d | %.2f | %.1f | %.3f | %.2f | %.1f%% |\n", x.name, x.layout, x.goroutines, x.idsPerSec/1e6, x.nsPerID, x.allocs, x.ratioBw, 100*x.idsPerSec/x.limit)
+		}
+		w("\n")
+	}
+	if len(r.sub) > 0 || len(r.notes) > 0 {
+		w("### Quota, idempotency, agent scan (Go benchmarks, run as subprocesses)\n\n")
+		for _, n := range r.notes {
+			w("- %s\n", n)
+		}
+		if len(r.sub) > 0 {
+			w("`go test -run '^$' -bench <regexp> -benchmem -benchtime <t> -count 1 <package>` in the package's module, in this run; skipped rows say why.\n\n")
+			w("| package | benchmark | figures |\n|---|---|---|\n")
+			for _, s := range r.sub {
+				if s.skipped != "" {
+					w("| %s | - | skipped: %s |\n", s.spec.label, strings.ReplaceAll(s.skipped, "|", "/"))
+					continue
+				}
+				for _, l := range s.lines {
+					var ms []string
+					for _, x := range l.metrics {
+						ms = append(ms, fmt.Sprintf("%s %s", trimFloat(x.value), x.unit))
+					}
+					w("| %s | %s | %s |\n", s.spec.label, l.name, strings.Join(ms, ", "))
+				}
+			}
+		}
+		w("\n")
+	}
+	if r.cfg.charts != "" {
+		w("### Charts\n\n")
+		for _, c := range chartFiles {
+			w("![%s](%s/%s)\n\n", c.title, r.cfg.chartRef, c.file)
+		}
+	}
+	w("%s", endMarker)
+	return b.String()
+}
+
+func contRounds(r *results) int {
+	if len(r.contended) > 0 {
+		return len(r.contended[0].rounds)
+	}
+	return 0
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(not started)"
+	}
+	return s
+}
+
+func trimFloat(v float64) string {
+	if v == float64(int64(v)) {
+		return thousands(v)
+	}
+	return fmt.Sprintf("%.4g", v)
+}
+
+// thousands formats v rounded, with commas.
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+// replaceSection writes section over the bench markers of the markdown file at path, or,
+// when the file has none yet, inserts it before the first second-level heading. The rest of
+// the file is left as it is.
+func replaceSection(path, section string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, beginMarker), strings.Index(doc, endMarker)
+	switch {
+	case i >= 0 && j > i:
+		doc = doc[:i] + section + doc[j+len(endMarker):]
+	case i >= 0 || j >= 0:
+		return fmt.Errorf("%s: only one of %s and %s, or in the wrong order: fix the file by hand", path, beginMarker, endMarker)
+	default:
+		k := strings.Index(doc, "\n## ")
+		if k < 0 {
+			doc = strings.TrimRight(doc, "\n") + "\n\n" + section + "\n"
+		} else {
+			doc = doc[:k+1] + section + "\n\n" + doc[k+1:]
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".bench-*.md")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(doc); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(path); err == nil {
+		_ = os.Chmod(tmp.Name(), fi.Mode().Perm())
+	}
+	return os.Rename(tmp.Name(), path)
+}
