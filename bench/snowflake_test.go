@@ -267,17 +267,6 @@ func runFor(next func() (int64, error), goroutines int, d time.Duration) (slice,
 	return sum, nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 // BenchmarkClockRead is the floor under every generator here: one clock read per ID.
 func BenchmarkClockRead(b *testing.B) {
 	start := time.Now()
