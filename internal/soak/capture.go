@@ -20,14 +20,17 @@ import (
 // registry's exposition, the agent's API answers and the heartbeat values
 // read from Redis. It is written to a file as it comes (so holding it does
 // not grow the heap the run measures), every line prefixed with its kind,
-// and scanned once the run is over. Past maxBytes it keeps counting records
-// but writes no more of them (Dropped says how many).
+// and scanned once the run is over. Each kind has its own budget of
+// maxBytes: past it, that kind's records are counted but no more of them are
+// written (Dropped says how many), while the other kinds keep theirs. One
+// shared budget let a 30-minute run's spans fill the file before the
+// registry's exposition, recorded at the end, got a byte.
 type Capture struct {
 	mu       sync.Mutex
 	f        *os.File
 	w        *bufio.Writer
-	n        int64
-	maxBytes int64
+	n        map[string]int64 // bytes written per kind
+	maxBytes int64            // per kind
 	records  map[string]int64
 	dropped  map[string]int64
 	err      error
@@ -40,7 +43,7 @@ func NewCapture(path string, maxBytes int64) (*Capture, error) {
 		return nil, err
 	}
 	return &Capture{f: f, w: bufio.NewWriterSize(f, 1<<16), maxBytes: maxBytes,
-		records: map[string]int64{}, dropped: map[string]int64{}}, nil
+		n: map[string]int64{}, records: map[string]int64{}, dropped: map[string]int64{}}, nil
 }
 
 // Record writes data as one record of kind (each of its lines prefixed).
@@ -48,7 +51,7 @@ func (c *Capture) Record(kind string, data []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.records[kind]++
-	if c.maxBytes < 0 || c.maxBytes > 0 && c.n+int64(len(data)) > c.maxBytes {
+	if c.maxBytes < 0 || c.maxBytes > 0 && c.n[kind]+int64(len(data)) > c.maxBytes {
 		c.dropped[kind]++
 		return
 	}
@@ -59,24 +62,24 @@ func (c *Capture) Record(kind string, data []byte) {
 		} else {
 			data = nil
 		}
-		c.write(kind)
-		c.write("\t")
-		c.writeBytes(line)
-		c.write("\n")
+		c.write(kind, kind)
+		c.write(kind, "\t")
+		c.writeBytes(kind, line)
+		c.write(kind, "\n")
 	}
 }
 
-func (c *Capture) write(s string) {
+func (c *Capture) write(kind, s string) {
 	n, err := c.w.WriteString(s)
-	c.n += int64(n)
+	c.n[kind] += int64(n)
 	if err != nil && c.err == nil {
 		c.err = err
 	}
 }
 
-func (c *Capture) writeBytes(b []byte) {
+func (c *Capture) writeBytes(kind string, b []byte) {
 	n, err := c.w.Write(b)
-	c.n += int64(n)
+	c.n[kind] += int64(n)
 	if err != nil && c.err == nil {
 		c.err = err
 	}

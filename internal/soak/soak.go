@@ -45,7 +45,8 @@ type Config struct {
 	IdempotencyClients, QuotaClients int
 	// Dir holds the capture and token files.
 	Dir string
-	// MaxCaptureBytes caps the capture file (0: no cap).
+	// MaxCaptureBytes caps what the capture file holds of each kind (0: no
+	// cap): spans fill their own share, never the exposition's or the logs'.
 	MaxCaptureBytes int64
 	// Agent runs a lockgov agent on the same Redis and records its API
 	// answers; AgentPoll is how often (default 2s).

@@ -41,7 +41,7 @@ import (
 // that long).
 func TestSoak(t *testing.T) {
 	cfg := soak.Config{Clients: 64, Keys: 1000, OpsPerClient: 300, IdempotencyClients: 8, QuotaClients: 8,
-		Agent: true, Dir: t.TempDir(), MaxCaptureBytes: 2 << 30}
+		Agent: true, Dir: t.TempDir(), MaxCaptureBytes: 1 << 30}
 	if s := os.Getenv("LOCKGOV_SOAK_OPS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -276,5 +276,36 @@ func TestCardinality_100000KeysBoundedSeries(t *testing.T) {
 		if strings.ContainsAny(p, "0123456789") && !strings.Contains(p, "{") {
 			t.Errorf("a raw key as label value: %q", p)
 		}
+	}
+}
+
+// A 30-minute run's spans filled one shared budget before the registry's
+// exposition, recorded at the end, got a byte: each kind has its own.
+func TestCapture_EachKindHasItsOwnBudget(t *testing.T) {
+	dir := t.TempDir()
+	c, err := soak.NewCapture(filepath.Join(dir, "capture.txt"), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		c.Record("span", []byte(`name="acquire lock" lockgov.key="lock:x"`))
+	}
+	c.Record("metrics", []byte(`x{a="b"} 1`))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seen, dropped := c.Records()
+	if seen["span"] != 100 || dropped["span"] == 0 || dropped["span"] >= 100 {
+		t.Errorf("spans: seen %d dropped %d, want 100 seen and some but not all dropped", seen["span"], dropped["span"])
+	}
+	if seen["metrics"] != 1 || dropped["metrics"] != 0 {
+		t.Errorf("metrics: seen %d dropped %d, want it written although spans filled theirs", seen["metrics"], dropped["metrics"])
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "capture.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "metrics\tx{a=\"b\"} 1\n") {
+		t.Errorf("capture lacks the metrics record:\n%s", data)
 	}
 }
