@@ -10,10 +10,11 @@ import (
 
 const nsPerMs = int64(time.Millisecond)
 
-// Generator issues IDs for one WorkerID. It is safe for concurrent use and takes no lock:
-// its whole state, the last millisecond used and the sequence within it, is one uint64
-// updated by compare-and-swap, so no caller ever sleeps while holding anything another
-// caller needs.
+// Generator issues IDs for one WorkerID. It is safe for concurrent use. Issuing an ID takes
+// no lock: the whole state, the last millisecond used and the sequence within it, is one
+// uint64 updated by compare-and-swap. Only waiting does: when the sequence is used up (or
+// the clock stepped back), one caller at a time waits for the clock, holding a token that
+// the other callers who must wait queue on, parked, honouring their contexts; see waitTurn.
 type Generator struct {
 	// state has a cache line to itself: every ID writes it, and under contention each write
 	// takes the line from the other cores; sharing it with the fields every call only reads
@@ -34,6 +35,7 @@ type Generator struct {
 	epochNs    int64
 	epochMs    int64
 	maxWait    time.Duration
+	waiter     chan struct{} // the wait token: see waitTurn
 	clock      Clock
 	lease      WorkerLease
 	hooks      Hooks
@@ -67,6 +69,7 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		epochNs:    c.epoch.UnixNano(),
 		epochMs:    c.epoch.UnixMilli(),
 		maxWait:    c.maxWait,
+		waiter:     make(chan struct{}, 1),
 		clock:      c.clock,
 		lease:      c.lease,
 		hooks:      c.hooks,
@@ -283,7 +286,7 @@ func (g *Generator) slow(ctx context.Context, old uint64, mono int64) (int64, bo
 	} else if g.hooks.SequenceExhausted != nil {
 		g.hooks.SequenceExhausted()
 	}
-	return 0, false, g.waitUntil(ctx, target*nsPerMs)
+	return 0, false, g.waitTurn(ctx, target*nsPerMs)
 }
 
 // checkLease returns the high-water floor and the reserved limit in ms since the epoch.
