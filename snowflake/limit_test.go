@@ -15,16 +15,17 @@ import (
 // at once, over and over, even under the race detector.
 var layout16 = Layout{TimeBits: 41, WorkerBits: 18, SequenceBits: 4}
 
-// TestNextID_GoroutinesAtSequenceLimit has 2-8 goroutines share a generator that is always
-// at its sequence limit (half of them through Fill): every ID is distinct, each goroutine's
-// IDs increase, no millisecond holds more than the layout allows, and the wait token is free
-// afterwards.
+// TestNextID_GoroutinesAtSequenceLimit has 2-8 goroutines (and 100, more than may park at
+// once) share a generator that is always at its sequence limit, half of them through Fill:
+// every ID is distinct, each goroutine's
+// IDs increase, no millisecond holds more than the layout allows, and nothing is left
+// spinning or parked afterwards.
 func TestNextID_GoroutinesAtSequenceLimit(t *testing.T) {
-	for _, workers := range []int{2, 4, 8} {
+	for _, tc := range []struct{ workers, per int }{{2, 240}, {4, 240}, {8, 240}, {100, 20}} {
+		workers, per := tc.workers, tc.per
 		t.Run(fmt.Sprintf("%d goroutines", workers), func(t *testing.T) {
 			var exhausted atomic.Int64
 			g := mustNew(t, 1, WithLayout(layout16), WithHooks(Hooks{SequenceExhausted: func() { exhausted.Add(1) }}))
-			const per = 240
 			out := make([][]int64, workers)
 			var wg sync.WaitGroup
 			for w := range workers {
@@ -75,8 +76,8 @@ func TestNextID_GoroutinesAtSequenceLimit(t *testing.T) {
 			if exhausted.Load() == 0 {
 				t.Fatal("the sequence never ran out: the test did not test the limit")
 			}
-			if len(g.waiter) != 0 {
-				t.Fatal("wait token still held after every caller returned")
+			if g.spinning.Load() || g.parked.Load() != 0 {
+				t.Fatalf("after every caller returned: spinning %v, parked %d", g.spinning.Load(), g.parked.Load())
 			}
 		})
 	}
@@ -88,7 +89,7 @@ type frozenClock struct{ wall time.Time }
 func (c frozenClock) Wall() time.Time     { return c.wall }
 func (c frozenClock) Mono() time.Duration { return time.Hour }
 
-// TestNextID_ParkedWaiterHonoursContext: while one caller holds the wait token, another
+// TestNextID_ParkedWaiterHonoursContext: while one caller spins for the clock, another
 // that must also wait returns with its context's error, and so does the holder.
 func TestNextID_ParkedWaiterHonoursContext(t *testing.T) {
 	g := mustNew(t, 1, WithLayout(layout16), WithClock(frozenClock{wall: time.Now()}))
@@ -101,9 +102,9 @@ func TestNextID_ParkedWaiterHonoursContext(t *testing.T) {
 	defer cancelA()
 	errA := make(chan error, 1)
 	go func() { _, err := g.NextID(ctxA); errA <- err }()
-	for deadline := time.Now().Add(10 * time.Second); len(g.waiter) == 0; {
+	for deadline := time.Now().Add(10 * time.Second); !g.spinning.Load(); {
 		if time.Now().After(deadline) {
-			t.Fatal("the first waiter never took the wait token")
+			t.Fatal("the first waiter never started spinning")
 		}
 		time.Sleep(time.Millisecond) // polling for the event, with a deadline
 	}
@@ -116,9 +117,9 @@ func TestNextID_ParkedWaiterHonoursContext(t *testing.T) {
 	}
 	cancelA()
 	if err := <-errA; !errors.Is(err, context.Canceled) {
-		t.Fatalf("token holder: err = %v, want context.Canceled", err)
+		t.Fatalf("spinner: err = %v, want context.Canceled", err)
 	}
-	if len(g.waiter) != 0 {
-		t.Fatal("wait token still held after the holder returned")
+	if g.spinning.Load() || g.parked.Load() != 0 {
+		t.Fatalf("after every caller returned: spinning %v, parked %d", g.spinning.Load(), g.parked.Load())
 	}
 }
