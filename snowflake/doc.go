@@ -21,12 +21,14 @@
 // millisecond it enters and in between advances that reading with the monotonic clock alone;
 // a wall-clock step is therefore seen at the next millisecond boundary. Each read is compared
 // with the last millisecond the generator used (one CAS-updated uint64 holds that and the
-// sequence; there is no mutex). A clock that is behind by at most MaxWait (default 5ms) is
-// waited out, honouring the caller's context; a larger step returns *ClockBackwardsError
+// sequence; issuing takes no mutex). A clock that is behind by at most MaxWait (default 5ms)
+// is waited out, honouring the caller's context; a larger step returns *ClockBackwardsError
 // (errors.Is ErrClockBackwards) with the offset, and the caller degrades or retries
 // elsewhere. A used-up sequence waits for the next millisecond, spinning with
-// runtime.Gosched rather than sleeping, because timers can wake a millisecond late. Forward
-// steps are taken as they come: IDs jump ahead, and stay unique.
+// runtime.Gosched rather than sleeping, because timers can wake a millisecond late. Only one
+// caller at a time waits for the clock; others that must wait too park until it is done
+// (still honouring their contexts), so goroutines at the layout's limit do not all spin.
+// Forward steps are taken as they come: IDs jump ahead, and stay unique.
 //
 // # Clock skew across the fleet
 //

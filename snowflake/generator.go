@@ -10,10 +10,11 @@ import (
 
 const nsPerMs = int64(time.Millisecond)
 
-// Generator issues IDs for one WorkerID. It is safe for concurrent use and takes no lock:
-// its whole state, the last millisecond used and the sequence within it, is one uint64
-// updated by compare-and-swap, so no caller ever sleeps while holding anything another
-// caller needs.
+// Generator issues IDs for one WorkerID. It is safe for concurrent use. Issuing an ID takes
+// no lock: the whole state, the last millisecond used and the sequence within it, is one
+// uint64 updated by compare-and-swap. When the sequence is used up (or the clock stepped
+// back), one caller at a time spins on the clock and the other callers who must wait park
+// until it is done, honouring their contexts; see waitTurn.
 type Generator struct {
 	// state has a cache line to itself: every ID writes it, and under contention each write
 	// takes the line from the other cores; sharing it with the fields every call only reads
@@ -22,6 +23,11 @@ type Generator struct {
 	// state is (milliseconds since the epoch) << seqBits | sequence of the last ID issued.
 	state atomic.Uint64
 	_     [56]byte
+	// spinning is set while a caller waits for the clock; parked counts the callers waiting
+	// for it to finish (waitTurn). Written only on a used-up millisecond, not per ID.
+	spinning atomic.Bool
+	parked   atomic.Int32
+	_        [56]byte
 	// offset is wall - epoch - mono in ns: mono + offset is the wall clock in ns since the
 	// epoch, as of the last wall-clock read. It is refreshed on every new millisecond.
 	offset atomic.Int64
@@ -34,6 +40,7 @@ type Generator struct {
 	epochNs    int64
 	epochMs    int64
 	maxWait    time.Duration
+	wake       chan struct{} // wake-ups for parked callers: see waitTurn
 	clock      Clock
 	lease      WorkerLease
 	hooks      Hooks
@@ -67,6 +74,7 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		epochNs:    c.epoch.UnixNano(),
 		epochMs:    c.epoch.UnixMilli(),
 		maxWait:    c.maxWait,
+		wake:       make(chan struct{}, 64),
 		clock:      c.clock,
 		lease:      c.lease,
 		hooks:      c.hooks,
@@ -283,7 +291,7 @@ func (g *Generator) slow(ctx context.Context, old uint64, mono int64) (int64, bo
 	} else if g.hooks.SequenceExhausted != nil {
 		g.hooks.SequenceExhausted()
 	}
-	return 0, false, g.waitUntil(ctx, target*nsPerMs)
+	return 0, false, g.waitTurn(ctx, target*nsPerMs)
 }
 
 // checkLease returns the high-water floor and the reserved limit in ms since the epoch.
