@@ -250,7 +250,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
 	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
-	gl.ctx = leaseContext{Context: inner.Context(), node: &gl.self}
+	gl.ctx = leaseContext{inner: inner, node: &gl.self}
 	return gl, nil
 }
 

@@ -78,15 +78,21 @@ type Config struct {
 type Lease struct {
 	cfg   Config
 	drift time.Duration
-	ctx   context.Context
-	stop  context.CancelCauseFunc
 
-	mu       sync.Mutex
-	held     bool
-	heldAt   time.Time
-	expires  time.Time   // last confirmed expiry (monotonic)
-	timer    *time.Timer // fires at expires - drift
-	renewTmr *time.Timer
+	mu sync.Mutex
+	// ctx is made on the first Context call (most leases are released
+	// without anyone asking for it); stopped says end has cancelled it or
+	// will cancel one made later, after reporting a loss.
+	ctx     context.Context
+	stop    context.CancelCauseFunc
+	stopped bool
+	held    bool
+	heldAt  time.Time
+	expires time.Time // last confirmed expiry (monotonic)
+	// timer is the lease's one timer: it fires at renewAt when a renewal
+	// is scheduled, else at expires - drift (see tick).
+	timer    *time.Timer
+	renewAt  time.Time     // the next watchdog renewal (zero: none scheduled)
 	renewing chan struct{} // non-nil while a renewal runs; closed when it ends
 	// cancelRenew ends the running renewal's context (set with renewing):
 	// Release cancels it. A context per renewal, not per lease, so that a
@@ -115,12 +121,48 @@ func New(cfg Config) *Lease {
 	if c.held {
 		c.heldAt = cfg.Start
 	}
-	c.ctx, c.stop = context.WithCancelCause(context.Background())
-	c.mu.Lock() // the timers may fire before AfterFunc has returned
-	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.expire)
+	c.mu.Lock() // the timer may fire before AfterFunc has returned
+	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.tick)
 	c.scheduleRenewLocked(cfg.TTL / 3)
 	c.mu.Unlock()
 	return c
+}
+
+// armLocked sets the timer to the next thing due: the renewal, or the
+// local deadline.
+func (c *Lease) armLocked() {
+	next := c.expires.Add(-c.drift)
+	if !c.renewAt.IsZero() && c.renewAt.Before(next) {
+		next = c.renewAt
+	}
+	c.timer.Reset(time.Until(next))
+}
+
+// tick runs when the timer fires: the lease expires when its local
+// deadline has passed, the watchdog renews when its time has come, and
+// otherwise (a renewal moved the deadline, the watchdog stopped) the timer
+// is set again. While a renewal runs, the timer waits for the deadline.
+func (c *Lease) tick() {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if !now.Before(c.expires.Add(-c.drift)) {
+		c.mu.Unlock()
+		c.expire()
+		return
+	}
+	if !c.renewAt.IsZero() && !now.Before(c.renewAt) {
+		c.renewAt = time.Time{}
+		c.armLocked()
+		c.mu.Unlock()
+		c.renew()
+		return
+	}
+	c.armLocked()
+	c.mu.Unlock()
 }
 
 // Track arranges for the lease to be released when handle becomes
@@ -133,7 +175,21 @@ func Track[H any](handle *H, c *Lease) {
 
 // Context ends when the lease ends, with cause ErrReleased or an error
 // wrapping ErrLockLost.
-func (c *Lease) Context() context.Context { return c.ctx }
+func (c *Lease) Context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.contextLocked()
+}
+
+func (c *Lease) contextLocked() context.Context {
+	if c.ctx == nil {
+		c.ctx, c.stop = context.WithCancelCause(context.Background())
+		if c.stopped {
+			c.stop(c.endedCause)
+		}
+	}
+	return c.ctx
+}
 
 // Hold marks a Waiting lease held from now: max hold counts from here, and
 // a loss is reported.
@@ -151,9 +207,7 @@ func (c *Lease) StopWatchdog() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopRenew = true
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{} // the timer, if set for it, only re-arms
 }
 
 // HeldAt is when the lease became held (zero while waiting).
@@ -184,7 +238,7 @@ func (c *Lease) Confirm(sent time.Time, ttl time.Duration) {
 	}
 	if e := sent.Add(ttl); e.After(c.expires) {
 		c.expires = e
-		c.timer.Reset(time.Until(c.expires.Add(-c.drift)))
+		c.armLocked()
 	}
 }
 
@@ -195,8 +249,8 @@ func (c *Lease) expire() {
 		c.mu.Unlock()
 		return
 	}
-	if d := time.Until(c.expires.Add(-c.drift)); d > 0 {
-		c.timer.Reset(d) // a renewal moved the deadline after the timer fired
+	if time.Until(c.expires.Add(-c.drift)) > 0 {
+		c.armLocked() // a renewal moved the deadline after the timer fired
 		c.mu.Unlock()
 		return
 	}
@@ -227,14 +281,18 @@ func (c *Lease) end(cause error, lost bool) bool {
 	c.ended, c.endedCause = true, cause
 	held := c.held
 	c.timer.Stop()
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{}
 	c.mu.Unlock()
 	if lost && held && c.cfg.Events != nil {
 		c.cfg.Events.Lost(cause)
 	}
-	c.stop(cause)
+	c.mu.Lock()
+	c.stopped = true
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil {
+		stop(cause)
+	}
 	if c.cfg.OnEnd != nil {
 		c.cfg.OnEnd()
 	}
@@ -253,14 +311,11 @@ func (c *Lease) scheduleRenewLocked(d time.Duration) {
 	if !c.cfg.Watchdog || c.ended || c.stopRenew {
 		return
 	}
-	if c.renewTmr == nil {
-		c.renewTmr = time.AfterFunc(d, c.renew)
-		return
-	}
-	c.renewTmr.Reset(d)
+	c.renewAt = time.Now().Add(d)
+	c.armLocked()
 }
 
-// renew is the watchdog: a timer, not a goroutine, so a short critical
+// renew is the watchdog: the lease's timer (see tick), not a goroutine, so a short critical
 // section never starts one. One owner-checked renewal, then the next at
 // TTL/3, sooner after a transient failure, never past max hold, never after
 // a renewal proved the lock gone.
@@ -280,7 +335,7 @@ func (c *Lease) renew() {
 	}
 	done := make(chan struct{})
 	// The renewal's context ends when the lease ends or Release starts.
-	rctx, cancel := context.WithCancel(c.ctx)
+	rctx, cancel := context.WithCancel(c.contextLocked())
 	c.renewing, c.cancelRenew = done, cancel
 	c.mu.Unlock()
 
@@ -308,10 +363,10 @@ func (c *Lease) renew() {
 // is lost whatever the store answers.
 func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.Duration, error)) error {
 	c.mu.Lock()
-	deadline, ended, held := c.expires.Add(-c.drift), c.ended, c.held
+	deadline, ended, held, cause := c.expires.Add(-c.drift), c.ended, c.held, c.endedCause
 	c.mu.Unlock()
 	if ended {
-		return fmt.Errorf("%s: refresh %q: %w: %w", c.cfg.Name, c.cfg.Key, ErrNotHeld, context.Cause(c.ctx))
+		return fmt.Errorf("%s: refresh %q: %w: %w", c.cfg.Name, c.cfg.Key, ErrNotHeld, cause)
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -352,9 +407,7 @@ func (c *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%s: release %q: %w: already released", c.cfg.Name, c.cfg.Key, ErrNotHeld)
 	}
 	c.released, c.stopRenew = true, true
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{}
 	inflight, cancelRenew := c.renewing, c.cancelRenew
 	ended, cause := c.ended, c.endedCause
 	c.mu.Unlock()
