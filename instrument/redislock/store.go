@@ -58,6 +58,7 @@ type request struct {
 	queue    bool          // a deadline waiter that subscribed: attempts queue it for a handoff
 	entry    string        // its queue entry, made on the first queued attempt
 	lid      string        // the Locker's channel suffix: a handoff is published there
+	st       store         // the store that granted the lease (set with it)
 
 	// What node's calls send, kept here so that a call boxes no argument:
 	// go-redis writes *string and *int64 arguments in place (see evalsha).
@@ -124,7 +125,7 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 		a[11], a[12] = &r.entry, &r.waiterTTLMs
 		n = 13
 	}
-	res, err := evalsha(ctx, s.c, &acquireCall, a[:n]).Int64Slice()
+	res, err := evalsha(ctx, s.c, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
 	var att attempt
 	if err == nil {
 		att, err = decodeAcquire(res)
@@ -138,18 +139,20 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 	return att, err
 }
 
-// evalsha runs script with the command line args, whose first three slots
-// it fills ("evalsha", the digest, and args[2] already holds the number
-// of keys), falling back to EVAL when the server lacks the script, as
-// redis.Script.Run does but without copying and boxing every argument.
-func evalsha(ctx context.Context, c redis.UniversalClient, s *luaCall, args []any) *redis.Cmd {
+// evalsha runs script with the command line args, whose first two slots
+// it fills ("evalsha" and the digest; args[2] holds the number of keys),
+// falling back to EVAL when the server lacks the script, as
+// redis.Script.Run does but without copying and boxing every argument. The
+// reply is read by the typed command newCmd makes (integers straight into
+// an int64 or []int64, not through interface values).
+func evalsha[C redis.Cmder](ctx context.Context, c redis.UniversalClient, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
 	args[0], args[1] = "evalsha", s.sha
-	cmd := redis.NewCmd(ctx, args...)
+	cmd := newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	_ = c.Process(ctx, cmd)
 	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
+		cmd = newCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
 		_ = c.Process(ctx, cmd)
 	}
@@ -227,7 +230,7 @@ func (s node) release(ctx context.Context, r *request) (bool, error) {
 	a := &r.args
 	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
 	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
-	n, err := evalsha(ctx, s.c, &releaseCall, a[:12]).Int64()
+	n, err := evalsha(ctx, s.c, &releaseCall, a[:12], redis.NewIntCmd).Result()
 	return n >= 1, err
 }
 

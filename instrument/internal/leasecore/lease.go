@@ -63,6 +63,10 @@ type Config struct {
 	// error wrapping ErrNotHeld when the lock was not this lease's, the
 	// transport error when the outcome is unknown.
 	Release func(ctx context.Context) error
+	// Store, when set, stands for Renew and Release: one value the
+	// backend's per-lease state implements, rather than a closure apiece.
+	// Refresh, if set, still overrides the manual Refresh.
+	Store Store
 	// UnsafeRelease says Release is not owner-checked: once the lease has
 	// ended it must not be called (it could delete the next holder's lock).
 	UnsafeRelease bool
@@ -70,6 +74,13 @@ type Config struct {
 	// context is cancelled (stop the backend's goroutines, hand the local
 	// turn on). It must not block for long.
 	OnEnd func()
+}
+
+// Store renews and releases one lease (see Config.Store); the methods are
+// Config.Renew's and Config.Release's.
+type Store interface {
+	Renew(ctx context.Context) (time.Duration, error)
+	Release(ctx context.Context) error
 }
 
 // Lease is the lifecycle state of one lease. Backends keep it in the state
@@ -111,11 +122,15 @@ func New(cfg Config) *Lease {
 	if cfg.Drift == 0 {
 		cfg.Drift = Drift(cfg.TTL)
 	}
-	if cfg.Renew == nil {
-		cfg.Watchdog = false
-	}
-	if cfg.Refresh == nil {
-		cfg.Refresh = cfg.Renew
+	if cfg.Store != nil {
+		cfg.Renew, cfg.Release = nil, nil
+	} else {
+		if cfg.Renew == nil {
+			cfg.Watchdog = false
+		}
+		if cfg.Refresh == nil {
+			cfg.Refresh = cfg.Renew
+		}
 	}
 	c := &Lease{cfg: cfg, drift: cfg.Drift, expires: cfg.Start.Add(cfg.TTL), held: !cfg.Waiting}
 	if c.held {
@@ -150,6 +165,11 @@ func (c *Lease) tick() {
 	}
 	now := time.Now()
 	if !now.Before(c.expires.Add(-c.drift)) {
+		// The timer came late. A renewal due by now that max hold would
+		// have refused makes this an expiry at max hold, as renew says.
+		if !c.renewAt.IsZero() && !now.Before(c.renewAt) && c.pastMaxHoldLocked() {
+			c.maxHeld = true
+		}
 		c.mu.Unlock()
 		c.expire()
 		return
@@ -326,7 +346,7 @@ func (c *Lease) renew() {
 		c.mu.Unlock()
 		return
 	}
-	if c.held && c.cfg.MaxHold > 0 && time.Since(c.heldAt)+every > c.cfg.MaxHold {
+	if c.pastMaxHoldLocked() {
 		// The next renewal would carry the lease past max hold: stop
 		// renewing and let it expire.
 		c.maxHeld = true
@@ -339,7 +359,7 @@ func (c *Lease) renew() {
 	c.renewing, c.cancelRenew = done, cancel
 	c.mu.Unlock()
 
-	err := c.refresh(rctx, c.cfg.Renew)
+	err := c.refresh(rctx, false)
 	cancel()
 
 	c.mu.Lock()
@@ -359,9 +379,16 @@ func (c *Lease) renew() {
 	c.mu.Unlock()
 }
 
+// pastMaxHoldLocked says the next renewal would carry the lease past max
+// hold.
+func (c *Lease) pastMaxHoldLocked() bool {
+	return c.held && c.cfg.MaxHold > 0 && time.Since(c.heldAt)+c.cfg.TTL/3 > c.cfg.MaxHold
+}
+
 // refresh runs one renewal bounded by the local deadline: past it the lease
-// is lost whatever the store answers.
-func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.Duration, error)) error {
+// is lost whatever the store answers. manual says it is the caller's
+// Refresh (Config.Refresh when set), not the watchdog's.
+func (c *Lease) refresh(ctx context.Context, manual bool) error {
 	c.mu.Lock()
 	deadline, ended, held, cause := c.expires.Add(-c.drift), c.ended, c.held, c.endedCause
 	c.mu.Unlock()
@@ -371,7 +398,16 @@ func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.D
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	ttl, err := renew(rctx)
+	var ttl time.Duration
+	var err error
+	switch {
+	case manual && c.cfg.Refresh != nil:
+		ttl, err = c.cfg.Refresh(rctx)
+	case c.cfg.Store != nil:
+		ttl, err = c.cfg.Store.Renew(rctx)
+	default:
+		ttl, err = c.cfg.Renew(rctx)
+	}
 	if err == nil {
 		c.Confirm(sent, ttl)
 	} else {
@@ -386,10 +422,10 @@ func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.D
 // Refresh extends the lease by its TTL if it is still the owner; a refusal
 // ends the lease as lost.
 func (c *Lease) Refresh(ctx context.Context) error {
-	if c.cfg.Refresh == nil {
+	if c.cfg.Refresh == nil && c.cfg.Store == nil {
 		return fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, errors.ErrUnsupported)
 	}
-	err := c.refresh(ctx, c.cfg.Refresh)
+	err := c.refresh(ctx, true)
 	if errors.Is(err, ErrNotHeld) {
 		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
 	}
@@ -423,7 +459,12 @@ func (c *Lease) Release(ctx context.Context) error {
 			return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, context.Cause(ctx))
 		}
 	}
-	err := c.cfg.Release(ctx)
+	var err error
+	if c.cfg.Store != nil {
+		err = c.cfg.Store.Release(ctx)
+	} else {
+		err = c.cfg.Release(ctx)
+	}
 	switch {
 	case err == nil:
 		c.End(ErrReleased)
