@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockgov/lockgov/instrument"
 )
@@ -52,5 +53,37 @@ func BenchmarkGovernOverhead(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// discardExporter takes the spans of BenchmarkGovernSpans through a batch
+// processor, as an OTLP exporter would, and drops them.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkGovernSpans is BenchmarkGovernOverhead with spans recorded by
+// the OpenTelemetry SDK (always sampled, batch processor), as bench/'s
+// "lockgov redislock + Govern" row runs it: what the acquire and release
+// spans cost the client per pair.
+func BenchmarkGovernSpans(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	g, err := instrument.NewGoverned(nopLocker{}, instrument.WithRegisterer(prometheus.NewRegistry()), instrument.WithTracerProvider(tp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := g.Acquire(ctx, "lock:quota:merchant")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -173,14 +173,6 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		ctx, span = g.tracer.Start(ctx, "acquire lock", clientSpan...)
 		recording = span.IsRecording()
 	}
-	if recording {
-		span.SetAttributes(
-			attribute.String("lock.key_pattern", label),
-			attribute.String("lock.backend", g.backend),
-			attribute.String("lock.wait_strategy", obs.cfg.Wait.String()),
-			attribute.String("db.system.name", g.backend),
-		)
-	}
 	sc := trace.SpanContextFromContext(ctx)
 	if sc.IsValid() {
 		obs.cfg.TraceID = sc.TraceID().String()
@@ -218,8 +210,16 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	// One wall clock read per acquire: durations need only the monotonic
 	// clock, which time.Since reads alone.
 	dur := time.Since(start)
-	if recording {
-		span.SetAttributes(attribute.Int("lock.attempts", obs.attempts))
+	if recording && err != nil {
+		// One SetAttributes per span, at the end: the SDK then grows its
+		// attribute slice once.
+		span.SetAttributes(
+			attribute.String("lock.key_pattern", label),
+			attribute.String("lock.backend", g.backend),
+			attribute.String("lock.wait_strategy", obs.cfg.Wait.String()),
+			attribute.String("db.system.name", g.backend),
+			attribute.Int("lock.attempts", obs.attempts),
+		)
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotAcquired) {
@@ -243,14 +243,22 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	g.trackHeld(obs, inner.Fence())
 	if span != nil {
 		if recording {
-			span.SetAttributes(attribute.Int64("lock.fence", int64(inner.Fence())), attribute.Bool("lock.degraded", degraded))
+			span.SetAttributes(
+				attribute.String("lock.key_pattern", label),
+				attribute.String("lock.backend", g.backend),
+				attribute.String("lock.wait_strategy", obs.cfg.Wait.String()),
+				attribute.String("db.system.name", g.backend),
+				attribute.Int("lock.attempts", obs.attempts),
+				attribute.Int64("lock.fence", int64(inner.Fence())),
+				attribute.Bool("lock.degraded", degraded),
+			)
 		}
 		span.End()
 	}
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
 	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
-	gl.ctx = leaseContext{Context: inner.Context(), node: &gl.self}
+	gl.ctx = leaseContext{inner: inner, node: &gl.self}
 	return gl, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -65,7 +66,7 @@ func (l *governedLease) reenter(ctx context.Context, at *hold, failFast bool) (L
 	l.mu.Unlock()
 	r := &reentrantLease{root: l, h: h}
 	r.self = heldNode{owner: l.g, key: l.Key(), lease: l, at: h, next: heldChain(ctx)}
-	r.ctx = leaseContext{Context: l.inner.Context(), node: &r.self}
+	r.ctx = leaseContext{inner: l.inner, node: &r.self}
 	return r, nil
 }
 
@@ -214,17 +215,23 @@ type heldKey struct{}
 
 // leaseContext is a lease handle's Context: the backend lease's context
 // carrying the handle's place in the chain under heldKey. It is
-// context.WithValue without the allocation, as it lives in the handle.
+// context.WithValue without the allocation, as it lives in the handle, and
+// it asks the backend lease for its context only when used (a backend may
+// make it on demand: most leases are released without it).
 type leaseContext struct {
-	context.Context
-	node *heldNode
+	inner Lease
+	node  *heldNode
 }
+
+func (c *leaseContext) Deadline() (time.Time, bool) { return c.inner.Context().Deadline() }
+func (c *leaseContext) Done() <-chan struct{}       { return c.inner.Context().Done() }
+func (c *leaseContext) Err() error                  { return c.inner.Context().Err() }
 
 func (c *leaseContext) Value(key any) any {
 	if key == (heldKey{}) {
 		return c.node
 	}
-	return c.Context.Value(key)
+	return c.inner.Context().Value(key)
 }
 
 type heldNode struct {

@@ -179,7 +179,7 @@ func (w Writer) Begin(b *strings.Builder, c Call) {
 	}
 	if c.TTL > 0 {
 		b.WriteString(`,"ttl_ms":`)
-		b.WriteString(strconv.FormatInt(c.TTL.Milliseconds(), 10))
+		writeInt(b, c.TTL.Milliseconds())
 	}
 }
 
@@ -194,7 +194,13 @@ func AppendTime(b *strings.Builder, name string, t time.Time) {
 	b.WriteString(`,"`)
 	b.WriteString(name)
 	b.WriteString(`":`)
-	b.WriteString(strconv.FormatInt(t.UnixMilli(), 10))
+	writeInt(b, t.UnixMilli())
+}
+
+// writeInt writes n in decimal without a string in between.
+func writeInt(b *strings.Builder, n int64) {
+	var d [20]byte
+	b.Write(strconv.AppendInt(d[:0], n, 10))
 }
 
 // FenceMember is the text that precedes the fence when a backend stores it

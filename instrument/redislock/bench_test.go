@@ -29,6 +29,11 @@ func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 }
 
+// reportServer reports the server's CPU per op since start (serverCPU).
+func reportServer(b *testing.B, c *redis.Client, start time.Duration) {
+	b.ReportMetric(float64(serverCPU(b, c)-start)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
+}
+
 // BenchmarkAcquireRelease compares one uncontended acquire+release pair:
 // raw go-redis SET NX PX + EVALSHA, the redislock backend, and redislock
 // through instrument.Govern (policy, spans with the global no-op tracer,
@@ -45,6 +50,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.ReportAllocs()
 		const tok = "6f1c1f4e-3c4d-4a52-9b8e-2f1f6a3b7c10"
 		rawRelease.Load(ctx, c)
+		srv := serverCPU(b, c)
 		start := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {
@@ -57,10 +63,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 		reportCPU(b, start)
+		reportServer(b, c, srv)
 	})
 	backend := newLocker(b, c)
 	run := func(b *testing.B, l instrument.Locker, key string) {
 		b.ReportAllocs()
+		srv := serverCPU(b, c)
 		start := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {
@@ -73,6 +81,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 		reportCPU(b, start)
+		reportServer(b, c, srv)
 	}
 	b.Run("redislock", func(b *testing.B) { run(b, backend, "lock:bench:backend") })
 	governed, err := instrument.NewGoverned(backend, instrument.WithRegisterer(prometheus.NewRegistry()))

@@ -34,24 +34,38 @@ func keysFor(key string) (keySet, error) {
 	if strings.ContainsAny(key, "{}") {
 		return keySet{}, fmt.Errorf("%w: key %q has braces that do not form a Redis hash tag", instrument.ErrInvalidKey, key)
 	}
-	return companions(key, "{"+key+"}"), nil
+	return companions(key, ""), nil
 }
 
-// companions builds the names beside lock, which all start with base, in
-// one allocation: slices of one string.
+// companions builds the names beside lock, which all start with base
+// ("": "{lock}"), in one allocation: slices of one string.
 func companions(lock, base string) keySet {
 	const fence, channel, queue, waiters = ":fence", ":released", ":queue", ":waiters"
+	braced := base == ""
+	n := len(base)
+	if braced {
+		n = len(lock) + 2
+	}
 	var b strings.Builder
-	b.Grow(4*len(base) + len(fence) + len(channel) + len(queue) + len(waiters))
+	b.Grow(4*n + len(fence) + len(channel) + len(queue) + len(waiters) + 2)
+	writeBase := func() {
+		if braced {
+			b.WriteByte('{')
+			b.WriteString(lock)
+			b.WriteByte('}')
+		} else {
+			b.WriteString(base)
+		}
+	}
 	for _, s := range [...]string{fence, channel, queue, waiters} {
-		b.WriteString(base)
+		writeBase()
 		b.WriteString(s)
 	}
 	all := b.String()
-	k := keySet{base: base, lock: lock}
+	k := keySet{base: all[:n], lock: lock}
 	at := 0
 	next := func(suffix string) string {
-		s := all[at : at+len(base)+len(suffix)]
+		s := all[at : at+n+len(suffix)]
 		at += len(s)
 		return s
 	}
@@ -80,5 +94,12 @@ func hashTag(key string) string {
 // up in SCAN, MONITOR and the agent.
 func (k keySet) tombstone(tok string) string {
 	sum := sha256.Sum256([]byte(tok))
-	return k.base + ":rel:" + hex.EncodeToString(sum[:12])
+	var h [24]byte
+	hex.Encode(h[:], sum[:12])
+	var b strings.Builder // one allocation
+	b.Grow(len(k.base) + len(":rel:") + len(h))
+	b.WriteString(k.base)
+	b.WriteString(":rel:")
+	b.Write(h[:])
+	return b.String()
 }

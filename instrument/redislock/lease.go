@@ -26,36 +26,41 @@ func (h *lease) Fence() uint64 { return h.fence }
 // attempt sent at sent. leaveQueue hands the local turn to the next waiter
 // when the lease ends (nil: no turn was taken).
 func newLease(s store, key string, r *request, fence uint64, sent time.Time, cfg *instrument.AcquireConfig, leaveQueue func()) *lease {
-	keys, tok, ttl := r.keys, r.tok, r.ttl
 	h := &lease{key: key, fence: fence}
+	r.st = s
 	h.Lease = leasecore.New(leasecore.Config{
 		Name:     "redislock",
 		Key:      key,
-		TTL:      ttl,
-		Drift:    s.drift(ttl),
+		TTL:      r.ttl,
+		Drift:    s.drift(r.ttl),
 		Start:    sent,
 		MaxHold:  cfg.MaxHold,
 		Watchdog: !cfg.NoWatchdog,
 		Events:   cfg.Observer,
-		Renew: func(ctx context.Context) (time.Duration, error) {
-			ok, err := s.refresh(ctx, keys, tok, ttl)
-			if err == nil && !ok {
-				err = instrument.ErrNotHeld
-			}
-			return ttl, err
-		},
-		Release: func(ctx context.Context) error {
-			ok, err := s.release(ctx, r)
-			switch {
-			case ok:
-				return nil
-			case err != nil:
-				return err // the outcome is unknown
-			}
-			return instrument.ErrNotHeld
-		},
-		OnEnd: leaveQueue,
+		Store:    r,
+		OnEnd:    leaveQueue,
 	})
 	leasecore.Track(h, h.Lease)
 	return h
+}
+
+// Renew is the lease's owner-checked extension (leasecore.Store).
+func (r *request) Renew(ctx context.Context) (time.Duration, error) {
+	ok, err := r.st.refresh(ctx, r.keys, r.tok, r.ttl)
+	if err == nil && !ok {
+		err = instrument.ErrNotHeld
+	}
+	return r.ttl, err
+}
+
+// Release is the lease's owner-checked release (leasecore.Store).
+func (r *request) Release(ctx context.Context) error {
+	ok, err := r.st.release(ctx, r)
+	switch {
+	case ok:
+		return nil
+	case err != nil:
+		return err // the outcome is unknown
+	}
+	return instrument.ErrNotHeld
 }

@@ -32,3 +32,13 @@ var (
 
 	acquireFairScript = redis.NewScript(acquireLibSrc + acquireFairSrc)
 )
+
+// luaCall is a script as evalsha sends it: digest and source boxed once.
+type luaCall struct{ sha, src any }
+
+func callOf(s *redis.Script, src string) luaCall { return luaCall{sha: s.Hash(), src: src} }
+
+var (
+	acquireCall = callOf(acquireScript, acquireLibSrc+acquireSrc)
+	releaseCall = callOf(releaseScript, acquireLibSrc+handoffLibSrc+releaseSrc)
+)

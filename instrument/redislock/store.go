@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -57,6 +58,13 @@ type request struct {
 	queue    bool          // a deadline waiter that subscribed: attempts queue it for a handoff
 	entry    string        // its queue entry, made on the first queued attempt
 	lid      string        // the Locker's channel suffix: a handoff is published there
+	st       store         // the store that granted the lease (set with it)
+
+	// What node's calls send, kept here so that a call boxes no argument:
+	// go-redis writes *string and *int64 arguments in place (see evalsha).
+	ttlMs, fenceTTLMs, retentionMs, waiterTTLMs, tombTTLMs int64
+	tomb                                                   string // the tombstone key, made at release
+	args                                                   [14]any
 }
 
 // queueEntry is the request's entry in the waiter queue: what a release
@@ -101,19 +109,54 @@ type node struct {
 }
 
 func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
-	kk, args := r.scriptArgs()
+	// The command line of acquire.lua, as scriptArgs and the waiting
+	// arguments say, from pointers into r (r's calls never overlap on
+	// one node; quorum mode, which fans one r out, uses scriptArgs).
+	r.ttlMs, r.fenceTTLMs = r.ttl.Milliseconds(), r.fenceTTL.Milliseconds()
+	a := &r.args
+	n := 9
+	a[2], a[3], a[4] = 2, &r.keys.lock, &r.keys.fence
+	a[5], a[6], a[7], a[8] = &r.tok, &r.ttlMs, &r.meta, &r.fenceTTLMs
 	if r.queue {
-		kk = append(kk, r.keys.queue, r.keys.waiters)
-		args = append(args, r.queueEntry(), s.waiterTTL.Milliseconds())
+		r.queueEntry()
+		r.waiterTTLMs = s.waiterTTL.Milliseconds()
+		a[2], a[5], a[6] = 4, &r.keys.queue, &r.keys.waiters
+		a[7], a[8], a[9], a[10] = &r.tok, &r.ttlMs, &r.meta, &r.fenceTTLMs
+		a[11], a[12] = &r.entry, &r.waiterTTLMs
+		n = 13
 	}
-	a, res, err := runAcquire(ctx, s.c, acquireScript, kk, args)
-	if err == nil && !a.acquired {
-		a.queued = r.queue
+	res, err := evalsha(ctx, s.c, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
+	var att attempt
+	if err == nil {
+		att, err = decodeAcquire(res)
+	}
+	if err == nil && !att.acquired {
+		att.queued = r.queue
 		if len(res) > 2 {
-			a.seen = uint64(max(res[2], 0))
+			att.seen = uint64(max(res[2], 0))
 		}
 	}
-	return a, err
+	return att, err
+}
+
+// evalsha runs script with the command line args, whose first two slots
+// it fills ("evalsha" and the digest; args[2] holds the number of keys),
+// falling back to EVAL when the server lacks the script, as
+// redis.Script.Run does but without copying and boxing every argument. The
+// reply is read by the typed command newCmd makes (integers straight into
+// an int64 or []int64, not through interface values).
+func evalsha[C redis.Cmder](ctx context.Context, c redis.UniversalClient, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
+	args[0], args[1] = "evalsha", s.sha
+	cmd := newCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = c.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		args[0], args[1] = "eval", s.src
+		cmd = newCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
 }
 
 // runAcquire runs an acquire script on one node and decodes its reply,
@@ -123,13 +166,20 @@ func runAcquire(ctx context.Context, c redis.UniversalClient, script *redis.Scri
 	if err != nil {
 		return attempt{}, nil, err
 	}
+	a, err := decodeAcquire(res)
+	return a, res, err
+}
+
+// decodeAcquire decodes an acquire script's reply, {1, fence} or
+// {0, pttl, ...}.
+func decodeAcquire(res []int64) (attempt, error) {
 	if len(res) < 2 {
-		return attempt{}, nil, fmt.Errorf("unexpected script reply %v", res)
+		return attempt{}, fmt.Errorf("unexpected script reply %v", res)
 	}
 	if res[0] == 1 {
-		return attempt{acquired: true, fence: uint64(res[1])}, res, nil
+		return attempt{acquired: true, fence: uint64(res[1])}, nil
 	}
-	return attempt{holderTTL: time.Duration(res[1]) * time.Millisecond}, res, nil
+	return attempt{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
 }
 
 func (s node) leave(ctx context.Context, r *request) { leave(ctx, s.c, r, false) }
@@ -173,7 +223,15 @@ func (s node) refresh(ctx context.Context, keys keySet, tok string, ttl time.Dur
 }
 
 func (s node) release(ctx context.Context, r *request) (bool, error) {
-	return runRelease(ctx, s.c, r, true)
+	// release.lua's command line from pointers into r, as runRelease
+	// sends it (a lease's releases never overlap: leasecore runs one).
+	r.tomb = r.keys.tombstone(r.tok)
+	r.tombTTLMs, r.retentionMs = tombstoneTTL(ctx), (r.fenceTTL - r.ttl).Milliseconds()
+	a := &r.args
+	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
+	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
+	n, err := evalsha(ctx, s.c, &releaseCall, a[:12], redis.NewIntCmd).Result()
+	return n >= 1, err
 }
 
 // runRelease runs release.lua; handoff says whether waiters may be queued

@@ -63,6 +63,10 @@ type Config struct {
 	// error wrapping ErrNotHeld when the lock was not this lease's, the
 	// transport error when the outcome is unknown.
 	Release func(ctx context.Context) error
+	// Store, when set, stands for Renew and Release: one value the
+	// backend's per-lease state implements, rather than a closure apiece.
+	// Refresh, if set, still overrides the manual Refresh.
+	Store Store
 	// UnsafeRelease says Release is not owner-checked: once the lease has
 	// ended it must not be called (it could delete the next holder's lock).
 	UnsafeRelease bool
@@ -72,21 +76,34 @@ type Config struct {
 	OnEnd func()
 }
 
+// Store renews and releases one lease (see Config.Store); the methods are
+// Config.Renew's and Config.Release's.
+type Store interface {
+	Renew(ctx context.Context) (time.Duration, error)
+	Release(ctx context.Context) error
+}
+
 // Lease is the lifecycle state of one lease. Backends keep it in the state
 // their handle points to, never in the handle itself, so that a dropped
 // handle can be collected (see Track).
 type Lease struct {
 	cfg   Config
 	drift time.Duration
-	ctx   context.Context
-	stop  context.CancelCauseFunc
 
-	mu       sync.Mutex
-	held     bool
-	heldAt   time.Time
-	expires  time.Time   // last confirmed expiry (monotonic)
-	timer    *time.Timer // fires at expires - drift
-	renewTmr *time.Timer
+	mu sync.Mutex
+	// ctx is made on the first Context call (most leases are released
+	// without anyone asking for it); stopped says end has cancelled it or
+	// will cancel one made later, after reporting a loss.
+	ctx     context.Context
+	stop    context.CancelCauseFunc
+	stopped bool
+	held    bool
+	heldAt  time.Time
+	expires time.Time // last confirmed expiry (monotonic)
+	// timer is the lease's one timer: it fires at renewAt when a renewal
+	// is scheduled, else at expires - drift (see tick).
+	timer    *time.Timer
+	renewAt  time.Time     // the next watchdog renewal (zero: none scheduled)
 	renewing chan struct{} // non-nil while a renewal runs; closed when it ends
 	// cancelRenew ends the running renewal's context (set with renewing):
 	// Release cancels it. A context per renewal, not per lease, so that a
@@ -105,22 +122,67 @@ func New(cfg Config) *Lease {
 	if cfg.Drift == 0 {
 		cfg.Drift = Drift(cfg.TTL)
 	}
-	if cfg.Renew == nil {
-		cfg.Watchdog = false
-	}
-	if cfg.Refresh == nil {
-		cfg.Refresh = cfg.Renew
+	if cfg.Store != nil {
+		cfg.Renew, cfg.Release = nil, nil
+	} else {
+		if cfg.Renew == nil {
+			cfg.Watchdog = false
+		}
+		if cfg.Refresh == nil {
+			cfg.Refresh = cfg.Renew
+		}
 	}
 	c := &Lease{cfg: cfg, drift: cfg.Drift, expires: cfg.Start.Add(cfg.TTL), held: !cfg.Waiting}
 	if c.held {
 		c.heldAt = cfg.Start
 	}
-	c.ctx, c.stop = context.WithCancelCause(context.Background())
-	c.mu.Lock() // the timers may fire before AfterFunc has returned
-	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.expire)
+	c.mu.Lock() // the timer may fire before AfterFunc has returned
+	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.tick)
 	c.scheduleRenewLocked(cfg.TTL / 3)
 	c.mu.Unlock()
 	return c
+}
+
+// armLocked sets the timer to the next thing due: the renewal, or the
+// local deadline.
+func (c *Lease) armLocked() {
+	next := c.expires.Add(-c.drift)
+	if !c.renewAt.IsZero() && c.renewAt.Before(next) {
+		next = c.renewAt
+	}
+	c.timer.Reset(time.Until(next))
+}
+
+// tick runs when the timer fires: the lease expires when its local
+// deadline has passed, the watchdog renews when its time has come, and
+// otherwise (a renewal moved the deadline, the watchdog stopped) the timer
+// is set again. While a renewal runs, the timer waits for the deadline.
+func (c *Lease) tick() {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if !now.Before(c.expires.Add(-c.drift)) {
+		// The timer came late. A renewal due by now that max hold would
+		// have refused makes this an expiry at max hold, as renew says.
+		if !c.renewAt.IsZero() && !now.Before(c.renewAt) && c.pastMaxHoldLocked() {
+			c.maxHeld = true
+		}
+		c.mu.Unlock()
+		c.expire()
+		return
+	}
+	if !c.renewAt.IsZero() && !now.Before(c.renewAt) {
+		c.renewAt = time.Time{}
+		c.armLocked()
+		c.mu.Unlock()
+		c.renew()
+		return
+	}
+	c.armLocked()
+	c.mu.Unlock()
 }
 
 // Track arranges for the lease to be released when handle becomes
@@ -133,7 +195,21 @@ func Track[H any](handle *H, c *Lease) {
 
 // Context ends when the lease ends, with cause ErrReleased or an error
 // wrapping ErrLockLost.
-func (c *Lease) Context() context.Context { return c.ctx }
+func (c *Lease) Context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.contextLocked()
+}
+
+func (c *Lease) contextLocked() context.Context {
+	if c.ctx == nil {
+		c.ctx, c.stop = context.WithCancelCause(context.Background())
+		if c.stopped {
+			c.stop(c.endedCause)
+		}
+	}
+	return c.ctx
+}
 
 // Hold marks a Waiting lease held from now: max hold counts from here, and
 // a loss is reported.
@@ -151,9 +227,7 @@ func (c *Lease) StopWatchdog() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stopRenew = true
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{} // the timer, if set for it, only re-arms
 }
 
 // HeldAt is when the lease became held (zero while waiting).
@@ -184,7 +258,7 @@ func (c *Lease) Confirm(sent time.Time, ttl time.Duration) {
 	}
 	if e := sent.Add(ttl); e.After(c.expires) {
 		c.expires = e
-		c.timer.Reset(time.Until(c.expires.Add(-c.drift)))
+		c.armLocked()
 	}
 }
 
@@ -195,8 +269,8 @@ func (c *Lease) expire() {
 		c.mu.Unlock()
 		return
 	}
-	if d := time.Until(c.expires.Add(-c.drift)); d > 0 {
-		c.timer.Reset(d) // a renewal moved the deadline after the timer fired
+	if time.Until(c.expires.Add(-c.drift)) > 0 {
+		c.armLocked() // a renewal moved the deadline after the timer fired
 		c.mu.Unlock()
 		return
 	}
@@ -227,14 +301,18 @@ func (c *Lease) end(cause error, lost bool) bool {
 	c.ended, c.endedCause = true, cause
 	held := c.held
 	c.timer.Stop()
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{}
 	c.mu.Unlock()
 	if lost && held && c.cfg.Events != nil {
 		c.cfg.Events.Lost(cause)
 	}
-	c.stop(cause)
+	c.mu.Lock()
+	c.stopped = true
+	stop := c.stop
+	c.mu.Unlock()
+	if stop != nil {
+		stop(cause)
+	}
 	if c.cfg.OnEnd != nil {
 		c.cfg.OnEnd()
 	}
@@ -253,14 +331,11 @@ func (c *Lease) scheduleRenewLocked(d time.Duration) {
 	if !c.cfg.Watchdog || c.ended || c.stopRenew {
 		return
 	}
-	if c.renewTmr == nil {
-		c.renewTmr = time.AfterFunc(d, c.renew)
-		return
-	}
-	c.renewTmr.Reset(d)
+	c.renewAt = time.Now().Add(d)
+	c.armLocked()
 }
 
-// renew is the watchdog: a timer, not a goroutine, so a short critical
+// renew is the watchdog: the lease's timer (see tick), not a goroutine, so a short critical
 // section never starts one. One owner-checked renewal, then the next at
 // TTL/3, sooner after a transient failure, never past max hold, never after
 // a renewal proved the lock gone.
@@ -271,7 +346,7 @@ func (c *Lease) renew() {
 		c.mu.Unlock()
 		return
 	}
-	if c.held && c.cfg.MaxHold > 0 && time.Since(c.heldAt)+every > c.cfg.MaxHold {
+	if c.pastMaxHoldLocked() {
 		// The next renewal would carry the lease past max hold: stop
 		// renewing and let it expire.
 		c.maxHeld = true
@@ -280,11 +355,11 @@ func (c *Lease) renew() {
 	}
 	done := make(chan struct{})
 	// The renewal's context ends when the lease ends or Release starts.
-	rctx, cancel := context.WithCancel(c.ctx)
+	rctx, cancel := context.WithCancel(c.contextLocked())
 	c.renewing, c.cancelRenew = done, cancel
 	c.mu.Unlock()
 
-	err := c.refresh(rctx, c.cfg.Renew)
+	err := c.refresh(rctx, false)
 	cancel()
 
 	c.mu.Lock()
@@ -304,19 +379,35 @@ func (c *Lease) renew() {
 	c.mu.Unlock()
 }
 
+// pastMaxHoldLocked says the next renewal would carry the lease past max
+// hold.
+func (c *Lease) pastMaxHoldLocked() bool {
+	return c.held && c.cfg.MaxHold > 0 && time.Since(c.heldAt)+c.cfg.TTL/3 > c.cfg.MaxHold
+}
+
 // refresh runs one renewal bounded by the local deadline: past it the lease
-// is lost whatever the store answers.
-func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.Duration, error)) error {
+// is lost whatever the store answers. manual says it is the caller's
+// Refresh (Config.Refresh when set), not the watchdog's.
+func (c *Lease) refresh(ctx context.Context, manual bool) error {
 	c.mu.Lock()
-	deadline, ended, held := c.expires.Add(-c.drift), c.ended, c.held
+	deadline, ended, held, cause := c.expires.Add(-c.drift), c.ended, c.held, c.endedCause
 	c.mu.Unlock()
 	if ended {
-		return fmt.Errorf("%s: refresh %q: %w: %w", c.cfg.Name, c.cfg.Key, ErrNotHeld, context.Cause(c.ctx))
+		return fmt.Errorf("%s: refresh %q: %w: %w", c.cfg.Name, c.cfg.Key, ErrNotHeld, cause)
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	sent := time.Now()
-	ttl, err := renew(rctx)
+	var ttl time.Duration
+	var err error
+	switch {
+	case manual && c.cfg.Refresh != nil:
+		ttl, err = c.cfg.Refresh(rctx)
+	case c.cfg.Store != nil:
+		ttl, err = c.cfg.Store.Renew(rctx)
+	default:
+		ttl, err = c.cfg.Renew(rctx)
+	}
 	if err == nil {
 		c.Confirm(sent, ttl)
 	} else {
@@ -331,10 +422,10 @@ func (c *Lease) refresh(ctx context.Context, renew func(context.Context) (time.D
 // Refresh extends the lease by its TTL if it is still the owner; a refusal
 // ends the lease as lost.
 func (c *Lease) Refresh(ctx context.Context) error {
-	if c.cfg.Refresh == nil {
+	if c.cfg.Refresh == nil && c.cfg.Store == nil {
 		return fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, errors.ErrUnsupported)
 	}
-	err := c.refresh(ctx, c.cfg.Refresh)
+	err := c.refresh(ctx, true)
 	if errors.Is(err, ErrNotHeld) {
 		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
 	}
@@ -352,9 +443,7 @@ func (c *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("%s: release %q: %w: already released", c.cfg.Name, c.cfg.Key, ErrNotHeld)
 	}
 	c.released, c.stopRenew = true, true
-	if c.renewTmr != nil {
-		c.renewTmr.Stop()
-	}
+	c.renewAt = time.Time{}
 	inflight, cancelRenew := c.renewing, c.cancelRenew
 	ended, cause := c.ended, c.endedCause
 	c.mu.Unlock()
@@ -370,7 +459,12 @@ func (c *Lease) Release(ctx context.Context) error {
 			return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, context.Cause(ctx))
 		}
 	}
-	err := c.cfg.Release(ctx)
+	var err error
+	if c.cfg.Store != nil {
+		err = c.cfg.Store.Release(ctx)
+	} else {
+		err = c.cfg.Release(ctx)
+	}
 	switch {
 	case err == nil:
 		c.End(ErrReleased)
