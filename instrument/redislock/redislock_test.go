@@ -570,7 +570,10 @@ func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
 	var renewals atomic.Int32
-	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300*time.Millisecond), instrument.WithMaxHold(700*time.Millisecond))
+	// A TTL of 900 ms leaves the watchdog's first renewal (due at 300 ms) 580 ms
+	// of scheduling delay before the lease would end by expiry instead: a
+	// loaded 2-core CI machine under -race has stalled a process for 200 ms.
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(900*time.Millisecond), instrument.WithMaxHold(2100*time.Millisecond))
 	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
 		if err == nil {
 			renewals.Add(1)
@@ -590,7 +593,7 @@ func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
 	if renewals.Load() == 0 {
 		t.Fatal("the watchdog never renewed before max hold")
 	}
-	if held < 300*time.Millisecond {
+	if held < 900*time.Millisecond {
 		t.Fatalf("lease ended after %v, before even one TTL", held)
 	}
 	// The context ends a drift margin before Redis expires the key, so the
