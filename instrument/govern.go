@@ -224,10 +224,10 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	if err != nil {
 		if errors.Is(err, ErrNotAcquired) {
 			pm.notAcquired.Inc()
-			observe(pm.durNotAcquired, dur, obs.exemplar)
+			pm.durNotAcquired.Observe(dur, obs.exemplar)
 		} else {
 			pm.failed.Inc()
-			observe(pm.durFailed, dur, obs.exemplar)
+			pm.durFailed.Observe(dur, obs.exemplar)
 		}
 		if span != nil {
 			span.RecordError(err)
@@ -237,7 +237,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		return nil, err
 	}
 	pm.acquired.Inc()
-	observe(pm.durAcquired, dur, obs.exemplar)
+	pm.durAcquired.Observe(dur, obs.exemplar)
 	pm.held.Inc()
 	obs.acquiredAt = start.Add(dur)
 	g.trackHeld(obs, inner.Fence())
@@ -475,6 +475,6 @@ func (o *leaseObserver) end() {
 	if o.ended.CompareAndSwap(false, true) {
 		o.g.untrackHeld(o)
 		o.pm.held.Dec()
-		observe(o.pm.hold, time.Since(o.acquiredAt), o.exemplar)
+		o.pm.hold.Observe(time.Since(o.acquiredAt), o.exemplar)
 	}
 }

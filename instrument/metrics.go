@@ -31,8 +31,8 @@ type patternMetrics struct {
 	backend, pattern string
 
 	acquired, reentered, notAcquired, failed, refused prometheus.Counter
-	durAcquired, durNotAcquired, durFailed            prometheus.Observer
-	hold                                              prometheus.Observer
+	durAcquired, durNotAcquired, durFailed            *telemetry.Timed
+	hold                                              *telemetry.Timed
 	held, waiters                                     prometheus.Gauge
 	renewOK, renewLost, renewError                    prometheus.Counter
 	lost, leaked                                      prometheus.Counter
@@ -89,10 +89,10 @@ func (m *metrics) newPattern(k patternKey) *patternMetrics {
 		notAcquired:    m.acquires.WithLabelValues(backend, pattern, resultNotAcquired),
 		failed:         m.acquires.WithLabelValues(backend, pattern, resultError),
 		refused:        m.acquires.WithLabelValues(backend, pattern, resultRefused),
-		durAcquired:    m.acquireDur.WithLabelValues(backend, pattern, resultAcquired),
-		durNotAcquired: m.acquireDur.WithLabelValues(backend, pattern, resultNotAcquired),
-		durFailed:      m.acquireDur.WithLabelValues(backend, pattern, resultError),
-		hold:           m.holdDur.WithLabelValues(backend, pattern),
+		durAcquired:    telemetry.NewTimed(m.acquireDur.WithLabelValues(backend, pattern, resultAcquired), acquireBuckets),
+		durNotAcquired: telemetry.NewTimed(m.acquireDur.WithLabelValues(backend, pattern, resultNotAcquired), acquireBuckets),
+		durFailed:      telemetry.NewTimed(m.acquireDur.WithLabelValues(backend, pattern, resultError), acquireBuckets),
+		hold:           telemetry.NewTimed(m.holdDur.WithLabelValues(backend, pattern), holdBuckets),
 		held:           m.held.WithLabelValues(backend, pattern),
 		waiters:        m.waiters.WithLabelValues(backend, pattern),
 		renewOK:        m.renewals.WithLabelValues(backend, pattern, "ok"),
@@ -103,5 +103,7 @@ func (m *metrics) newPattern(k patternKey) *patternMetrics {
 	}
 }
 
-// observe records d on o with the trace id as exemplar when there is one.
-var observe = telemetry.Observe
+var (
+	acquireBuckets = telemetry.LockAcquireDuration.Buckets
+	holdBuckets    = telemetry.LockHoldDuration.Buckets
+)

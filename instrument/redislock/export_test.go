@@ -24,3 +24,6 @@ func Leave(ctx context.Context, c redis.UniversalClient, key, tok, entry string,
 	leave(ctx, c, r, fair)
 	return nil
 }
+
+// AcquireLibSrc is acquire_lib.lua, for tests that call its functions.
+var AcquireLibSrc = acquireLibSrc

@@ -163,3 +163,32 @@ func TestFence_StaleCounterIsMovedUp(t *testing.T) {
 		})
 	}
 }
+
+// TestNextFence_MicrosecondsKeepTheirZeros checks how next_fence spells a
+// fence from TIME's reply, whose microseconds come without leading zeros:
+// 5123 µs past a second is ...005123, not ...5123, or fences would jump
+// back by up to a second's worth within every second. Each case starts from
+// no counter, so the fence is the clock's.
+func TestNextFence_MicrosecondsKeepTheirZeros(t *testing.T) {
+	_, c := setup(t)
+	ctx := timeout(t, 10*time.Second)
+	probe := redis.NewScript(redislock.AcquireLibSrc + `
+local fence, f = next_fence({ARGV[1], ARGV[2]}, KEYS[1], 60000)
+redis.call('DEL', KEYS[1])
+return {f, tostring(fence == tonumber(f))}`)
+	for _, tc := range []struct{ sec, usec, want string }{
+		{"1764619200", "0", "1764619200000000"},
+		{"1764619200", "7", "1764619200000007"},
+		{"1764619200", "5123", "1764619200005123"},
+		{"1764619200", "999999", "1764619200999999"},
+		{"2000000000", "100000", "2000000000100000"},
+	} {
+		got, err := probe.Run(ctx, c, []string{"{lock:nf}:fence"}, tc.sec, tc.usec).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != tc.want || got[1] != "true" {
+			t.Errorf("next_fence(%s s, %s µs) = %q (number agrees: %s), want %s", tc.sec, tc.usec, got[0], got[1], tc.want)
+		}
+	}
+}

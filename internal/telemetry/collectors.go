@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -65,18 +64,6 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c *C, errp *err
 		}
 	}
 	*errp = err
-}
-
-// Observe records d on o with trace id traceID as its exemplar when there
-// is one (the caller's span was sampled).
-func Observe(o prometheus.Observer, d time.Duration, traceID string) {
-	if traceID != "" {
-		if eo, ok := o.(prometheus.ExemplarObserver); ok {
-			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
-			return
-		}
-	}
-	o.Observe(d.Seconds())
 }
 
 // Children caches the labelled children of one component's hot path, keyed

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -140,30 +141,6 @@ func TestRegister_SharesAnEqualCollectorAndRefusesAConflict(t *testing.T) {
 	}
 }
 
-func TestObserve_AttachesTheTraceIDAsExemplar(t *testing.T) {
-	h := LockHoldDuration.HistogramVec(nil)
-	Observe(h.WithLabelValues("redis", "p"), 3*time.Millisecond, "4bf92f3577b34da6a3ce929d0e0e4736")
-	Observe(h.WithLabelValues("redis", "p"), 5*time.Millisecond, "")
-	var m dto.Metric
-	if err := h.WithLabelValues("redis", "p").(prometheus.Metric).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if got := m.GetHistogram().GetSampleCount(); got != 2 {
-		t.Fatalf("%d samples, want 2", got)
-	}
-	var exemplars []string
-	for _, b := range m.GetHistogram().GetBucket() {
-		if e := b.GetExemplar(); e != nil {
-			for _, l := range e.GetLabel() {
-				exemplars = append(exemplars, l.GetName()+"="+l.GetValue())
-			}
-		}
-	}
-	if !slices.Equal(exemplars, []string{"trace_id=4bf92f3577b34da6a3ce929d0e0e4736"}) {
-		t.Fatalf("exemplars %v", exemplars)
-	}
-}
-
 func TestChildren_BuildsEachKeyOnce(t *testing.T) {
 	built := map[string]int{}
 	c := Children[string, int]{New: func(k string) *int { built[k]++; n := len(k); return &n }}
@@ -184,4 +161,49 @@ func TestRows_PanicWhenUsedAsTheWrongType(t *testing.T) {
 		}
 	}()
 	LockHoldDuration.CounterVec(nil)
+}
+
+// TestTimed_OneExemplarPerBucketPerInterval: the first sampled observation
+// of a bucket sets its exemplar; later ones within ExemplarInterval count
+// but leave it; after the interval the next one replaces it; a bucket of
+// its own (a slow acquire) gets its exemplar at once.
+func TestTimed_OneExemplarPerBucketPerInterval(t *testing.T) {
+	h := LockHoldDuration.HistogramVec(nil)
+	child := h.WithLabelValues("redis", "p")
+	tm := NewTimed(child, LockHoldDuration.Buckets)
+	var clock int64
+	tm.now = func() int64 { return clock }
+	exemplars := func() map[float64]string {
+		var m dto.Metric
+		if err := child.(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		out := map[float64]string{}
+		for _, b := range m.GetHistogram().GetBucket() {
+			if e := b.GetExemplar(); e != nil {
+				out[b.GetUpperBound()] = e.GetLabel()[0].GetValue()
+			}
+		}
+		return out
+	}
+	tm.Observe(3*time.Millisecond, "trace-a") // bucket le=0.005
+	clock += int64(ExemplarInterval) / 2
+	tm.Observe(4*time.Millisecond, "trace-b") // same bucket, within the interval
+	tm.Observe(2*time.Second, "trace-slow")   // bucket le=5
+	tm.Observe(4*time.Millisecond, "")        // not sampled
+	if got, want := exemplars(), map[float64]string{0.005: "trace-a", 5: "trace-slow"}; !maps.Equal(got, want) {
+		t.Fatalf("exemplars %v, want %v", got, want)
+	}
+	clock += int64(ExemplarInterval)
+	tm.Observe(4*time.Millisecond, "trace-c")
+	if got := exemplars()[0.005]; got != "trace-c" {
+		t.Fatalf("after the interval the bucket's exemplar is %q, want trace-c", got)
+	}
+	var m dto.Metric
+	if err := child.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 5 {
+		t.Fatalf("%d samples, want 5: a gated exemplar must still count", got)
+	}
 }
