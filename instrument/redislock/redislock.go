@@ -47,9 +47,10 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	var s store = node{c: c, waiterTTL: o.waiterTTL}
+	send := newCombiner(c)
+	var s store = node{c: c, send: send, waiterTTL: o.waiterTTL}
 	if o.fair {
-		s = fairNode{node: node{c: c, waiterTTL: o.waiterTTL}, waiterTTL: o.waiterTTL}
+		s = fairNode{node: node{c: c, send: send, waiterTTL: o.waiterTTL}, waiterTTL: o.waiterTTL}
 	}
 	return newLocker(c, s, o)
 }

@@ -105,7 +105,13 @@ type attempt struct {
 // Cluster): whoever asks first when the lock is free gets it.
 type node struct {
 	c         redis.UniversalClient
+	send      *combiner     // acquire and release scripts: c's commands, pipelined when concurrent
 	waiterTTL time.Duration // how long a queued waiter counts as alive without retrying
+}
+
+// processor runs one command: a client, or a combiner in front of one.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
@@ -125,7 +131,7 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 		a[11], a[12] = &r.entry, &r.waiterTTLMs
 		n = 13
 	}
-	res, err := evalsha(ctx, s.c, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
+	res, err := evalsha(ctx, s.send, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
 	var att attempt
 	if err == nil {
 		att, err = decodeAcquire(res)
@@ -145,7 +151,7 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 // redis.Script.Run does but without copying and boxing every argument. The
 // reply is read by the typed command newCmd makes (integers straight into
 // an int64 or []int64, not through interface values).
-func evalsha[C redis.Cmder](ctx context.Context, c redis.UniversalClient, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
+func evalsha[C redis.Cmder](ctx context.Context, c processor, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
 	args[0], args[1] = "evalsha", s.sha
 	cmd := newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
@@ -230,7 +236,7 @@ func (s node) release(ctx context.Context, r *request) (bool, error) {
 	a := &r.args
 	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
 	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
-	n, err := evalsha(ctx, s.c, &releaseCall, a[:12], redis.NewIntCmd).Result()
+	n, err := evalsha(ctx, s.send, &releaseCall, a[:12], redis.NewIntCmd).Result()
 	return n >= 1, err
 }
 

@@ -1,0 +1,192 @@
+package redislock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// combiner sends the scripts of one Locker's concurrent calls to a node
+// together, in one pipeline, when they would otherwise queue for the wire:
+// "automatic pipelining", as Redisson (over Netty) and rueidis do it.
+//
+// Why: on the common deployment (client and redis-server sharing cores, or
+// a network between them) a lock's cost is mostly per round trip, not per
+// command: each command alone is a write and a read on both sides plus an
+// event-loop pass on the server (measured here: ~13 µs of redis-server CPU
+// per round trip against 2-9 µs to run lockgov's scripts; see
+// docs/BENCHMARKS.md). Sixteen goroutines taking sixteen different locks
+// through one Locker send sixteen commands in one write and read sixteen
+// replies in one read.
+//
+// How: no goroutine of its own. A call that finds fewer than maxInFlight
+// sends under way sends its command itself, exactly as go-redis alone
+// would (same context, same hooks, same retries): with one goroutine, or
+// little concurrency, nothing changes. A call that finds maxInFlight sends
+// under way queues; the first send to finish takes the whole queue as the
+// next batch and hands it to the oldest queued call, which sends it as one
+// pipeline and wakes the others with their replies. A batch of one is sent
+// as a plain command.
+//
+// Semantics kept: every command is the one its call built, run once per
+// send; go-redis retries a pipeline whose reply was lost as a whole, as it
+// would retry each command alone, and the scripts are idempotent for that
+// (acquire.lua recognises its own token; release.lua leaves a tombstone).
+// A call whose context ends while it is still queued leaves the queue and
+// returns the context's error, its command never sent. A call whose command
+// is already in a batch waits for the batch (bounded by the client's read
+// and write timeouts, or the batch's deadline), as a call in go-redis waits
+// for its command on the wire; its result then stands, which is better than
+// an error for a lock that was in fact taken. The batch runs under the
+// latest deadline of its calls, detached from their cancellation, so that
+// one caller giving up does not fail the others' commands.
+type combiner struct {
+	c redis.UniversalClient
+
+	mu       sync.Mutex
+	inFlight int       // sends under way (plain commands and batches)
+	queue    []*queued // calls waiting for a batch, oldest first
+}
+
+// maxInFlight is how many sends of one Locker to one node may be under way
+// at once before calls queue for a batch. Two keeps one send on the wire
+// while the next batch forms, and leaves connections of the client's pool
+// to everything else that uses it.
+const maxInFlight = 2
+
+// maxBatch bounds one pipeline; the rest of the queue goes in the next.
+const maxBatch = 128
+
+// queued is one call waiting for a batch.
+type queued struct {
+	ctx   context.Context
+	cmd   redis.Cmder
+	done  chan struct{} // one send: the reply is in cmd, or batch is this call's to send
+	batch []*queued     // set when this call leads the batch it is in
+	taken bool          // in a batch (under combiner.mu): it can no longer leave
+}
+
+var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
+
+func newCombiner(c redis.UniversalClient) *combiner { return &combiner{c: c} }
+
+// Process runs cmd, alone or in a batch with other calls', and returns its
+// error (also in cmd.Err()).
+func (b *combiner) Process(ctx context.Context, cmd redis.Cmder) error {
+	b.mu.Lock()
+	if b.inFlight < maxInFlight {
+		b.inFlight++
+		b.mu.Unlock()
+		_ = b.c.Process(ctx, cmd)
+		b.finish()
+		return cmd.Err()
+	}
+	p := queuedPool.Get().(*queued)
+	p.ctx, p.cmd = ctx, cmd
+	b.queue = append(b.queue, p)
+	b.mu.Unlock()
+
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		if !p.taken {
+			b.remove(p)
+			b.mu.Unlock()
+			p.put()
+			// The command's error is what callers read (go-redis sets it
+			// on every command it fails).
+			cmd.SetErr(context.Cause(ctx))
+			return cmd.Err()
+		}
+		b.mu.Unlock()
+		<-p.done // in a batch already: it is being sent, or this call leads it
+	}
+	if batch := p.batch; batch != nil {
+		b.send(batch)
+		for _, q := range batch[1:] {
+			q.done <- struct{}{}
+		}
+		b.finish()
+	}
+	p.put()
+	return cmd.Err()
+}
+
+// finish ends one send: the queue, if any, becomes the next batch and its
+// oldest call sends it (the send stays counted); otherwise one send fewer.
+func (b *combiner) finish() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	n := min(len(b.queue), maxBatch)
+	batch := make([]*queued, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	for _, q := range batch {
+		q.taken = true
+	}
+	lead := batch[0]
+	lead.batch = batch
+	b.mu.Unlock()
+	lead.done <- struct{}{}
+}
+
+// send runs a batch's commands: one alone as a plain command under its own
+// context, several as one pipeline.
+func (b *combiner) send(batch []*queued) {
+	if len(batch) == 1 {
+		_ = b.c.Process(batch[0].ctx, batch[0].cmd)
+		return
+	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	pipe := b.c.Pipeline()
+	for _, q := range batch {
+		_ = pipe.Process(ctx, q.cmd)
+	}
+	// Exec sets every command's result and error, a transport error on each
+	// of them when the pipeline failed.
+	_, _ = pipe.Exec(ctx)
+}
+
+// batchContext is the context a batch is sent under: the first call's
+// values (hooks and tracing see one of the callers), none of the calls'
+// cancellation, and the latest of their deadlines (none if one has none).
+func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, q := range batch {
+		dl, ok := q.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if dl.After(latest) {
+			latest = dl
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
+
+// remove takes p out of the queue (under mu).
+func (b *combiner) remove(p *queued) {
+	for i, q := range b.queue {
+		if q == p {
+			copy(b.queue[i:], b.queue[i+1:])
+			b.queue[len(b.queue)-1] = nil
+			b.queue = b.queue[:len(b.queue)-1]
+			return
+		}
+	}
+}
+
+func (p *queued) put() {
+	p.ctx, p.cmd, p.batch, p.taken = nil, nil, nil, false
+	queuedPool.Put(p)
+}

@@ -1,0 +1,241 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// gateHook holds the INCRs of keys "direct:..." until gate is closed, and
+// reports the size of every pipeline of INCRs (go-redis's own, such as a
+// new connection's HELLO, pass untouched).
+type gateHook struct {
+	gate  chan struct{}
+	pipes chan int
+}
+
+func isIncr(cmd redis.Cmder) bool { return cmd.Name() == "incr" }
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+}
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if key, _ := cmd.Args()[len(cmd.Args())-1].(string); isIncr(cmd) && strings.HasPrefix(key, "direct:") {
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, isIncr) {
+			h.pipes <- len(cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// gatedCombiner is a combiner on a private redis-server whose first
+// maxInFlight sends (INCRs of "direct:..." keys) wait for the returned gate, so that tests decide what
+// is queued when they finish.
+func gatedCombiner(t *testing.T) (*testenv.Redis, *redis.Client, *combiner, *gateHook) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true, MaxRetries: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		DialerRetries: 1, DialerRetryTimeout: time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &gateHook{gate: make(chan struct{}), pipes: make(chan int, 16)}
+	c.AddHook(h)
+	return r, c, newCombiner(c), h
+}
+
+// waitState polls the combiner until cond holds (under its lock).
+func waitState(t *testing.T, ctx context.Context, b *combiner, what string, cond func() bool) {
+	t.Helper()
+	for {
+		b.mu.Lock()
+		ok := cond()
+		b.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// incr sends INCR key through b on its own goroutine; the result arrives on
+// the returned channel.
+func incr(ctx context.Context, b *combiner, key string) <-chan *redis.IntCmd {
+	out := make(chan *redis.IntCmd, 1)
+	go func() {
+		cmd := redis.NewIntCmd(ctx, "incr", key)
+		_ = b.Process(ctx, cmd)
+		out <- cmd
+	}()
+	return out
+}
+
+// TestCombiner_QueuedCallsGoOutAsOnePipeline: while maxInFlight sends are
+// under way, ten more calls queue; the first send to finish sends all ten
+// as one pipeline, and every call gets its own reply.
+func TestCombiner_QueuedCallsGoOutAsOnePipeline(t *testing.T) {
+	_, c, b, h := gatedCombiner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var results []<-chan *redis.IntCmd
+	for i := range maxInFlight {
+		results = append(results, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
+	}
+	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	for i := range 10 {
+		results = append(results, incr(ctx, b, fmt.Sprintf("queued:%d", i)))
+	}
+	waitState(t, ctx, b, "ten queued calls", func() bool { return len(b.queue) == 10 })
+	close(h.gate)
+	for i, r := range results {
+		cmd := <-r
+		if n, err := cmd.Result(); err != nil || n != 1 {
+			t.Errorf("call %d (%v): %d, %v; want 1", i, cmd.Args(), n, err)
+		}
+	}
+	select {
+	case n := <-h.pipes:
+		if n != 10 {
+			t.Fatalf("a pipeline of %d commands, want the ten queued calls in one", n)
+		}
+	default:
+		t.Fatal("no pipeline: the queued calls went out one by one")
+	}
+	select {
+	case n := <-h.pipes:
+		t.Fatalf("a second pipeline of %d commands", n)
+	default:
+	}
+	waitState(t, ctx, b, "the combiner idle", func() bool { return b.inFlight == 0 && len(b.queue) == 0 })
+	for i := range 10 {
+		if v, err := c.Get(ctx, fmt.Sprintf("queued:%d", i)).Int(); err != nil || v != 1 {
+			t.Fatalf("queued:%d = %d, %v: a command ran other than once", i, v, err)
+		}
+	}
+}
+
+// TestCombiner_CancelledWhileQueuedIsNeverSent: a queued call whose
+// context ends returns the context's error at once and its command never
+// reaches the server; the calls queued with it are unaffected.
+func TestCombiner_CancelledWhileQueuedIsNeverSent(t *testing.T) {
+	_, c, b, h := gatedCombiner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var direct []<-chan *redis.IntCmd
+	for i := range maxInFlight {
+		direct = append(direct, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
+	}
+	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	gone, leave := context.WithCancel(ctx)
+	left := incr(gone, b, "gone")
+	kept := incr(ctx, b, "kept")
+	waitState(t, ctx, b, "two queued calls", func() bool { return len(b.queue) == 2 })
+	leave()
+	if err := (<-left).Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call returned %v, want context.Canceled", err)
+	}
+	waitState(t, ctx, b, "the cancelled call out of the queue", func() bool { return len(b.queue) == 1 })
+	close(h.gate)
+	for _, r := range append(direct, kept) {
+		if n, err := (<-r).Result(); err != nil || n != 1 {
+			t.Fatalf("%d, %v; want 1", n, err)
+		}
+	}
+	if err := c.Get(ctx, "gone").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET gone: %v; the cancelled call's command was sent", err)
+	}
+	waitState(t, ctx, b, "the combiner idle", func() bool { return b.inFlight == 0 && len(b.queue) == 0 })
+}
+
+// TestCombiner_FailedBatchFailsEveryCall: the server dies while calls are
+// queued; every call, sent alone or in the batch, returns an error, none
+// waits past the client's timeouts, and none reads as a success.
+func TestCombiner_FailedBatchFailsEveryCall(t *testing.T) {
+	r, _, b, h := gatedCombiner(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var results []<-chan *redis.IntCmd
+	for i := range maxInFlight {
+		results = append(results, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
+	}
+	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	for i := range 5 {
+		results = append(results, incr(ctx, b, fmt.Sprintf("queued:%d", i)))
+	}
+	waitState(t, ctx, b, "five queued calls", func() bool { return len(b.queue) == 5 })
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	close(h.gate)
+	for i, res := range results {
+		select {
+		case cmd := <-res:
+			if cmd.Err() == nil {
+				t.Errorf("call %d succeeded (%d) against a dead server", i, cmd.Val())
+			}
+		case <-ctx.Done():
+			t.Fatalf("call %d still waiting: %v", i, ctx.Err())
+		}
+	}
+	waitState(t, ctx, b, "the combiner idle", func() bool { return b.inFlight == 0 && len(b.queue) == 0 })
+}
+
+// TestCombiner_ManyCallers: 32 goroutines, 200 INCRs each on keys of their
+// own through one combiner; every reply is the count so far, and the
+// combiner ends idle. Run under -race this is the check that the queue
+// handoff shares no state unguarded.
+func TestCombiner_ManyCallers(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	b := newCombiner(c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Go(func() {
+			key := fmt.Sprintf("many:%d", g)
+			for i := 1; i <= 200; i++ {
+				cmd := redis.NewIntCmd(ctx, "incr", key)
+				if err := b.Process(ctx, cmd); err != nil {
+					errs <- err
+					return
+				}
+				if cmd.Val() != int64(i) {
+					errs <- fmt.Errorf("%s: INCR #%d returned %d", key, i, cmd.Val())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitState(t, ctx, b, "the combiner idle", func() bool { return b.inFlight == 0 && len(b.queue) == 0 })
+}
