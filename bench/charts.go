@@ -20,7 +20,7 @@ var chartFiles = []struct{ file, title string }{
 
 // chartLabel is a library's name on an axis.
 var chartLabel = map[string]string{
-	nameRaw: "raw SETNX+EVALSHA", nameBare: "lockgov bare", nameGoverned: "lockgov+Govern", nameGovNoTr: "Govern, no tracer",
+	nameRaw: "raw SETNX+EVALSHA", nameBare: "lockgov bare", nameGoverned: "lockgov+Govern", nameGovNoTr: "Govern, no tracer", nameRawSpans: "raw + 2 spans",
 	nameBSM: "bsm/redislock", nameRedsync: "redsync", nameEtcdMu: "etcd Mutex", nameEtcdlock: "lockgov etcdlock",
 	nameBSMLinear: "bsm linear", nameBSMExp: "bsm exp", nameRedsyncC: "redsync", nameWait: "lockgov wait",
 	nameFair: "lockgov Fair",

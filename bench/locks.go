@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
@@ -30,9 +34,10 @@ type pairFunc func(ctx context.Context) error
 // goroutine, each on its own key, sharing one client (as one service instance would), and a
 // cleanup.
 type lockImpl struct {
-	name    string
-	floor   bool // the raw pair the others are compared with
-	prepare func(e *env, n int) ([]pairFunc, func(), error)
+	name     string
+	floor    bool // the raw pair the others are compared with
+	embedded bool // the server runs in this process (etcd): no separate server CPU
+	prepare  func(e *env, n int) ([]pairFunc, func(), error)
 }
 
 // rawRelease is the compare-and-delete every blog post shows.
@@ -43,6 +48,7 @@ const (
 	nameBare     = "lockgov redislock (bare)"
 	nameGoverned = "lockgov redislock + Govern"
 	nameGovNoTr  = "lockgov redislock + Govern, no tracer"
+	nameRawSpans = "raw pair + two OTel SDK spans"
 	nameBSM      = "bsm/redislock"
 	nameRedsync  = "redsync"
 	nameEtcdMu   = "etcd concurrency.Mutex"
@@ -105,6 +111,43 @@ func lockImpls() []lockImpl {
 				}
 			}
 			return fs, func() { _ = c.Close() }, nil
+		}},
+		{name: nameRawSpans, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+			// The raw pair inside the two spans Govern records, on the same kind of provider,
+			// with as many attributes: what the SDK alone costs, without lockgov. Govern's
+			// distance from this row is lockgov's; this row's distance from raw is the SDK's.
+			c := newRedis(e)
+			if err := rawRelease.Load(context.Background(), c).Err(); err != nil {
+				return nil, nil, err
+			}
+			tp := trace.NewTracerProvider(trace.WithBatcher(discardExporter{}))
+			tr := tp.Tracer("bench")
+			client := oteltrace.WithSpanKind(oteltrace.SpanKindClient)
+			fs := make([]pairFunc, n)
+			for i := range fs {
+				key, tok := keyFor("rawspans", i), fmt.Sprintf("6f1c1f4e-3c4d-4a52-9b8e-%012d", i)
+				fs[i] = func(ctx context.Context) error {
+					actx, span := tr.Start(ctx, "acquire lock", client)
+					ok, err := c.SetNX(actx, key, tok, 30*time.Second).Result()
+					span.SetAttributes(attribute.String("lock.key_pattern", "lock:bench:{x}"), attribute.String("lock.backend", "redis"),
+						attribute.String("lock.wait_strategy", "fail_fast"), attribute.String("db.system.name", "redis"),
+						attribute.Int("lock.attempts", 1), attribute.Int64("lock.fence", 1), attribute.Bool("lock.degraded", false))
+					span.End()
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("raw: key held")
+					}
+					rctx, span := tr.Start(ctx, "release lock", client)
+					span.SetAttributes(attribute.String("lock.key_pattern", "lock:bench:{x}"), attribute.String("lock.backend", "redis"),
+						attribute.Int64("lock.fence", 1), attribute.String("db.system.name", "redis"))
+					err = rawRelease.Run(rctx, c, []string{key}, tok).Err()
+					span.End()
+					return err
+				}
+			}
+			return fs, func() { _ = tp.Shutdown(context.Background()); _ = c.Close() }, nil
 		}},
 		{name: nameBare, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			c := newRedis(e)
@@ -178,7 +221,7 @@ func lockImpls() []lockImpl {
 			}
 			return fs, func() { _ = c.Close() }, nil
 		}},
-		{name: nameEtcdMu, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+		{name: nameEtcdMu, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			cli, err := e.etcdClient()
 			if err != nil {
 				return nil, nil, err
@@ -200,7 +243,7 @@ func lockImpls() []lockImpl {
 			}
 			return fs, func() { _ = s.Close(); _ = cli.Close() }, nil
 		}},
-		{name: nameEtcdlock, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+		{name: nameEtcdlock, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			cli, err := e.etcdClient()
 			if err != nil {
 				return nil, nil, err
@@ -224,6 +267,8 @@ type lockRow struct {
 	p50, p99   float64 // µs
 	allocs     float64 // per pair, whole process
 	cpu        float64 // µs per pair, whole process
+	server     float64 // µs per pair, redis-server's CPU (0 for embedded servers)
+	embedded   bool
 	ratio      float64 // throughput / the floor's, in the same round
 	cpuRatio   float64 // cpu / the floor's, in the same round
 	rounds     []lockRound
@@ -235,13 +280,14 @@ type lockRound struct {
 	lat      []time.Duration // sorted
 	allocs   float64
 	cpu      time.Duration // per pair
+	server   time.Duration // redis-server's CPU per pair
 	opsPerS  float64
 	ratio    float64
 	cpuRatio float64
 }
 
 // measurePairs runs every pair function on its own goroutine for d and measures the lot.
-func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration) (lockRound, error) {
+func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration, serverCPU func() time.Duration) (lockRound, error) {
 	runCtx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
 	// Warm up: script cache, connection pool, lease reuse.
@@ -253,6 +299,7 @@ func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration) (lockRoun
 	lats := make([][]time.Duration, len(fs))
 	errs := make([]error, len(fs))
 	var wg sync.WaitGroup
+	s0 := serverCPU()
 	m0, c0, t0 := mallocs(), cpuTime(), time.Now()
 	end := t0.Add(d)
 	for i, f := range fs {
@@ -273,6 +320,7 @@ func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration) (lockRoun
 	}
 	wg.Wait()
 	wall, cpu, allocs := time.Since(t0), cpuTime()-c0, mallocs()-m0
+	server := serverCPU() - s0
 	if err := errors.Join(errs...); err != nil {
 		return lockRound{}, err
 	}
@@ -283,17 +331,28 @@ func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration) (lockRoun
 		r.opsPerS = float64(r.ops) / wall.Seconds()
 		r.allocs = float64(allocs) / float64(r.ops)
 		r.cpu = cpu / time.Duration(r.ops)
+		r.server = server / time.Duration(r.ops)
 	}
 	return r, nil
 }
 
 func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]lockRow, error) {
 	impls := lockImpls()
+	admin := redis.NewClient(&redis.Options{Addr: e.redisAddr})
+	defer admin.Close()
+	var infoErr error
+	serverCPU := func() time.Duration {
+		d, err := redisCPU(ctx, admin)
+		if err != nil && infoErr == nil {
+			infoErr = err
+		}
+		return d
+	}
 	var rows []lockRow
 	for _, g := range []int{1, 16} {
 		byName := map[string]*lockRow{}
 		for _, im := range impls {
-			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor})
+			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor, embedded: im.embedded})
 		}
 		for i := range rows {
 			if rows[i].goroutines == g {
@@ -307,7 +366,11 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", im.name, err)
 				}
-				r, err := measurePairs(ctx, fs, cfg.lockDur)
+				srv := serverCPU
+				if im.embedded {
+					srv = func() time.Duration { return 0 }
+				}
+				r, err := measurePairs(ctx, fs, cfg.lockDur, srv)
 				cleanup()
 				if err != nil {
 					return nil, fmt.Errorf("%s, %d goroutines: %w", im.name, g, err)
@@ -331,6 +394,9 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 			fmt.Fprintln(out)
 		}
 	}
+	if infoErr != nil {
+		return nil, fmt.Errorf("redis-server CPU (INFO cpu): %w", infoErr)
+	}
 	for i := range rows {
 		summarizeLockRow(&rows[i])
 	}
@@ -338,18 +404,19 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 }
 
 func summarizeLockRow(r *lockRow) {
-	var tput, p50, p99, allocs, cpu, ratio, cpuRatio []float64
+	var tput, p50, p99, allocs, cpu, server, ratio, cpuRatio []float64
 	for _, x := range r.rounds {
 		tput = append(tput, x.opsPerS)
 		p50 = append(p50, us(quantile(x.lat, 0.50)))
 		p99 = append(p99, us(quantile(x.lat, 0.99)))
 		allocs = append(allocs, x.allocs)
 		cpu = append(cpu, us(x.cpu))
+		server = append(server, us(x.server))
 		ratio = append(ratio, x.ratio)
 		cpuRatio = append(cpuRatio, x.cpuRatio)
 	}
 	r.opsPerSec, r.p50, r.p99 = median(tput), median(p50), median(p99)
-	r.allocs, r.cpu, r.ratio, r.cpuRatio = median(allocs), median(cpu), median(ratio), median(cpuRatio)
+	r.allocs, r.cpu, r.server, r.ratio, r.cpuRatio = median(allocs), median(cpu), median(server), median(ratio), median(cpuRatio)
 }
 
 // short is a library's name in the progress lines.
@@ -363,10 +430,33 @@ func short(name string) string {
 		return "governed"
 	case nameGovNoTr:
 		return "gov-notracer"
+	case nameRawSpans:
+		return "raw+spans"
 	case nameEtcdMu:
 		return "etcd-mutex"
 	case nameEtcdlock:
 		return "etcdlock"
 	}
 	return name
+}
+
+// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys of INFO cpu).
+func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s=%q: %w", k, v, err)
+		}
+		total += time.Duration(secs * float64(time.Second))
+	}
+	return total, nil
 }

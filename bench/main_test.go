@@ -45,7 +45,7 @@ func TestRun_Quick(t *testing.T) {
 	}
 	for _, want := range []string{
 		"### Targets (issue 12)", "### Locks: uncontended acquire + release", "### Locks: contention on one key", "### IDs",
-		nameRaw, nameBare, nameGoverned, nameBSM, nameRedsync, nameEtcdMu, nameEtcdlock,
+		nameRaw, nameRawSpans, nameBare, nameGoverned, nameBSM, nameRedsync, nameEtcdMu, nameEtcdlock,
 		nameBSMLinear, nameBSMExp, nameRedsyncC, nameWait, nameFair, nameEtcdlockC,
 		idLockgov, idBatch, idSegment, idBwmarrin, idSonyflake, "load average", "github.com/bsm/redislock v",
 	} {

@@ -106,7 +106,7 @@ func (r *results) targets() []target {
 		t := target{what: what, want: want, atMost: atMost, unit: "x", format: "%.2f"}
 		if a != nil && b != nil {
 			t.got, t.measured = pairRatio(a.rounds, b.rounds, f)
-			t.context = fmt.Sprintf("%s %s/s, %s %s/s (%.1f / %.1f µs CPU per pair)", label(a.name), thousands(a.opsPerSec), label(b.name), thousands(b.opsPerSec), a.cpu, b.cpu)
+			t.context = fmt.Sprintf("%s %s/s, %s %s/s (client %.1f / %.1f, redis-server %.1f / %.1f µs CPU per pair)", label(a.name), thousands(a.opsPerSec), label(b.name), thousands(b.opsPerSec), a.cpu, b.cpu, a.server, b.server)
 		}
 		ts = append(ts, t)
 	}
@@ -227,10 +227,14 @@ func renderSection(r *results) string {
 
 	if len(r.uncontended) > 0 {
 		w("### Locks: uncontended acquire + release\n\n")
-		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost.\n\n", r.cfg.lockDur)
-		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw |\n|---|---|---|---|---|---|---|---|---|\n")
+		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost. \"raw pair + two OTel SDK spans\" wraps the raw pair in the same two spans on the same kind of provider, with as many attributes, without lockgov: its distance from raw is what the SDK costs anyone who records those spans. The last column is redis-server's own CPU per pair (INFO cpu, a process of its own): on two cores the client and the server share, throughput follows the sum of the two CPU columns.\n\n", r.cfg.lockDur)
+		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw | redis-server CPU µs/pair |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.uncontended {
-			w("| %s | %d | %s | %.2f | %.0f | %.0f | %.0f | %.1f | %.2f |\n", x.name, x.goroutines, thousands(x.opsPerSec), x.ratio, x.p50, x.p99, x.allocs, x.cpu, x.cpuRatio)
+			srv := fmt.Sprintf("%.1f", x.server)
+			if x.embedded {
+				srv = "in CPU µs/pair"
+			}
+			w("| %s | %d | %s | %.2f | %.0f | %.0f | %.0f | %.1f | %.2f | %s |\n", x.name, x.goroutines, thousands(x.opsPerSec), x.ratio, x.p50, x.p99, x.allocs, x.cpu, x.cpuRatio, srv)
 		}
 		w("\n")
 	}
