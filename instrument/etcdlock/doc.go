@@ -77,7 +77,12 @@
 // leases are always freshly granted, so the TTL counts from the grant).
 //
 // Lease.Context() ends with ErrLockLost when the lock key is deleted by
-// anyone (seen by a watch on the key), when a keepalive finds the lease gone,
+// anyone (seen by a watch on the key; a lock taken without waiting starts
+// that watch 100 ms after it was taken, and the read that follows the
+// watch's creation catches a deletion in between: short critical sections,
+// most of them, never pay for a watch, which had made an uncontended
+// acquire + release twice as slow as concurrency.Mutex's; docs/BENCHMARKS.md),
+// when a keepalive finds the lease gone,
 // and at the latest when local monotonic time passes the last confirmed
 // expiry (send time of the confirming keepalive + TTL) minus a drift margin
 // of 2 ms + 2% of the TTL. A keepalive that fails for a transport reason is

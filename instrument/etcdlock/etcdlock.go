@@ -206,7 +206,7 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 		}
 		a.attempted(resp.Succeeded)
 		if resp.Succeeded {
-			st.startOwnWatch(resp.Header.Revision + 1)
+			st.startOwnWatch(resp.Header.Revision+1, watchGrace)
 			return resp.Header.Revision, nil
 		}
 		if a.cfg.Wait == instrument.WaitFailFast {
@@ -245,12 +245,14 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	}
 	myRev := resp.Header.Revision
 	a.attempted(resp.Succeeded)
-	// Watch our own entry from now on: if it is deleted while we wait (our
-	// session lease expired, or an operator deleted it), we stop waiting.
-	st.startOwnWatch(myRev + 1)
+	// Watch our own entry: if it is deleted while we wait (our session lease
+	// expired, or an operator deleted it), we stop waiting. A lock taken at
+	// once watches after watchGrace, like try's.
 	if resp.Succeeded {
+		st.startOwnWatch(myRev+1, watchGrace)
 		return myRev, nil
 	}
+	st.startOwnWatch(myRev+1, 0)
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)

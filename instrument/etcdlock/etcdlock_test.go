@@ -554,3 +554,36 @@ func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t
 		t.Fatal(err)
 	}
 }
+
+// TestHolder_EntryDeletedWithinTheWatchGraceEndsTheLease: a lock taken
+// without waiting starts its own-key watch only after watchGrace; an entry
+// deleted by someone else before then (an operator, here) still ends the
+// lease with ErrLockLost once the watch starts, and Release reports the lock
+// as not held.
+func TestHolder_EntryDeletedWithinTheWatchGraceEndsTheLease(t *testing.T) {
+	for _, wait := range []instrument.AcquireOption{instrument.FailFast(), instrument.WaitUntilDeadline()} {
+		c := testenv.NewEtcd(t).Client(t)
+		l := newLocker(t, c)
+		const key = "deleted-in-grace"
+		// A long TTL: the watchdog would find a revoked lease on its own, and this
+		// test is about a deleted entry.
+		h, err := l.Acquire(timeout(t, 5*time.Second), key, wait, instrument.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Delete(timeout(t, 5*time.Second), l.QueuePrefix(key), clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.Context().Done():
+			if err := context.Cause(h.Context()); !errors.Is(err, instrument.ErrLockLost) {
+				t.Fatalf("lease ended with %v, want ErrLockLost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the lease outlived its deleted entry by 10 s")
+		}
+		if err := h.Release(timeout(t, 5*time.Second)); !errors.Is(err, instrument.ErrLockLost) && !errors.Is(err, instrument.ErrNotHeld) {
+			t.Fatalf("Release of a deleted entry: %v", err)
+		}
+	}
+}

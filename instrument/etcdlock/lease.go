@@ -111,20 +111,43 @@ func (st *leaseState) Release(ctx context.Context) error { return st.core.Releas
 // acquired_at_ms is written into its entry's value.
 const stampAfter = 100 * time.Millisecond
 
-// startOwnWatch watches our queue entry from rev: its deletion by anyone
-// (lease expiry, revoke, an operator) ends the lease.
-func (st *leaseState) startOwnWatch(rev int64) {
+// watchGrace is how long a lock taken without waiting is held before the
+// own-key watch starts. A watch costs etcd a watcher and the client a
+// create, usually a read (see watchOwn) and a cancel: for the short critical
+// sections most locks guard, that was more than the lock itself (uncontended
+// pairs took twice as long as concurrency.Mutex's put, get and delete;
+// docs/BENCHMARKS.md). A lease released within the grace never watches. One
+// held longer starts the watch then, and the read that follows a watch's
+// creation covers the grace: a deletion in it is noticed at its end instead
+// of at once. Expiry needs no watch (the lease core's local deadline ends
+// the lease), so only a deletion by someone else is noticed up to
+// watchGrace late.
+const watchGrace = stampAfter
+
+// startOwnWatch watches our queue entry from rev, after grace: its deletion
+// by anyone (lease expiry, revoke, an operator) ends the lease.
+func (st *leaseState) startOwnWatch(rev int64, grace time.Duration) {
 	st.owDone = make(chan struct{})
-	go st.watchOwn(rev)
+	go st.watchOwn(rev, grace)
 }
 
-func (st *leaseState) watchOwn(rev int64) {
+func (st *leaseState) watchOwn(rev int64, grace time.Duration) {
 	defer close(st.owDone)
 	ownRev := rev - 1 // the create revision of our entry
 	var (
 		stamp   string           // the value to write once stampAt fires
 		stampAt <-chan time.Time // nil: nothing to write
 	)
+	if grace > 0 {
+		t := time.NewTimer(grace)
+		select {
+		case <-st.bg.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		rev = 0 // anything may have happened since: the watch's creation reads the key
+	}
 	for {
 		if st.bg.Err() != nil {
 			return
