@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // pairFunc is one acquire + release of a free key.
@@ -342,7 +341,7 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 	defer admin.Close()
 	var infoErr error
 	serverCPU := func() time.Duration {
-		d, err := redisCPU(ctx, admin)
+		d, err := testenv.RedisCPU(ctx, admin)
 		if err != nil && infoErr == nil {
 			infoErr = err
 		}
@@ -438,25 +437,4 @@ func short(name string) string {
 		return "etcdlock"
 	}
 	return name
-}
-
-// redisCPU is redis-server's CPU time so far (used_cpu_user + used_cpu_sys of INFO cpu).
-func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
-	info, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	var total time.Duration
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-			continue
-		}
-		secs, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0, fmt.Errorf("INFO cpu %s=%q: %w", k, v, err)
-		}
-		total += time.Duration(secs * float64(time.Second))
-	}
-	return total, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // benchDuration is how long each contended or parallel measurement runs:
@@ -379,21 +380,9 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 
 // serverCPU is redis-server's CPU time (user + system) from INFO cpu.
 func serverCPU(b *testing.B, c *redis.Client) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
+	d, err := testenv.RedisCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
-			continue
-		}
-		secs, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			b.Fatalf("INFO cpu %s: %v", k, err)
-		}
-		total += time.Duration(secs * float64(time.Second))
-	}
-	return total
+	return d
 }

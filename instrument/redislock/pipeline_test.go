@@ -93,6 +93,19 @@ func incr(ctx context.Context, b *combiner, key string) <-chan *redis.IntCmd {
 	return out
 }
 
+// holdDirectSends starts maxInFlight calls, which gatedCombiner's gate holds
+// on the wire, and returns once the combiner counts them in flight: the
+// calls that follow queue.
+func holdDirectSends(t *testing.T, ctx context.Context, b *combiner) []<-chan *redis.IntCmd {
+	t.Helper()
+	var out []<-chan *redis.IntCmd
+	for i := range maxInFlight {
+		out = append(out, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
+	}
+	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	return out
+}
+
 // TestCombiner_QueuedCallsGoOutAsOnePipeline: while maxInFlight sends are
 // under way, ten more calls queue; the first send to finish sends all ten
 // as one pipeline, and every call gets its own reply.
@@ -100,11 +113,7 @@ func TestCombiner_QueuedCallsGoOutAsOnePipeline(t *testing.T) {
 	_, c, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var results []<-chan *redis.IntCmd
-	for i := range maxInFlight {
-		results = append(results, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
-	}
-	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	results := holdDirectSends(t, ctx, b)
 	for i := range 10 {
 		results = append(results, incr(ctx, b, fmt.Sprintf("queued:%d", i)))
 	}
@@ -144,11 +153,7 @@ func TestCombiner_CancelledWhileQueuedIsNeverSent(t *testing.T) {
 	_, c, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var direct []<-chan *redis.IntCmd
-	for i := range maxInFlight {
-		direct = append(direct, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
-	}
-	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	direct := holdDirectSends(t, ctx, b)
 	gone, leave := context.WithCancel(ctx)
 	left := incr(gone, b, "gone")
 	kept := incr(ctx, b, "kept")
@@ -177,11 +182,7 @@ func TestCombiner_FailedBatchFailsEveryCall(t *testing.T) {
 	r, _, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var results []<-chan *redis.IntCmd
-	for i := range maxInFlight {
-		results = append(results, incr(ctx, b, fmt.Sprintf("direct:%d", i)))
-	}
-	waitState(t, ctx, b, "the direct sends", func() bool { return b.inFlight == maxInFlight })
+	results := holdDirectSends(t, ctx, b)
 	for i := range 5 {
 		results = append(results, incr(ctx, b, fmt.Sprintf("queued:%d", i)))
 	}

@@ -1,6 +1,10 @@
 package testenv
 
 import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +64,28 @@ func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
 	})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// RedisCPU is the CPU time redis-server has used so far, user + system
+// (used_cpu_user and used_cpu_sys of INFO cpu): benchmarks report the
+// server's CPU per operation from two readings, since on a machine where
+// client and server share the cores throughput follows the sum of both.
+func RedisCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s=%q: %w", k, v, err)
+		}
+		total += time.Duration(secs * float64(time.Second))
+	}
+	return total, nil
 }
