@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 const (
@@ -45,9 +47,10 @@ type Etcd struct {
 	// rootPassword is root's password once WithEtcdUser turned auth on.
 	rootPassword string
 
-	mu     sync.Mutex
-	e      *embed.Etcd // nil while stopped
-	closed bool
+	mu       sync.Mutex
+	e        *embed.Etcd  // nil while stopped
+	stopping *atomic.Bool // set by Stop: the running server's logger drops its shutdown errors
+	closed   bool
 }
 
 // NewEtcd starts a single-member etcd for the test and stops it, removing
@@ -156,6 +159,12 @@ func (e *Etcd) startLocked() error {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
+	// Errors at error level go to stderr, except once Stop has begun: closing
+	// its listeners makes etcd log "setting up serving from embedded etcd
+	// failed" once per listener, which is the shutdown, not a failure.
+	stopping := new(atomic.Bool)
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(untilStopped{Core: core, stopping: stopping}))
 	if e.certs != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{
 			CertFile:       e.certs.ServerCertFile,
@@ -168,8 +177,25 @@ func (e *Etcd) startLocked() error {
 	if err != nil {
 		return fmt.Errorf("testenv: etcd member %s: %w", e.name, err)
 	}
-	e.e = srv
+	e.e, e.stopping = srv, stopping
 	return nil
+}
+
+// untilStopped is a zap core that logs nothing once stopping is set.
+type untilStopped struct {
+	zapcore.Core
+	stopping *atomic.Bool
+}
+
+func (c untilStopped) With(fields []zapcore.Field) zapcore.Core {
+	return untilStopped{Core: c.Core.With(fields), stopping: c.stopping}
+}
+
+func (c untilStopped) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.stopping.Load() {
+		return ce
+	}
+	return c.Core.Check(ent, ce)
 }
 
 // advertisedPeer is the URL other members dial to reach this one.
@@ -229,10 +255,11 @@ func (e *Etcd) IsLeader() bool {
 // member is already stopped.
 func (e *Etcd) Stop() {
 	e.mu.Lock()
-	srv := e.e
+	srv, stopping := e.e, e.stopping
 	e.e = nil
 	e.mu.Unlock()
 	if srv != nil {
+		stopping.Store(true)
 		srv.Close()
 	}
 }
