@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,11 +9,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -22,12 +25,34 @@ import (
 type gateHook struct {
 	gate  chan struct{}
 	pipes chan int
+	// beforePipe, when set, runs before every pipeline is sent.
+	beforePipe func(cmds []redis.Cmder)
+	// onWrite, when set, sees every write to a connection dialled after it
+	// was set, before the bytes go out.
+	onWrite func(b []byte)
+}
+
+// writeHook is a connection that shows its writes to onWrite first.
+type writeHook struct {
+	net.Conn
+	onWrite func(b []byte)
+}
+
+func (c writeHook) Write(b []byte) (int, error) {
+	c.onWrite(b)
+	return c.Conn.Write(b)
 }
 
 func isIncr(cmd redis.Cmder) bool { return cmd.Name() == "incr" }
 
 func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cn, err := next(ctx, network, addr)
+		if err != nil || h.onWrite == nil {
+			return cn, err
+		}
+		return writeHook{Conn: cn, onWrite: h.onWrite}, nil
+	}
 }
 
 func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -43,6 +68,9 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if slices.ContainsFunc(cmds, isIncr) {
 			h.pipes <- len(cmds)
+		}
+		if h.beforePipe != nil {
+			h.beforePipe(cmds)
 		}
 		return next(ctx, cmds)
 	}
@@ -239,4 +267,146 @@ func TestCombiner_ManyCallers(t *testing.T) {
 		t.Error(err)
 	}
 	waitState(t, ctx, b, "the combiner idle", func() bool { return b.inFlight == 0 && len(b.queue) == 0 })
+}
+
+// TestLocker_PipelineWhoseRepliesAreLostIsRetriedSafely attacks what the
+// package doc says of batches: go-redis re-sends a pipeline whose replies
+// were lost after its scripts ran, and the scripts must take that as they
+// take any retry. Five acquires queue behind two held sends and leave as one
+// pipeline; a proxy lets the scripts run and drops their replies; the retry
+// on a new connection finds each lock already its caller's. Each Acquire
+// gets the lock with the fence its first try wrote. Then five releases do
+// the same: each is a release, not a loss, and every key is gone.
+func TestLocker_PipelineWhoseRepliesAreLostIsRetriedSafely(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	admin := testenv.NewRedisClient(t, r.Addr())
+	var dropped atomic.Int32
+	var armed, armWrite atomic.Bool
+	var directDone chan struct{} // closed once the held sends have their replies
+	h := &gateHook{pipes: make(chan int, 16),
+		beforePipe: func(cmds []redis.Cmder) {
+			if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "evalsha" }) && armed.CompareAndSwap(true, false) {
+				// The proxy drops the next reply any connection carries: arm
+				// it only once no other reply is on its way, and only as the
+				// pipeline's own bytes go out (not a new connection's set-up).
+				<-directDone
+				armWrite.Store(true)
+			}
+		},
+		onWrite: func(b []byte) {
+			if bytes.Contains(b, []byte("evalsha")) && armWrite.CompareAndSwap(true, false) {
+				p.DropNextReply()
+				dropped.Add(1)
+			}
+		},
+	}
+	c.AddHook(h)
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	b := l.store.(node).send
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// Load the scripts first: the dropped replies must be the scripts', not
+	// NOSCRIPT errors that go-redis answers with EVAL.
+	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 5
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("lock:lost-batch:%d", i)
+	}
+	// batch runs call(i) for every key on its own goroutine while two held
+	// sends keep the combiner full, so that the five calls queue and leave
+	// as one pipeline whose replies the proxy drops.
+	evalshas := func() int64 {
+		info, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				var calls int64
+				if _, err := fmt.Sscan(strings.SplitN(rest, ",", 2)[0], &calls); err != nil {
+					t.Fatal(err)
+				}
+				return calls
+			}
+		}
+		return 0
+	}
+	batch := func(what string, call func(i int) error) []error {
+		before := evalshas()
+		defer func() {
+			// Every script ran twice: the first try, whose replies were
+			// dropped, and go-redis's resend of the whole pipeline.
+			if got := evalshas() - before; got != 2*n {
+				t.Fatalf("%s: %d EVALSHAs ran, want %d (each call's script, then its resend)", what, got, 2*n)
+			}
+		}()
+		h.gate, directDone = make(chan struct{}), make(chan struct{})
+		direct := holdDirectSends(t, ctx, b)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { errs[i] = call(i) })
+		}
+		waitState(t, ctx, b, "five queued "+what, func() bool { return len(b.queue) == n })
+		armed.Store(true)
+		close(h.gate)
+		for _, d := range direct {
+			if err := (<-d).Err(); err != nil {
+				t.Fatalf("held send: %v", err)
+			}
+		}
+		close(directDone)
+		wg.Wait()
+		return errs
+	}
+	leases := make([]instrument.Lease, n)
+	for i, err := range batch("acquires", func(i int) error {
+		var err error
+		leases[i], err = l.Acquire(ctx, keys[i], instrument.FailFast())
+		return err
+	}) {
+		if err != nil {
+			t.Fatalf("Acquire(%s) after its pipeline's replies were lost: %v", keys[i], err)
+		}
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("%d pipelines had their replies dropped, want the acquires' one", dropped.Load())
+	}
+	for i, key := range keys {
+		v, err := admin.Get(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("GET %s: %v: the retried acquire does not hold the lock", key, err)
+		}
+		if want := fmt.Sprintf(" %d ", leases[i].Fence()); !strings.Contains(v, want) {
+			t.Fatalf("%s = %q; the lease's fence %d is not the one the first try wrote", key, v, leases[i].Fence())
+		}
+	}
+	for i, err := range batch("releases", func(i int) error { return leases[i].Release(ctx) }) {
+		if err != nil {
+			t.Fatalf("Release(%s) after its pipeline's replies were lost: %v", keys[i], err)
+		}
+	}
+	if dropped.Load() != 2 {
+		t.Fatalf("%d pipelines had their replies dropped, want 2", dropped.Load())
+	}
+	if n, err := admin.Exists(ctx, keys...).Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS after the releases: %d, %v", n, err)
+	}
 }
