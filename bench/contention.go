@@ -88,13 +88,8 @@ func contImpls() []contImpl {
 		{nameWait, "pub/sub release notification", lockgov()},
 		{nameFair, "FIFO queue", lockgov(redislock.Fair())},
 		{nameEtcdMuC, "one Session per contender", func(e *env, key string) (acquireFunc, func(), error) {
-			cli, err := e.etcdClient()
+			s, closeSession, err := e.etcdSession()
 			if err != nil {
-				return nil, nil, err
-			}
-			s, err := concurrency.NewSession(cli)
-			if err != nil {
-				_ = cli.Close()
 				return nil, nil, err
 			}
 			m := concurrency.NewMutex(s, "/bench/mutex/"+key)
@@ -103,7 +98,7 @@ func contImpls() []contImpl {
 					return nil, err
 				}
 				return m.Unlock, nil
-			}, func() { _ = s.Close(); _ = cli.Close() }, nil
+			}, closeSession, nil
 		}},
 		{nameEtcdlockC, "watch on the key ahead", func(e *env, key string) (acquireFunc, func(), error) {
 			cli, err := e.etcdClient()

@@ -221,13 +221,8 @@ func lockImpls() []lockImpl {
 			return fs, func() { _ = c.Close() }, nil
 		}},
 		{name: nameEtcdMu, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
-			cli, err := e.etcdClient()
+			s, closeSession, err := e.etcdSession()
 			if err != nil {
-				return nil, nil, err
-			}
-			s, err := concurrency.NewSession(cli)
-			if err != nil {
-				_ = cli.Close()
 				return nil, nil, err
 			}
 			fs := make([]pairFunc, n)
@@ -240,7 +235,7 @@ func lockImpls() []lockImpl {
 					return m.Unlock(ctx)
 				}
 			}
-			return fs, func() { _ = s.Close(); _ = cli.Close() }, nil
+			return fs, closeSession, nil
 		}},
 		{name: nameEtcdlock, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			cli, err := e.etcdClient()

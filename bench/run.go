@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -28,6 +29,21 @@ type env struct {
 func (e *env) etcdClient() (*clientv3.Client, error) {
 	// No client logging: a cancelled wait logs a warning per call otherwise.
 	return clientv3.New(clientv3.Config{Endpoints: e.etcd, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+}
+
+// etcdSession is an etcd client with one concurrency.Session on it (etcd's
+// own Mutex needs one) and the function that closes both.
+func (e *env) etcdSession() (*concurrency.Session, func(), error) {
+	cli, err := e.etcdClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := concurrency.NewSession(cli)
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return s, func() { _ = s.Close(); _ = cli.Close() }, nil
 }
 
 // results is everything one run measured.
