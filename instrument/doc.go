@@ -42,7 +42,8 @@
 // the caller's span; renewals and loss are events on the caller's span; the
 // trace id (and whatever the configured propagators inject) is written into
 // the lock value so an operator can find the holder's trace; histograms carry
-// a trace_id exemplar when the caller's span is sampled. While the tracer
+// a trace_id exemplar when the caller's span is sampled (at most one per bucket
+// per second: Prometheus keeps only a bucket's latest). While the tracer
 // provider is a no-op (noop.TracerProvider, or the otel global provider
 // before otel.SetTracerProvider) and the caller's span is not recording,
 // Govern starts no spans at all, since nothing would record them; the trace
