@@ -3,18 +3,15 @@ package main
 import (
 	"runtime"
 	"slices"
-	"syscall"
 	"time"
+
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // cpuTime is this process's user+system CPU time (getrusage RUSAGE_SELF). The servers run in
 // other processes (redis-server) or are excluded by measuring only client work (embedded etcd
 // shares the process: its CPU counts, and the table says so).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+var cpuTime = testenv.ProcessCPU
 
 // mallocs is the process's cumulative heap allocation count.
 func mallocs() uint64 {

@@ -2,7 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,19 +18,15 @@ var rawRelease = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then 
 
 // cpuTime is this process's user+system CPU time. Redis runs in its own
 // process, so this is the client's cost alone.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+var cpuTime = testenv.ProcessCPU
 
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
 }
 
-// reportServer reports the server's CPU per op since start (serverCPU).
+// reportServer reports the server's CPU per op since start (testenv.ServerCPU).
 func reportServer(b *testing.B, c *redis.Client, start time.Duration) {
-	b.ReportMetric(float64(serverCPU(b, c)-start)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
+	b.ReportMetric(float64(testenv.ServerCPU(b, c)-start)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
 }
 
 // BenchmarkAcquireRelease compares one uncontended acquire+release pair:
@@ -50,7 +45,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.ReportAllocs()
 		const tok = "6f1c1f4e-3c4d-4a52-9b8e-2f1f6a3b7c10"
 		rawRelease.Load(ctx, c)
-		srv := serverCPU(b, c)
+		srv := testenv.ServerCPU(b, c)
 		start := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {
@@ -68,7 +63,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	backend := newLocker(b, c)
 	run := func(b *testing.B, l instrument.Locker, key string) {
 		b.ReportAllocs()
-		srv := serverCPU(b, c)
+		srv := testenv.ServerCPU(b, c)
 		start := cpuTime()
 		b.ResetTimer()
 		for b.Loop() {

@@ -303,7 +303,7 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 		var ops atomic.Int64
 		var stop atomic.Bool
 		var wg sync.WaitGroup
-		srv0 := serverCPU(b, c)
+		srv0 := testenv.ServerCPU(b, c)
 		cpu0 := cpuTime()
 		t0 := time.Now()
 		for w := range workers {
@@ -324,7 +324,7 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 		wall := time.Since(t0)
 		n := float64(ops.Load())
 		cpu := float64(cpuTime()-cpu0) / float64(time.Microsecond) / n
-		return n / wall.Seconds(), cpu, float64(serverCPU(b, c)-srv0) / float64(time.Microsecond) / n
+		return n / wall.Seconds(), cpu, float64(testenv.ServerCPU(b, c)-srv0) / float64(time.Microsecond) / n
 	}
 	for _, v := range variants { // warm up
 		measure(v.name, v.pair, 100*time.Millisecond)
@@ -376,13 +376,4 @@ func BenchmarkUncontendedParallel(b *testing.B) {
 	// the throughput ratio the CPU allows.
 	b.ReportMetric(ratio(total(0), total(2)), "raw/governed-total-cpu")
 	b.ReportMetric(0, "ns/op")
-}
-
-// serverCPU is redis-server's CPU time (user + system) from INFO cpu.
-func serverCPU(b *testing.B, c *redis.Client) time.Duration {
-	d, err := testenv.RedisCPU(context.Background(), c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
 }

@@ -89,3 +89,14 @@ func RedisCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, erro
 	}
 	return total, nil
 }
+
+// ServerCPU is RedisCPU for a test or benchmark: it fails tb when INFO cpu
+// cannot be read.
+func ServerCPU(tb testing.TB, c redis.UniversalClient) time.Duration {
+	tb.Helper()
+	d, err := RedisCPU(context.Background(), c)
+	if err != nil {
+		tb.Fatalf("testenv: INFO cpu: %v", err)
+	}
+	return d
+}
