@@ -44,7 +44,7 @@
 // # Automatic pipelining
 //
 // The acquire and release scripts of one Locker's concurrent calls share
-// pipelines: while two sends to a node are under way, further calls queue,
+// pipelines: while three sends to a node are under way, further calls queue,
 // and the first send to finish takes the queue as one pipeline, sent by the
 // oldest queued call (no goroutine of its own; with one goroutine, or little
 // concurrency, every call is a plain command, exactly as before). Most of
