@@ -138,6 +138,7 @@ func measureIDs(worker func() nextFunc, g int, d time.Duration) (idRound, error)
 	var total atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
+	runtime.GC() // from a collected heap, as measurePairs
 	m0, t0 := mallocs(), time.Now()
 	end := t0.Add(d)
 	for range g {
