@@ -86,32 +86,10 @@ func BenchmarkDo(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			b.ReportAllocs()
 			effects0 := effects.Load()
-			srv := testenv.ServerCPU(b, c)
-			cpu := testenv.ProcessCPU()
-			b.ResetTimer()
-			if tc.parallel {
-				b.SetParallelism(8)
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if err := tc.op(newKey()); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			} else {
-				for b.Loop() {
-					if err := tc.op(newKey()); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
-			b.ReportMetric(float64(testenv.ProcessCPU()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-			b.ReportMetric(float64(testenv.ServerCPU(b, c)-srv)/float64(time.Microsecond)/float64(b.N), "redis-cpu-µs/op")
+			testenv.BenchRedisOps(b, c, "requests/s", tc.parallel, func() func() error {
+				return func() error { return tc.op(newKey()) }
+			})
 			want := int64(0)
 			if tc.effect {
 				want = int64(b.N)

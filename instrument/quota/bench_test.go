@@ -88,33 +88,10 @@ func BenchmarkDeduct(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportAllocs()
-			srv := testenv.ServerCPU(b, c)
-			cpu := testenv.ProcessCPU()
-			b.ResetTimer()
-			if tc.parallel {
-				b.SetParallelism(8)
-				b.RunParallel(func(pb *testing.PB) {
-					k := key()
-					for pb.Next() {
-						if err := tc.op(q, k); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			} else {
+			testenv.BenchRedisOps(b, c, "deductions/s", tc.parallel, func() func() error {
 				k := key()
-				for b.Loop() {
-					if err := tc.op(q, k); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deductions/s")
-			b.ReportMetric(float64(testenv.ProcessCPU()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-			b.ReportMetric(float64(testenv.ServerCPU(b, c)-srv)/float64(time.Microsecond)/float64(b.N), "redis-cpu-µs/op")
+				return func() error { return tc.op(q, k) }
+			})
 		})
 	}
 }
