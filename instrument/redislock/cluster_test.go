@@ -38,13 +38,7 @@ func TestConformance_Cluster(t *testing.T) {
 			return newLocker(t, newClusterClient(t, cl.Addrs()))
 		},
 		locktest.WithExpiryTTL(300*time.Millisecond),
-		locktest.WithLoser(func(t *testing.T, key string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := admin.Del(ctx, key).Err(); err != nil {
-				t.Fatalf("delete lock key: %v", err)
-			}
-		}),
+		locktest.WithLoser(deleter(admin)),
 	)
 }
 

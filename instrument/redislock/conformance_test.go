@@ -1,7 +1,6 @@
 package redislock_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -16,12 +15,6 @@ func TestConformance_SingleNode(t *testing.T) {
 			return newLocker(t, newClient(t, r.Addr()))
 		},
 		locktest.WithExpiryTTL(300*time.Millisecond),
-		locktest.WithLoser(func(t *testing.T, key string) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := admin.Del(ctx, key).Err(); err != nil {
-				t.Fatalf("delete lock key: %v", err)
-			}
-		}),
+		locktest.WithLoser(deleter(admin)),
 	)
 }

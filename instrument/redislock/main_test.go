@@ -1,12 +1,14 @@
 package redislock_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -57,3 +59,30 @@ func setup(t testing.TB) (*testenv.Redis, *redis.Client) {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// renewedSignal returns the option of an Acquire with ttl whose watchdog
+// renewals are signalled on the returned channel (one pending at most).
+func renewedSignal(ttl time.Duration) (instrument.AcquireOption, <-chan struct{}) {
+	renewed := make(chan struct{}, 1)
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(ttl))
+	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
+		if err == nil {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	return instrument.WithConfig(cfg), renewed
+}
+
+// deleter is a conformance loser: it deletes the lock key through admin.
+func deleter(admin redis.UniversalClient) func(t *testing.T, key string) {
+	return func(t *testing.T, key string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := admin.Del(ctx, key).Err(); err != nil {
+			t.Fatalf("delete lock key: %v", err)
+		}
+	}
+}

@@ -373,17 +373,8 @@ func TestNoGoroutineSurvivesReleaseOrLoss(t *testing.T) {
 	c.Ping(ctx) // open the pool before the snapshot
 	opt := goleak.IgnoreCurrent()
 
-	renewed := make(chan struct{}, 1)
-	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300 * time.Millisecond))
-	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
-		if err == nil {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}
-	}}
-	lease, err := l.Acquire(ctx, "lock:g", instrument.WithConfig(cfg))
+	withRenewals, renewed := renewedSignal(300 * time.Millisecond)
+	lease, err := l.Acquire(ctx, "lock:g", withRenewals)
 	if err != nil {
 		t.Fatal(err)
 	}

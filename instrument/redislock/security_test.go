@@ -2,7 +2,6 @@ package redislock_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/locktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -60,63 +60,48 @@ func noACLDenials(t *testing.T, ctx context.Context, r *testenv.Redis) {
 	}
 }
 
-// TestTLSACL_AcquireRenewReleaseAndWakeWithTheMinimalACL: over TLS, as a
-// user that may touch only lock:* keys with the commands lockgov needs, a
-// lease is taken, renewed by its watchdog and by hand, released, and the
-// release wakes a waiter through pub/sub; Fair mode queues the same way.
-// Redis refuses nothing (ACL LOG stays empty).
-func TestTLSACL_AcquireRenewReleaseAndWakeWithTheMinimalACL(t *testing.T) {
+// TestTLSACL_ConformanceWithTheMinimalACL: over TLS, as a user that may
+// touch only lock:* keys with the commands lockgov needs, the conformance
+// suite (every wait strategy, ownership, expiry and deletion, release
+// wake-ups, re-entry through Govern, no leaked goroutine) passes in both
+// modes, and a lease's watchdog renews it; Redis refuses nothing (ACL LOG
+// stays empty). The loser deletes keys as the default user.
+func TestTLSACL_ConformanceWithTheMinimalACL(t *testing.T) {
 	r := secureRedis(t)
-	ctx := timeout(t, time.Minute)
+	admin := r.Client(t)
 	for _, mode := range []struct {
 		name string
 		opts []redislock.Option
 	}{{"plain", nil}, {"fair", []redislock.Option{redislock.Fair()}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			la := newLocker(t, appClient(t, r, nil), mode.opts...)
-			lb := newLocker(t, appClient(t, r, nil), mode.opts...)
-			key := "lock:tls:" + mode.name
-			renewed := make(chan struct{}, 1)
-			cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(300 * time.Millisecond))
-			cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
-				if err == nil {
-					select {
-					case renewed <- struct{}{}:
-					default:
-					}
+			locktest.Run(t,
+				func(t *testing.T) instrument.Locker { return newLocker(t, appClient(t, r, nil), mode.opts...) },
+				locktest.WithKeyPrefix("lock:locktest:"), // the ACL allows lock:* only
+				// and no heartbeats (lockgov:fleet:*, docs/SECURITY.md)
+				locktest.WithGovernOptions(instrument.WithoutHeartbeat()),
+				locktest.WithExpiryTTL(300*time.Millisecond),
+				locktest.WithLoser(deleter(admin)),
+			)
+			t.Run("WatchdogRenews", func(t *testing.T) {
+				ctx := timeout(t, 30*time.Second)
+				withRenewals, renewed := renewedSignal(300 * time.Millisecond)
+				lease, err := newLocker(t, appClient(t, r, nil), mode.opts...).Acquire(ctx, "lock:tls:renew:"+mode.name, withRenewals)
+				if err != nil {
+					t.Fatalf("Acquire over TLS+ACL: %v", err)
 				}
-			}}
-			lease, err := la.Acquire(ctx, key, instrument.WithConfig(cfg))
-			if err != nil {
-				t.Fatalf("Acquire over TLS+ACL: %v", err)
-			}
-			select {
-			case <-renewed:
-			case <-ctx.Done():
-				t.Fatal("the watchdog never renewed over TLS+ACL")
-			}
-			if err := lease.Refresh(ctx); err != nil {
-				t.Fatalf("Refresh: %v", err)
-			}
-			got := make(chan error, 1)
-			go func() {
-				l, err := lb.Acquire(ctx, key, instrument.WithTTL(5*time.Second))
-				if err == nil {
-					if l.Fence() <= lease.Fence() {
-						err = errors.New("the waiter's fence is not above the first holder's")
-					} else {
-						err = l.Release(ctx)
-					}
+				select {
+				case <-renewed:
+				case <-ctx.Done():
+					t.Fatal("the watchdog never renewed over TLS+ACL")
 				}
-				got <- err
-			}()
-			if err := lease.Release(ctx); err != nil {
-				t.Fatalf("Release: %v", err)
-			}
-			if err := <-got; err != nil {
-				t.Fatalf("waiter: %v", err)
-			}
-			noACLDenials(t, ctx, r)
+				if err := lease.Refresh(ctx); err != nil {
+					t.Fatalf("Refresh: %v", err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+			})
+			noACLDenials(t, timeout(t, 10*time.Second), r)
 		})
 	}
 }

@@ -41,6 +41,8 @@ type config struct {
 	noExpiry    bool
 	waitOpts    []instrument.AcquireOption
 	noRefresh   bool
+	keyPrefix   string
+	governOpts  []instrument.Option
 }
 
 // WithLoser gives the suite a way to take a held lock away behind its
@@ -101,6 +103,21 @@ func WithoutRefresh() Option {
 	return func(c *config) { c.noRefresh = true }
 }
 
+// WithKeyPrefix sets the prefix of every key the suite locks (default
+// "locktest:"), for a store that lets the Lockers under test touch only
+// some keys (a Redis ACL user limited to "lock:*").
+func WithKeyPrefix(p string) Option {
+	return func(c *config) { c.keyPrefix = p }
+}
+
+// WithGovernOptions gives the options of the instrument.Govern the
+// re-entrancy case wraps the Locker in (for example
+// instrument.WithoutHeartbeat when the store's ACL does not let the
+// Lockers write heartbeats).
+func WithGovernOptions(opts ...instrument.Option) Option {
+	return func(c *config) { c.governOpts = append(c.governOpts, opts...) }
+}
+
 // WithLeakOptions adds goleak options (for example IgnoreTopFunction of a
 // client's long-lived goroutine) to the leak cases.
 func WithLeakOptions(opts ...goleak.Option) Option {
@@ -110,7 +127,7 @@ func WithLeakOptions(opts ...goleak.Option) Option {
 // Run runs the conformance suite as subtests of t. newLocker must return a
 // new Locker on the store under test each time it is called.
 func Run(t *testing.T, newLocker func(t *testing.T) instrument.Locker, opts ...Option) {
-	c := config{expiryTTL: 500 * time.Millisecond, goroutines: 4, iterations: 25}
+	c := config{expiryTTL: 500 * time.Millisecond, goroutines: 4, iterations: 25, keyPrefix: "locktest:"}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -144,10 +161,10 @@ func (s *suite) wait(opts ...instrument.AcquireOption) []instrument.AcquireOptio
 
 var keySeq atomic.Int64
 
-// key returns a key no other case uses.
-func key(t *testing.T) string {
+// key returns a key no other case uses, under the suite's key prefix.
+func (s *suite) key(t *testing.T) string {
 	name := strings.NewReplacer("/", ":", " ", "_").Replace(t.Name())
-	return "locktest:" + name + ":" + time.Now().Format("150405.000000") + ":" + itoa(keySeq.Add(1))
+	return s.c.keyPrefix + name + ":" + time.Now().Format("150405.000000") + ":" + itoa(keySeq.Add(1))
 }
 
 func itoa(n int64) string {
@@ -215,7 +232,7 @@ func (s *suite) assertHeldByOther(t *testing.T, l instrument.Locker, key string)
 // sees a fence larger than every earlier holder's.
 func (s *suite) mutualExclusion(t *testing.T) {
 	lockers := []instrument.Locker{s.newLocker(t), s.newLocker(t)}
-	k := key(t)
+	k := s.key(t)
 	var (
 		counter  atomic.Int64 // load and store separately: not an atomic increment
 		holders  atomic.Int32
@@ -265,7 +282,7 @@ func (s *suite) mutualExclusion(t *testing.T) {
 // hold it together.
 func (s *suite) sharedLocker(t *testing.T) {
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	var holders atomic.Int32
 	var wg sync.WaitGroup
 	for range 4 {
@@ -297,7 +314,7 @@ func (s *suite) ownership(t *testing.T) {
 		t.Skip("WithoutExpiry and no WithLoser: no way to end A's lease")
 	}
 	la, lb, lc := s.newLocker(t), s.newLocker(t), s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	a := mustAcquire(t, la, ctxFor(t, 5*time.Second), k, instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
 	if s.c.noExpiry {
 		s.c.loser(t, k)
@@ -336,7 +353,7 @@ func (s *suite) ownership(t *testing.T) {
 
 func (s *suite) releaseTwice(t *testing.T) {
 	l := s.newLocker(t)
-	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), key(t))
+	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), s.key(t))
 	mustRelease(t, lease)
 	if cause := context.Cause(lease.Context()); !errors.Is(cause, instrument.ErrReleased) {
 		t.Fatalf("context cause after Release: %v, want ErrReleased", cause)
@@ -353,7 +370,7 @@ func (s *suite) expiry(t *testing.T) {
 		t.Skip("WithoutExpiry: the backend's leases do not expire by WithTTL")
 	}
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), k, instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
 	if cause := waitDone(t, lease, 3*s.c.expiryTTL+5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
 		t.Fatalf("cause after expiry: %v, want ErrLockLost", cause)
@@ -368,7 +385,7 @@ func (s *suite) deletion(t *testing.T) {
 		t.Skip("backend gave no WithLoser")
 	}
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), k, instrument.WithTTL(10*time.Second))
 	s.c.loser(t, k)
 	if cause := waitDone(t, lease, 8*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
@@ -381,7 +398,7 @@ func (s *suite) deletion(t *testing.T) {
 
 func (s *suite) failFast(t *testing.T) {
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	h := mustAcquire(t, l, ctxFor(t, 5*time.Second), k)
 	defer mustRelease(t, h)
 	start := time.Now()
@@ -393,7 +410,7 @@ func (s *suite) failFast(t *testing.T) {
 
 func (s *suite) retry(t *testing.T) {
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	h := mustAcquire(t, l, ctxFor(t, 5*time.Second), k)
 	defer mustRelease(t, h)
 	attempts := 0
@@ -413,7 +430,7 @@ func (s *suite) retry(t *testing.T) {
 
 func (s *suite) waitDeadline(t *testing.T) {
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	h := mustAcquire(t, l, ctxFor(t, 5*time.Second), k)
 	defer mustRelease(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -431,7 +448,7 @@ func (s *suite) waitDeadline(t *testing.T) {
 
 func (s *suite) waitRelease(t *testing.T) {
 	l := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	h := mustAcquire(t, l, ctxFor(t, 5*time.Second), k)
 	got := make(chan error, 1)
 	go func() {
@@ -467,23 +484,23 @@ func (s *suite) badInput(t *testing.T) {
 		}
 	}
 	for _, ttl := range []time.Duration{0, -time.Second} {
-		_, err := l.Acquire(ctx, key(t), instrument.WithTTL(ttl))
+		_, err := l.Acquire(ctx, s.key(t), instrument.WithTTL(ttl))
 		if !errors.Is(err, instrument.ErrInvalidOption) || !strings.Contains(err.Error(), "TTL") {
 			t.Errorf("TTL %v: %v, want ErrInvalidOption naming the TTL", ttl, err)
 		}
 	}
-	if _, err := l.Acquire(ctx, key(t), instrument.Retry(nil, 3)); !errors.Is(err, instrument.ErrInvalidOption) {
+	if _, err := l.Acquire(ctx, s.key(t), instrument.Retry(nil, 3)); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Errorf("Retry with nil backoff: %v, want ErrInvalidOption", err)
 	}
 }
 
 func (s *suite) reentrancy(t *testing.T) {
-	g, err := instrument.NewGoverned(s.newLocker(t))
+	g, err := instrument.NewGoverned(s.newLocker(t), s.c.governOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := s.newLocker(t)
-	k := key(t)
+	k := s.key(t)
 	outer := mustAcquire(t, g, ctxFor(t, 5*time.Second), k)
 	ictx, cancel := context.WithTimeout(outer.Context(), 5*time.Second)
 	defer cancel()
@@ -507,7 +524,7 @@ func (s *suite) reentrancy(t *testing.T) {
 // warm makes a Locker start whatever long-lived goroutines its client
 // keeps, so that the leak check sees only per-lease ones.
 func (s *suite) warm(t *testing.T, l instrument.Locker) {
-	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), key(t))
+	lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), s.key(t))
 	mustRelease(t, lease)
 }
 
@@ -515,7 +532,7 @@ func (s *suite) leakAfterRelease(t *testing.T) {
 	l := s.newLocker(t)
 	s.warm(t, l)
 	base := append([]goleak.Option{goleak.IgnoreCurrent()}, s.c.leakOptions...)
-	k := key(t)
+	k := s.key(t)
 	for range 3 {
 		lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), k, instrument.WithTTL(3*time.Second))
 		mustRelease(t, lease)
@@ -546,13 +563,13 @@ func (s *suite) leakAfterLoss(t *testing.T) {
 	s.warm(t, l)
 	base := append([]goleak.Option{goleak.IgnoreCurrent()}, s.c.leakOptions...)
 	if !s.c.noExpiry {
-		lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), key(t), instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
+		lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), s.key(t), instrument.WithTTL(s.c.expiryTTL), instrument.WithoutWatchdog())
 		if cause := waitDone(t, lease, 3*s.c.expiryTTL+5*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
 			t.Fatalf("cause: %v", cause)
 		}
 	}
 	if s.c.loser != nil {
-		k := key(t)
+		k := s.key(t)
 		lease := mustAcquire(t, l, ctxFor(t, 5*time.Second), k, instrument.WithTTL(10*time.Second))
 		s.c.loser(t, k)
 		if cause := waitDone(t, lease, 8*time.Second); !errors.Is(cause, instrument.ErrLockLost) {
