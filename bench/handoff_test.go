@@ -22,6 +22,28 @@ redis.call('lpop', KEYS[3])
 redis.call('incr', KEYS[4])
 return redis.call('publish', ARGV[1], ARGV[2])`)
 
+// waitQueued returns once the sorted set waiters has a member, polling it
+// every 100 µs for at most 10 s.
+func waitQueued(b *testing.B, c *redis.Client, waiters string) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		n, err := c.ZCard(ctx, waiters).Result()
+		if err != nil {
+			b.Fatalf("waiting for the waiter to queue: %v", err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatal("the waiter never queued")
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
 // BenchmarkHandoff times one handoff with one holder and one waiter, each with a client of its
 // own: from the holder calling Release to the waiter's Acquire returning with the lock. The
 // floor case times the same path without lockgov: handoffFloor sent by one client, until a
@@ -90,6 +112,10 @@ func BenchmarkHandoff(b *testing.B) {
 			}
 			defer func() { _ = waiter.Close() }()
 			key := "lock:handoff:" + mode.name
+			keys, err := redislock.KeysFor(key)
+			if err != nil {
+				b.Fatal(err)
+			}
 			ttl := instrument.WithTTL(10 * time.Second)
 			ds := make([]time.Duration, 0, b.N)
 			for b.Loop() {
@@ -112,7 +138,11 @@ func BenchmarkHandoff(b *testing.B) {
 					}
 					done <- got{at, err}
 				}()
-				time.Sleep(3 * time.Millisecond) // the waiter queues meanwhile
+				// Release only once the waiter has queued (its entry in the
+				// key's Waiters set, both modes): a release before that would
+				// time the waiter's own attempt, not a handoff.
+				waitQueued(b, ca, keys.Waiters)
+				time.Sleep(time.Millisecond) // the hold, as the floor's: both processes idle
 				t0 := time.Now()
 				if err := h.Release(ctx); err != nil {
 					b.Fatal(err)

@@ -50,7 +50,7 @@
 // concurrency, every call is a plain command, exactly as before). Most of
 // what a lock costs the server is per round trip, not per script, so
 // sixteen goroutines taking sixteen locks pay for a few round trips instead
-// of sixteen (docs/BENCHMARKS.md: the bare pair 0.71x -> 0.94x a raw SET NX
+// of sixteen (docs/BENCHMARKS.md: the bare pair 0.71x -> 0.99x a raw SET NX
 // PX + EVALSHA pair at 16 goroutines). What a caller sees: a call still
 // queued when its context ends returns the context's error and its command
 // is never sent; a call whose command is in a batch waits for the batch (the
