@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -142,13 +143,10 @@ func (r *Redis) securityArgs() []string {
 // ping checks readiness the way a client would: over TLS when the server
 // speaks it, authenticated as the administrator when ACLs are on.
 func (r *Redis) ping(addr string, timeout time.Duration) error {
-	if r.sec == nil {
-		return ping(addr, timeout)
-	}
 	d := &net.Dialer{Timeout: timeout}
 	var conn net.Conn
 	var err error
-	if r.TLS() {
+	if r.sec != nil && r.TLS() {
 		conn, err = tls.DialWithDialer(d, "tcp", addr, r.sec.certs.ClientTLS())
 	} else {
 		conn, err = d.Dial("tcp", addr)
@@ -161,7 +159,7 @@ func (r *Redis) ping(addr string, timeout time.Duration) error {
 		return err
 	}
 	rd := bufio.NewReader(conn)
-	if r.sec.adminPassword != "" {
+	if r.sec != nil && r.sec.adminPassword != "" {
 		if _, err := io.WriteString(conn, resp("AUTH", adminUser, r.sec.adminPassword)); err != nil {
 			return err
 		}
@@ -178,6 +176,38 @@ func (r *Redis) ping(addr string, timeout time.Duration) error {
 	}
 	if v != "PONG" {
 		return fmt.Errorf("unexpected reply to PING: %v", v)
+	}
+	return r.isOurs(conn, rd)
+}
+
+// isOurs checks that the server answering on conn is the one this Redis
+// started, by its working directory (a temp dir of its own): a free port
+// can be taken by another process's redis-server between FreePort and the
+// bind, and ours then exits while that one answers PING — two fuzz workers
+// of one package shared a server that way, and a key's first request was
+// answered as a replay.
+func (r *Redis) isOurs(conn net.Conn, rd *bufio.Reader) error {
+	if _, err := io.WriteString(conn, resp("CONFIG", "GET", "dir")); err != nil {
+		return err
+	}
+	v, err := readReply(rd)
+	if err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			return nil // a Sentinel has no CONFIG; nothing to compare
+		}
+		return fmt.Errorf("CONFIG GET dir: %w", err)
+	}
+	kv, ok := v.([]any)
+	if !ok || len(kv) != 2 {
+		return fmt.Errorf("CONFIG GET dir: unexpected reply %v", v)
+	}
+	got, _ := kv[1].(string)
+	want := r.dir
+	if real, err := filepath.EvalSymlinks(want); err == nil {
+		want = real
+	}
+	if got != want && got != r.dir {
+		return fmt.Errorf("%w: the server answering on %s runs in %q, not %q (another process's)", errPortInUse, r.Addr(), got, r.dir)
 	}
 	return nil
 }

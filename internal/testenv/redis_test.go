@@ -130,3 +130,22 @@ func TestRedisPortInUse(t *testing.T) {
 		t.Fatalf("start on a taken port: got %v, want errPortInUse", err)
 	}
 }
+
+// TestRedisPortTakenByAnotherRedis: a port another process's redis-server
+// holds answers PING; starting on it must not adopt that server (two fuzz
+// workers of one package once shared one, and a key's first request came
+// back as a replay) but report the port in use.
+func TestRedisPortTakenByAnotherRedis(t *testing.T) {
+	other := NewRedis(t)
+	r := NewRedis(t)
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.port = other.port
+	err := r.startLocked()
+	r.mu.Unlock()
+	if !errors.Is(err, errPortInUse) {
+		t.Fatalf("start on another redis-server's port: got %v, want errPortInUse", err)
+	}
+}
