@@ -22,19 +22,47 @@
 // holders of a key strictly increase and never repeat, even after the key
 // was idle (no per-key counter exists to expire).
 //
-// Waiting (WaitUntilDeadline, the default) queues: each waiter watches only
-// its predecessor's entry and re-checks when it is deleted, so a release
-// wakes exactly one waiter and waiters acquire in the order they queued. The
-// watch is started at the current revision, which etcd serves as a synced
+// Waiting (WaitUntilDeadline, the default) queues, and waiters acquire in
+// the order they queued. How a waiter learns its turn depends on the length
+// of the queue ahead of it when it queues.
+//
+// With at most 16 entries ahead (the common case: a handful of instances
+// contending), the waiter watches the whole queue prefix: one watch delivers
+// every deletion in the queue, its own included, in revision order. After one
+// read of the entries ahead of it (at a revision the watch covers from), it
+// strikes them off as their deletions arrive; the deletion that strikes off
+// the last one is its turn, with nothing left to read: at that revision no
+// older entry was left and its own entry existed, since a deletion of its
+// own would have come first in the same stream, and entries created later
+// are never ahead of it. A contended handoff therefore costs the holder's
+// delete and one watch event. The price is that each deletion in such a
+// queue reaches every waiter's watch (at most 16, and none sends a request
+// because of it).
+//
+// With a longer queue, each waiter watches only its predecessor's entry, as
+// etcd's concurrency.Mutex does, and re-checks when it is deleted, so a
+// release wakes exactly one waiter. The re-check is one read-only
+// transaction (a linearizable read, no raft write): its own entry still
+// exists with its create revision and no entry older than its own is left.
+// The predecessor's deletion alone does not say so: older entries may remain
+// (the predecessor gave up), and its own entry may have been deleted before
+// the predecessor's (its lease revoked, or expired while the process was
+// paused) without its own-key watch having told it yet; taking over then
+// would make two holders. Such a handoff costs the holder's delete, one
+// watch event and one read. A waiter whose queue watch fails (no leader,
+// compaction) continues this way too.
+//
+// Both watches start at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only
 // delivered by etcd's 100 ms resync, which is why stock concurrency.Mutex
 // manages about 80 handoffs a second). The current revision is the serving
 // member's: if it is past the revision of the waiter's read, the waiter
-// re-checks, so no release is missed; if the member lags behind (a follower
-// that has not applied the latest writes yet), the watch replays events the
-// read already covered, and the waiter ignores them. The poll interval
-// (WithPollInterval) is only a fallback. FailFast and Retry
-// never queue: each attempt puts an entry only if the queue is empty.
+// re-checks (or reads the queue after the watch is created), so no release
+// is missed; if the member lags behind (a follower that has not applied the
+// latest writes yet), the watch replays events the read already covered,
+// and the waiter ignores them. The poll interval (WithPollInterval) is only
+// a fallback. FailFast and Retry never queue: each attempt puts an entry
+// only if the queue is empty.
 //
 // A released lock's lease is kept by its Locker (at most 8 per TTL) and
 // reused by a later Acquire with the same TTL while two thirds of its TTL
@@ -42,20 +70,10 @@
 // alive and expire on their own. Ownership is always checked by the entry's
 // create revision, never by the lease ID, so reuse cannot confuse holders.
 // A reused lease gives the new entry the name of its previous one on the same
-// key; the watches on an entry (a holder's own, a waiter's predecessor) only
-// count a deletion after the revision they know the entry existed at, so
-// that the old entry's deletion, replayed by a lagging member, is neither a
-// loss nor a handoff.
-//
-// The re-check is one read-only transaction (a linearizable read, no raft
-// write): our entry still exists with its create revision and no entry
-// older than ours is left. The predecessor's deletion alone does not say
-// so: older entries may remain (the predecessor gave up), and our own entry
-// may have been deleted before the predecessor's (our lease revoked, or
-// expired while the process was paused) without our own watch having told
-// us yet; taking over then would make two holders. A contended handoff
-// therefore costs the holder's delete, one watch event and one read.
-// Acquire never returns a lease whose local deadline (below) has passed.
+// key; the watches on an entry (a holder's own, a waiter's predecessor or
+// queue) only count a deletion after the revision they know the entry
+// existed at, so that the old entry's deletion, replayed by a lagging
+// member, is neither a loss nor a handoff. Acquire never returns a lease whose local deadline (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
 // pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. A lock

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,7 +34,19 @@ type Locker struct {
 	prefix string
 	value  lockvalue.Writer
 	pool   leasePool
+	// headWatchMax is the longest queue ahead of a waiter for which it
+	// watches the whole queue (waitHead) instead of its predecessor alone
+	// (waitTurn); tests lower it to exercise waitTurn.
+	headWatchMax int64
+	queueWatches atomic.Int64 // waits that watched the whole queue, for tests
 }
+
+// headWatchMax is the longest queue ahead of a waiter for which it watches
+// the whole queue: each deletion in a queue reaches at most this many
+// waiters' watches (none of which sends a request), the price of a handoff
+// without a read. Past it, waiters watch their predecessor only, as etcd's
+// concurrency.Mutex does, and a handoff costs a read.
+const headWatchMax = 16
 
 // Option configures a Locker.
 type Option interface {
@@ -87,7 +100,7 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{c: c, prefix: o.prefix, value: value}, nil
+	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax}, nil
 }
 
 // Backend returns "etcd".
@@ -230,7 +243,8 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 }
 
 // queue enters the key's queue and waits, in create-revision order, until
-// every earlier entry is gone. Each waiter watches only its predecessor.
+// every earlier entry is gone: by watching the whole queue while it is
+// short (waitHead), its predecessor otherwise (waitTurn).
 func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	st := a.st
 	now := time.Now()
@@ -253,12 +267,131 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 		return myRev, nil
 	}
 	st.startOwnWatch(myRev+1, 0)
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 { // the queue emptied between compare and get: impossible in one txn
+	ahead := resp.Responses[0].GetResponseRange() // read before our put: all of it is ahead of us
+	if len(ahead.Kvs) == 0 {                      // the queue emptied between compare and get: impossible in one txn
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
 	a.startWaiting()
-	return a.waitTurn(ctx, myRev, kvs[0], myRev)
+	if ahead.Count <= a.l.headWatchMax {
+		a.l.queueWatches.Add(1)
+		if rev, done, err := a.waitHead(ctx, myRev); done {
+			return rev, err
+		}
+	}
+	return a.waitTurn(ctx, myRev, ahead.Kvs[0], myRev)
+}
+
+// waitHead waits for our turn by watching the whole queue, and is used when
+// at most headWatchMax entries are ahead of ours. One watch on the queue
+// prefix delivers every deletion in it, ours included, in revision order.
+// Once the watch is created, one read (at a revision the watch covers from)
+// lists the entries ahead of ours; from then on the waiter strikes them off
+// as their deletions arrive, and the deletion that strikes off the last one
+// is the handoff: at that revision no older entry was left and ours existed,
+// since a deletion of ours, or of an entry we did not know, would have come
+// first in the same stream (entries created later are never ahead of us). So
+// a handoff costs the holder's delete and one watch event, no read; waitTurn's
+// re-check reads what this stream has already said. Deletions at or below
+// the read's revision are covered by it and skipped, which also skips a
+// lagging member's replays. The poll re-reads, as waitTurn's does.
+//
+// done is false when the watch failed (no leader, compaction, connection
+// lost): waitTurn takes over, with a fresh watch and a re-check.
+func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done bool, err error) {
+	st := a.st
+	wch, wcancel := a.l.watch(ctx, st.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	defer wcancel()
+	poll := time.NewTimer(a.cfg.PollInterval)
+	defer poll.Stop()
+	var (
+		ahead      = map[string]struct{}{} // entries older than ours as of readRev
+		readRev    int64                   // 0 until the first read
+		createdRev int64
+	)
+	for {
+		select {
+		case wr, ok := <-wch:
+			switch {
+			case !ok || wr.Err() != nil || wr.Canceled:
+				return 0, false, nil
+			case wr.Created:
+				createdRev = wr.Header.Revision
+			default:
+				if readRev == 0 {
+					continue // unreachable: the read follows the created response
+				}
+				for _, ev := range wr.Events {
+					if ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= readRev {
+						continue
+					}
+					if string(ev.Kv.Key) == st.own {
+						return 0, true, a.lostWhileWaiting(ctx)
+					}
+					delete(ahead, string(ev.Kv.Key))
+				}
+				if len(ahead) > 0 {
+					continue
+				}
+				a.attempted(true)
+				rev, err := a.takeOver(ctx, myRev)
+				return rev, true, err
+			}
+		case <-poll.C:
+		case <-ctx.Done():
+			return 0, true, a.waitErr(ctx)
+		case <-st.Context().Done():
+			return 0, true, a.waitErr(ctx)
+		}
+		poll.Reset(a.cfg.PollInterval)
+		resp, err := a.l.c.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
+			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
+		).Else(
+			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
+			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1)),
+		).Commit()
+		if err != nil {
+			if ctx.Err() != nil || st.Context().Err() != nil {
+				return 0, true, a.waitErr(ctx)
+			}
+			return 0, true, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
+		}
+		a.attempted(resp.Succeeded)
+		if resp.Succeeded {
+			rev, err := a.takeOver(ctx, myRev)
+			return rev, true, err
+		}
+		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
+			return 0, true, a.lostWhileWaiting(ctx)
+		}
+		if resp.Header.Revision < createdRev {
+			// A linearizable read is never behind a revision a watch has
+			// reported; if it were, deletions between the two would be
+			// missed. Let waitTurn, which needs no such order, take over.
+			return 0, false, nil
+		}
+		clear(ahead)
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			ahead[string(kv.Key)] = struct{}{}
+		}
+		readRev = resp.Header.Revision
+	}
+}
+
+// takeOver ends a wait that found the lock ours: the acquisition time is
+// recorded in the lock value afterwards, off the handoff's path.
+func (a *acquirer) takeOver(ctx context.Context, myRev int64) (int64, error) {
+	if a.st.Context().Err() != nil {
+		return 0, a.waitErr(ctx)
+	}
+	a.st.stamp <- a.value(a.st.queuedAt(), time.Now())
+	return myRev, nil
+}
+
+// lostWhileWaiting ends a wait whose own queue entry was deleted.
+func (a *acquirer) lostWhileWaiting(ctx context.Context) error {
+	a.st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, a.st.key))
+	return a.waitErr(ctx)
 }
 
 // waitTurn waits until no entry created before myRev is left. pred is the
@@ -354,15 +487,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		}
 		a.attempted(resp.Succeeded)
 		if resp.Succeeded {
-			if st.Context().Err() != nil {
-				return 0, a.waitErr(ctx)
-			}
-			st.stamp <- a.value(st.queuedAt(), time.Now())
-			return myRev, nil
+			return a.takeOver(ctx, myRev)
 		}
 		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
-			st.core.Lose(fmt.Errorf("%w: %q: queue entry deleted while waiting", instrument.ErrLockLost, st.key))
-			return 0, a.waitErr(ctx)
+			return 0, a.lostWhileWaiting(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
 		if len(kvs) == 0 {

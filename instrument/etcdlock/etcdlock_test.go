@@ -44,43 +44,55 @@ func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
 }
 
 func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
-	c := testenv.NewEtcd(t).Client(t)
-	l := newLocker(t, c)
-	const key, n = "fifo", 10
-	h, err := l.Acquire(timeout(t, 5*time.Second), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := range n {
-		wg.Go(func() {
-			lease, err := l.Acquire(timeout(t, 30*time.Second), key)
+	for _, mode := range waitModes {
+		t.Run(mode.name, func(t *testing.T) {
+			c := testenv.NewEtcd(t).Client(t)
+			l := inWaitMode(newLocker(t, c), mode.max)
+			const key, n = "fifo", 10
+			h, err := l.Acquire(timeout(t, 5*time.Second), key)
 			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
+				t.Fatal(err)
 			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			_ = lease.Release(timeout(t, 5*time.Second))
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+			)
+			for i := range n {
+				wg.Go(func() {
+					lease, err := l.Acquire(timeout(t, 30*time.Second), key)
+					if err != nil {
+						t.Errorf("waiter %d: %v", i, err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					_ = lease.Release(timeout(t, 5*time.Second))
+				})
+				// The next waiter starts only once this one has queued.
+				for queueLen(t, c, l, key) != int64(i+2) {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i, w := range order {
+				if w != i {
+					t.Fatalf("acquisition order %v, want 0..%d", order, n-1)
+				}
+			}
+			// Waiter i had i+1 entries ahead of it.
+			want := int64(n)
+			if mode.max >= 0 {
+				want = min(mode.max, n)
+			}
+			if got := etcdlock.QueueWatches(l); got != want {
+				t.Fatalf("%d waits watched the whole queue, want %d", got, want)
+			}
 		})
-		// The next waiter starts only once this one has queued.
-		for queueLen(t, c, l, key) != int64(i+2) {
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	for i, w := range order {
-		if w != i {
-			t.Fatalf("acquisition order %v, want 0..%d", order, n-1)
-		}
 	}
 }
 
@@ -395,6 +407,14 @@ func TestContention_ThreeMemberCluster_ReusedLeaseEntryIsNotMistakenForItsPredec
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, mode := range waitModes {
+		t.Run(mode.name, func(t *testing.T) {
+			contendOnLaggingWatches(t, cl, leader, mode.max)
+		})
+	}
+}
+
+func contendOnLaggingWatches(t *testing.T, cl *testenv.EtcdCluster, leader int, max int64) {
 	const key, workers, total = "contended", 8, 200
 	lockers := make([]*etcdlock.Locker, workers)
 	for i := range lockers {
@@ -405,7 +425,7 @@ func TestContention_ThreeMemberCluster_ReusedLeaseEntryIsNotMistakenForItsPredec
 		follower := (leader + 1 + i%2) % 3
 		c := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint())
 		c.Watcher = testenv.NewEtcdClient(t, cl.Members[follower].Endpoint()).Watcher
-		lockers[i] = newLocker(t, c)
+		lockers[i] = inWaitMode(newLocker(t, c), max)
 	}
 	var (
 		left    atomic.Int64
@@ -518,40 +538,44 @@ func TestAcquire_ReusedLeaseEntrySurvivesAReplayOfItsPreviousDeletion(t *testing
 // deletion of that lease's previous entry, replayed by a lagging member, for
 // the predecessor's release: that would make two holders.
 func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t *testing.T) {
-	c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
-	la, lb := newLocker(t, c), newLocker(t, c)
-	const key = "reuse-pred"
-	first, err := la.Acquire(timeout(t, 5*time.Second), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Release(timeout(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	a, err := la.Acquire(timeout(t, 5*time.Second), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan error, 1)
-	var b instrument.Lease
-	go func() {
-		var err error
-		b, err = lb.Acquire(timeout(t, 10*time.Second), key)
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("waiter returned while the lock was held (err %v; holder's context: %v)", err, context.Cause(a.Context()))
-	case <-time.After(500 * time.Millisecond):
-	}
-	if err := a.Release(timeout(t, 5*time.Second)); err != nil {
-		t.Fatalf("holder's Release: %v", err)
-	}
-	if err := <-got; err != nil {
-		t.Fatalf("waiter after the release: %v", err)
-	}
-	if err := b.Release(timeout(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
+			la, lb := newLocker(t, c), inWaitMode(newLocker(t, c), mode.max)
+			const key = "reuse-pred"
+			first, err := la.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := first.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			a, err := la.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			var b instrument.Lease
+			go func() {
+				var err error
+				b, err = lb.Acquire(timeout(t, 10*time.Second), key)
+				got <- err
+			}()
+			select {
+			case err := <-got:
+				t.Fatalf("waiter returned while the lock was held (err %v; holder's context: %v)", err, context.Cause(a.Context()))
+			case <-time.After(500 * time.Millisecond):
+			}
+			if err := a.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatalf("holder's Release: %v", err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("waiter after the release: %v", err)
+			}
+			if err := b.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

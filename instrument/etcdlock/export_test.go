@@ -3,3 +3,10 @@ package etcdlock
 // SetAfterLock makes m call f once the Mutex is locked and before the lease
 // is set up: tests use it to fail the steps that follow a successful lock.
 func SetAfterLock(m *MutexLocker, f func()) { m.afterLock = f }
+
+// SetHeadWatchMax sets the longest queue ahead of a waiter of l for which it
+// watches the whole queue; 0 makes every waiter watch its predecessor only.
+func SetHeadWatchMax(l *Locker, n int64) { l.headWatchMax = n }
+
+// QueueWatches returns how many waits of l watched the whole queue.
+func QueueWatches(l *Locker) int64 { return l.queueWatches.Load() }
