@@ -101,7 +101,7 @@ func contImpls() []contImpl {
 				return m.Unlock, nil
 			}, closeSession, nil
 		}},
-		{nameEtcdlockC, "watch on the key ahead", func(e *env, key string) (acquireFunc, func(), error) {
+		{nameEtcdlockC, "watch on the queue (<= 16 ahead)", func(e *env, key string) (acquireFunc, func(), error) {
 			cli, err := e.etcdClient()
 			if err != nil {
 				return nil, nil, err
