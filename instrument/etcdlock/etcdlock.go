@@ -343,25 +343,14 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 			return 0, true, a.waitErr(ctx)
 		}
 		poll.Reset(a.cfg.PollInterval)
-		resp, err := a.l.c.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
-			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
-		).Else(
-			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
-			clientv3.OpGet(st.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1)),
-		).Commit()
-		if err != nil {
-			if ctx.Err() != nil || st.Context().Err() != nil {
-				return 0, true, a.waitErr(ctx)
-			}
-			return 0, true, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
-		}
-		a.attempted(resp.Succeeded)
-		if resp.Succeeded {
+		resp, err := a.recheck(ctx, myRev, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		switch {
+		case err != nil:
+			return 0, true, err
+		case resp.Succeeded:
 			rev, err := a.takeOver(ctx, myRev)
 			return rev, true, err
-		}
-		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
+		case ownGone(resp, myRev):
 			return 0, true, a.lostWhileWaiting(ctx)
 		}
 		if resp.Header.Revision < createdRev {
@@ -376,6 +365,35 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 		}
 		readRev = resp.Header.Revision
 	}
+}
+
+// recheck reads, in one read-only transaction, whether our entry (create
+// revision myRev) is the oldest in the queue. If not, its responses are our
+// entry (keys only) and the entries ahead of ours as aheadOpts select them.
+func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+	st := a.st
+	resp, err := a.l.c.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
+		clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
+	).Else(
+		clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
+		clientv3.OpGet(st.pfx, append(aheadOpts, clientv3.WithMaxCreateRev(myRev-1))...),
+	).Commit()
+	if err != nil {
+		if ctx.Err() != nil || st.Context().Err() != nil {
+			return nil, a.waitErr(ctx)
+		}
+		return nil, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
+	}
+	a.attempted(resp.Succeeded)
+	return resp, nil
+}
+
+// ownGone reports whether a failed recheck found our entry gone (or
+// recreated by someone else).
+func ownGone(resp *clientv3.TxnResponse, myRev int64) bool {
+	own := resp.Responses[0].GetResponseRange().Kvs
+	return len(own) == 0 || own[0].CreateRevision != myRev
 }
 
 // takeOver ends a wait that found the lock ours: the acquisition time is
@@ -472,24 +490,13 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		poll.Reset(a.cfg.PollInterval)
 		// Our turn if our entry still exists and none older is left. Read
 		// only: the acquisition time is written after the handoff.
-		resp, err := a.l.c.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
-			clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
-		).Else(
-			clientv3.OpGet(st.own, clientv3.WithKeysOnly()),
-			clientv3.OpGet(st.pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))...),
-		).Commit()
-		if err != nil {
-			if ctx.Err() != nil || st.Context().Err() != nil {
-				return 0, a.waitErr(ctx)
-			}
-			return 0, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
-		}
-		a.attempted(resp.Succeeded)
-		if resp.Succeeded {
+		resp, err := a.recheck(ctx, myRev, clientv3.WithLastCreate()...)
+		switch {
+		case err != nil:
+			return 0, err
+		case resp.Succeeded:
 			return a.takeOver(ctx, myRev)
-		}
-		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != myRev {
+		case ownGone(resp, myRev):
 			return 0, a.lostWhileWaiting(ctx)
 		}
 		kvs := resp.Responses[1].GetResponseRange().Kvs
