@@ -55,3 +55,40 @@ func BenchmarkFill(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(buf))/b.Elapsed().Seconds(), "ids/s")
 }
+
+// BenchmarkSegmentNext is Segment.Next on a buffer of 4096, one goroutine and GOMAXPROCS
+// goroutines: a buffered ID should cost a pop, less than NextID's clock read.
+func BenchmarkSegmentNext(b *testing.B) {
+	for _, par := range []bool{false, true} {
+		name := "1-goroutine"
+		if par {
+			name = "parallel"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, err := NewSegment(mustNew(b, 0, WithLayout(roomy)), 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			if !par {
+				for b.Loop() {
+					if _, err := s.Next(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := s.Next(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ids/s")
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,11 +19,18 @@ var ErrSegmentClosed = errors.New("snowflake: segment closed")
 // increasing order. IDs are pre-generated, so an ID's time can be up to one buffer's worth
 // older than the moment it is handed out. When the generator is bound to a lease, Next also
 // refuses with ErrWorkerLeaseLost once the lease could have expired, even for buffered IDs.
+//
+// A Next that finds IDs buffered takes one under a mutex held for the pop alone. Only a Next
+// that finds the buffer empty waits, for the filler's next buffer, and it does so holding
+// refill, a lock it can abandon with its context: one caller at a time installs a buffer, so
+// the IDs are handed out in the order they were generated.
 type Segment struct {
 	g      *Generator
-	sem    chan struct{} // a lock that waiters can abandon with their context
-	chunks chan chunk
+	mu     sync.Mutex // guards cur; held only to take an ID or install a buffer
 	cur    []int64
+	closed atomic.Bool
+	refill chan struct{} // held by the caller waiting for the next buffer
+	chunks chan chunk
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -39,7 +48,7 @@ func NewSegment(g *Generator, size int) (*Segment, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Segment{
 		g:      g,
-		sem:    make(chan struct{}, 1),
+		refill: make(chan struct{}, 1),
 		chunks: make(chan chunk, 1),
 		cancel: cancel,
 		done:   make(chan struct{}),
@@ -74,45 +83,68 @@ func (s *Segment) fill(ctx context.Context, size int) {
 // Next returns the next buffered ID, waiting (honouring ctx) for the filler when the buffer
 // is empty. A generator error (clock backwards, lease lost) is returned once per failed fill.
 func (s *Segment) Next(ctx context.Context) (int64, error) {
-	select {
-	case <-s.done:
+	if s.closed.Load() {
 		return 0, ErrSegmentClosed
-	default:
+	}
+	if s.g.lease != nil {
+		if _, _, err := s.g.checkLease(int64(time.Since(monoBase))); err != nil {
+			s.mu.Lock()
+			s.cur = nil // buffered IDs are still unique, but the lease says stop
+			s.mu.Unlock()
+			return 0, err
+		}
+	}
+	if id, ok := s.pop(); ok {
+		return id, nil
 	}
 	select {
-	case s.sem <- struct{}{}:
+	case s.refill <- struct{}{}:
 	case <-ctx.Done():
 		return 0, context.Cause(ctx)
 	case <-s.done:
 		return 0, ErrSegmentClosed
 	}
-	defer func() { <-s.sem }()
-	if s.g.lease != nil {
-		if _, _, err := s.g.checkLease(int64(time.Since(monoBase))); err != nil {
-			s.cur = nil // buffered IDs are still unique, but the lease says stop
-			return 0, err
-		}
+	defer func() { <-s.refill }()
+	// The caller that held refill before us may have installed a buffer.
+	if id, ok := s.pop(); ok {
+		return id, nil
 	}
-	for len(s.cur) == 0 {
-		select {
-		case c := <-s.chunks:
-			if c.err != nil {
-				return 0, c.err
+	select {
+	case c := <-s.chunks:
+		if c.err != nil {
+			if s.closed.Load() { // the fill was cut short by Close
+				return 0, ErrSegmentClosed
 			}
-			s.cur = c.ids
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		case <-s.done:
-			return 0, ErrSegmentClosed
+			return 0, c.err
 		}
+		s.mu.Lock()
+		id := c.ids[0]
+		s.cur = c.ids[1:] // empty until now: only a refill holder installs a buffer
+		s.mu.Unlock()
+		return id, nil
+	case <-ctx.Done():
+		return 0, context.Cause(ctx)
+	case <-s.done:
+		return 0, ErrSegmentClosed
+	}
+}
+
+// pop takes the next buffered ID, if any.
+func (s *Segment) pop() (int64, bool) {
+	s.mu.Lock()
+	if len(s.cur) == 0 {
+		s.mu.Unlock()
+		return 0, false
 	}
 	id := s.cur[0]
 	s.cur = s.cur[1:]
-	return id, nil
+	s.mu.Unlock()
+	return id, true
 }
 
 // Close stops the filler and waits for it to exit. Buffered IDs are dropped unissued.
 func (s *Segment) Close() error {
+	s.closed.Store(true)
 	s.cancel()
 	<-s.done
 	return nil

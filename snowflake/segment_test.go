@@ -66,3 +66,45 @@ func TestSegment_RefusesAfterLeaseLossAndClose(t *testing.T) {
 		t.Fatalf("size 0: %v, want ErrInvalid", err)
 	}
 }
+
+// TestSegment_EmptyBufferWaitersHonourContextAndClose: with the filler stuck (a frozen clock
+// and a sequence shorter than the buffer), the caller waiting for the next buffer and the
+// caller queued behind it both return their contexts' errors, and a caller still waiting
+// when the Segment closes gets ErrSegmentClosed.
+func TestSegment_EmptyBufferWaitersHonourContextAndClose(t *testing.T) {
+	g := mustNew(t, 1, WithLayout(layout16), WithClock(frozenClock{wall: time.Now()}))
+	s, err := NewSegment(g, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err := s.Next(ctx)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("waiter with a deadline: %v, want context.DeadlineExceeded", err)
+		}
+	}
+	go func() {
+		_, err := s.Next(context.Background())
+		errs <- err
+	}()
+	// Close while that caller waits (or before it starts: the error is the same).
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !errors.Is(err, ErrSegmentClosed) {
+			t.Fatalf("waiter at Close: %v, want ErrSegmentClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiter still waits 10 s after Close")
+	}
+}
