@@ -26,11 +26,13 @@ var ErrSegmentClosed = errors.New("snowflake: segment closed")
 // the IDs are handed out in the order they were generated.
 type Segment struct {
 	g      *Generator
-	mu     sync.Mutex // guards cur; held only to take an ID or install a buffer
-	cur    []int64
+	mu     sync.Mutex // guards cur and buf; held only to take an ID or install a buffer
+	cur    []int64    // the IDs of buf not handed out yet
+	buf    []int64    // the buffer being handed out, whole
 	closed atomic.Bool
 	refill chan struct{} // held by the caller waiting for the next buffer
 	chunks chan chunk
+	free   chan []int64 // used-up buffers, for the filler to fill again
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -50,6 +52,7 @@ func NewSegment(g *Generator, size int) (*Segment, error) {
 		g:      g,
 		refill: make(chan struct{}, 1),
 		chunks: make(chan chunk, 1),
+		free:   make(chan []int64, 2), // at most three buffers exist: filling, queued, handed out
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
@@ -60,9 +63,15 @@ func NewSegment(g *Generator, size int) (*Segment, error) {
 func (s *Segment) fill(ctx context.Context, size int) {
 	defer close(s.done)
 	for ctx.Err() == nil {
-		ids := make([]int64, size)
+		var ids []int64
+		select {
+		case ids = <-s.free:
+		default:
+			ids = make([]int64, size)
+		}
 		err := s.g.Fill(ctx, ids)
 		if err != nil {
+			s.recycle(ids)
 			ids = nil
 		}
 		select {
@@ -118,14 +127,27 @@ func (s *Segment) Next(ctx context.Context) (int64, error) {
 			return 0, c.err
 		}
 		s.mu.Lock()
-		id := c.ids[0]
-		s.cur = c.ids[1:] // empty until now: only a refill holder installs a buffer
+		id, used := c.ids[0], s.buf
+		s.buf, s.cur = c.ids, c.ids[1:] // cur was empty: only a refill holder installs a buffer
 		s.mu.Unlock()
+		// Nothing reads the used buffer any more: every ID was copied out under mu.
+		s.recycle(used)
 		return id, nil
 	case <-ctx.Done():
 		return 0, context.Cause(ctx)
 	case <-s.done:
 		return 0, ErrSegmentClosed
+	}
+}
+
+// recycle hands a buffer nobody reads any more to the filler, or drops it.
+func (s *Segment) recycle(buf []int64) {
+	if buf == nil {
+		return
+	}
+	select {
+	case s.free <- buf:
+	default:
 	}
 }
 
