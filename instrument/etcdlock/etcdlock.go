@@ -318,7 +318,10 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 				createdRev = wr.Header.Revision
 			default:
 				if readRev == 0 {
-					continue // unreachable: the read follows the created response
+					// Before the first read the entries ahead are not known,
+					// and an empty set must not read as "none left". (The
+					// read follows the created response, which comes first.)
+					continue
 				}
 				for _, ev := range wr.Events {
 					if ev.Type != clientv3.EventTypeDelete || ev.Kv.ModRevision <= readRev {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -22,6 +23,20 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// newestEntry waits until key's queue has n entries and returns the newest
+// (the last waiter's).
+func newestEntry(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key string, n int64) *mvccpb.KeyValue {
+	t.Helper()
+	for queueLen(t, c, l, key) != n {
+		time.Sleep(2 * time.Millisecond)
+	}
+	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read the newest queue entry: %v %v", err, resp)
+	}
+	return resp.Kvs[0]
 }
 
 // queueLen counts the entries in key's queue.
@@ -110,15 +125,8 @@ func TestWaiter_StopsWithErrorWhenItsOwnSessionEnds(t *testing.T) {
 		_, err := l.Acquire(timeout(t, 30*time.Second), key)
 		got <- err
 	}()
-	for queueLen(t, c, l, key) != 2 {
-		time.Sleep(2 * time.Millisecond)
-	}
 	// End the waiter's session: revoke the lease of the second entry.
-	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("read queue: %v %v", err, resp)
-	}
-	if _, err := c.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+	if _, err := c.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(newestEntry(t, c, l, key, 2).Lease)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -91,14 +91,8 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 				l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
 				got <- result{l, err}
 			}()
-			for queueLen(t, admin, lw, key) != 2 {
-				time.Sleep(2 * time.Millisecond)
-			}
-			waiter, err := admin.Get(timeout(t, 5*time.Second), lw.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
-			if err != nil || len(waiter.Kvs) != 1 {
-				t.Fatalf("read the waiter's entry: %v %v", err, waiter)
-			}
-			if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Kvs[0].Lease)); err != nil {
+			waiter := newestEntry(t, admin, lw, key, 2)
+			if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease)); err != nil {
 				t.Fatal(err)
 			}
 			if err := h.Release(timeout(t, 5*time.Second)); err != nil {

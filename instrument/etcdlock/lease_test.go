@@ -58,14 +58,8 @@ func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T
 		l, err := lw.Acquire(timeout(t, 60*time.Second), key, instrument.WithTTL(time.Second), instrument.WithoutWatchdog())
 		got <- result{l, err}
 	}()
-	for queueLen(t, admin, lw, key) != 2 {
-		time.Sleep(2 * time.Millisecond)
-	}
-	waiter, err := admin.Get(timeout(t, 5*time.Second), lw.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
-	if err != nil || len(waiter.Kvs) != 1 {
-		t.Fatalf("read the waiter's entry: %v %v", err, waiter)
-	}
-	ttl, err := admin.TimeToLive(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Kvs[0].Lease))
+	waiter := newestEntry(t, admin, lw, key, 2)
+	ttl, err := admin.TimeToLive(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease))
 	if err != nil {
 		t.Fatal(err)
 	}
