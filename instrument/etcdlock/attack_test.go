@@ -1,0 +1,426 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// compactingWatcher makes a watch on one key (the queue prefix) start behind
+// a compaction, as a watch on a member that lagged behind a compaction does:
+// it compacts the store to its current revision and asks for the revision
+// before it, so etcd cancels the watch with ErrCompacted. Other watches pass.
+type compactingWatcher struct {
+	clientv3.Watcher
+	c         *clientv3.Client
+	key       string
+	compacted atomic.Int64 // watches etcd cancelled for compaction
+}
+
+func (w *compactingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	if key != w.key {
+		return w.Watcher.Watch(ctx, key, opts...)
+	}
+	resp, err := w.c.Get(ctx, "compact-probe", clientv3.WithKeysOnly())
+	if err != nil {
+		return w.Watcher.Watch(ctx, key, opts...)
+	}
+	rev := resp.Header.Revision
+	if _, err := w.c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return w.Watcher.Watch(ctx, key, opts...)
+	}
+	in := w.Watcher.Watch(ctx, key, append(opts, clientv3.WithRev(rev-1))...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			if wr.CompactRevision != 0 {
+				w.compacted.Add(1)
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out
+}
+
+// A waiter watching the whole queue whose watch etcd cancels for compaction
+// falls back to watching its predecessor: it must take the lock once, after
+// the holder releases, never while the holder or the waiter ahead of it
+// holds it, in queue order.
+func TestAttack_QueueWatchCompactedFallsBackWithoutATakeoverWhileHeld(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	lh := newLocker(t, admin)
+	const key = "compacted-queue-watch"
+	wc := e.Client(t)
+	cw := &compactingWatcher{Watcher: wc.Watcher, c: admin, key: lh.QueuePrefix(key)}
+	wc.Watcher = cw
+	lw := newLocker(t, wc)
+
+	h, err := lh.Acquire(timeout(t, 5*time.Second), key, instrument.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease instrument.Lease
+		err   error
+	}
+	acquire := func() <-chan result {
+		got := make(chan result, 1)
+		go func() {
+			// A long poll: the handoff must come from the fallback's watch.
+			l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
+			got <- result{l, err}
+		}()
+		return got
+	}
+	got1 := acquire()
+	for queueLen(t, admin, lh, key) != 2 || cw.compacted.Load() < 1 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	got2 := acquire()
+	for queueLen(t, admin, lh, key) != 3 || cw.compacted.Load() < 2 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := etcdlock.QueueWatches(lw); n != 2 {
+		t.Fatalf("%d waits watched the whole queue, want 2", n)
+	}
+	// Compact once more, to the current revision, while both wait on their
+	// fallback watches.
+	rev, err := admin.Put(timeout(t, 5*time.Second), "compact-probe", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Compact(timeout(t, 5*time.Second), rev.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got1:
+		t.Fatalf("first waiter returned while the lock was held (err %v)", r.err)
+	case r := <-got2:
+		t.Fatalf("second waiter returned while the lock was held (err %v)", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var w1 instrument.Lease
+	select {
+	case r := <-got1:
+		if r.err != nil {
+			t.Fatalf("first waiter after the release: %v", r.err)
+		}
+		w1 = r.lease
+	case r := <-got2:
+		t.Fatalf("second waiter took the lock ahead of the first (err %v)", r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("first waiter still waits 20 s after the release (poll interval 1 h)")
+	}
+	if w1.Fence() <= h.Fence() {
+		t.Fatalf("fence %d not above the released holder's %d", w1.Fence(), h.Fence())
+	}
+	select {
+	case r := <-got2:
+		t.Fatalf("second waiter returned while the first holds the lock (err %v)", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := context.Cause(w1.Context()); err != nil {
+		t.Fatalf("first waiter's lease ended: %v", err)
+	}
+	if err := w1.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got2:
+		if r.err != nil {
+			t.Fatalf("second waiter after the release: %v", r.err)
+		}
+		if r.lease.Fence() <= w1.Fence() {
+			t.Fatalf("fence %d not above the released holder's %d", r.lease.Fence(), w1.Fence())
+		}
+		if err := r.lease.Release(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("second waiter still waits 20 s after the release (poll interval 1 h)")
+	}
+}
+
+// An operator deletes the whole queue in one revision while a holder holds
+// and two waiters wait. No waiter may come out holding an entry that no
+// longer exists: it fails with ErrLockLost, or (at worst) returns a lease
+// that ends with ErrLockLost. The holder's lease ends with ErrLockLost. The
+// waiters' own-entry watches are held back, so those watching the whole
+// queue must learn of it from that stream.
+func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
+	for _, mode := range waitModes {
+		t.Run(mode.name, func(t *testing.T) {
+			e := testenv.NewEtcd(t)
+			admin := e.Client(t)
+			lh := newLocker(t, admin)
+			const key = "queue-deleted"
+			wc := e.Client(t)
+			if mode.max != 0 {
+				gate := &gatedWatcher{Watcher: wc.Watcher, pass: func(k string) bool { return k == lh.QueuePrefix(key) }, open: make(chan struct{})}
+				defer close(gate.open)
+				wc.Watcher = gate
+			}
+			lw := inWaitMode(newLocker(t, wc), mode.max)
+
+			h, err := lh.Acquire(timeout(t, 5*time.Second), key, instrument.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				lease instrument.Lease
+				err   error
+			}
+			const waiters = 2
+			got := make(chan result, waiters)
+			for i := range waiters {
+				go func() {
+					l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
+					got <- result{l, err}
+				}()
+				for queueLen(t, admin, lh, key) != int64(i+2) {
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+			// Give the waiters time to create their watches and read the
+			// queue, so that the deletion reaches their streams (the test
+			// holds whenever it lands; this only makes it the likely path).
+			time.Sleep(200 * time.Millisecond)
+			del, err := admin.Delete(timeout(t, 5*time.Second), lh.QueuePrefix(key), clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if del.Deleted != waiters+1 {
+				t.Fatalf("deleted %d entries, want %d", del.Deleted, waiters+1)
+			}
+			for range waiters {
+				select {
+				case r := <-got:
+					if r.err == nil {
+						// Reported as acquired: it must at least be lost at once.
+						select {
+						case <-r.lease.Context().Done():
+						case <-time.After(10 * time.Second):
+							t.Fatalf("a waiter got the lock (fence %d) for an entry deleted at revision %d and its lease did not end", r.lease.Fence(), del.Header.Revision)
+						}
+						t.Errorf("a waiter reported the lock acquired (fence %d) for an entry deleted at revision %d; lease ended with %v", r.lease.Fence(), del.Header.Revision, context.Cause(r.lease.Context()))
+						continue
+					}
+					if !errors.Is(r.err, instrument.ErrLockLost) {
+						t.Errorf("waiter: %v, want ErrLockLost", r.err)
+					} else if mode.max != 0 && !strings.Contains(r.err.Error(), "queue entry deleted while waiting") {
+						// Own-entry watches are held back: the wait itself must see it.
+						t.Errorf("waiter: %v, want ErrLockLost from the wait itself", r.err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("a waiter still waits 20 s after its entry was deleted (poll 1 h, TTL 30 s)")
+				}
+			}
+			select {
+			case <-h.Context().Done():
+				if err := context.Cause(h.Context()); !errors.Is(err, instrument.ErrLockLost) {
+					t.Fatalf("holder's lease ended with %v, want ErrLockLost", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("holder's lease still live 10 s after its entry was deleted")
+			}
+			if err := h.Release(timeout(t, 5*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
+				t.Fatalf("holder's Release after the deletion: %v, want ErrNotHeld", err)
+			}
+			// The lock is free again.
+			n, err := lh.Acquire(timeout(t, 5*time.Second), key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("acquire after the queue was deleted: %v", err)
+			}
+			if n.Fence() <= uint64(del.Header.Revision) {
+				t.Fatalf("fence %d not above the deletion's revision %d", n.Fence(), del.Header.Revision)
+			}
+			if err := n.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A waiter whose lease is revoked (its process paused past its TTL) just
+// before the holder releases, with its watches served by a follower that
+// applies both a little after the leader, must not get the lock; the waiter
+// behind it must.
+func TestAttack_ThreeMemberCluster_RevokedWaiterOnLaggingFollowerDoesNotGetTheLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster in -short")
+	}
+	cl := testenv.NewEtcdCluster(t, 3)
+	leader, err := cl.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := (leader + 1) % 3
+	admin := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint())
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			key := "revoked-waiter-" + mode.name
+			lh := newLocker(t, admin)
+			newWaiter := func() *etcdlock.Locker {
+				c := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint())
+				c.Watcher = testenv.NewEtcdClient(t, cl.Members[follower].Endpoint()).Watcher
+				return inWaitMode(newLocker(t, c), mode.max)
+			}
+			lw, l3 := newWaiter(), newWaiter()
+			for round := range 5 {
+				h, err := lh.Acquire(timeout(t, 5*time.Second), key, instrument.WithTTL(30*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				type result struct {
+					lease instrument.Lease
+					err   error
+				}
+				acquire := func(l *etcdlock.Locker) <-chan result {
+					got := make(chan result, 1)
+					go func() {
+						l, err := l.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
+						got <- result{l, err}
+					}()
+					return got
+				}
+				got := acquire(lw)
+				waiter := newestEntry(t, admin, lw, key, 2)
+				got3 := acquire(l3)
+				newestEntry(t, admin, l3, key, 3)
+				// Let the waiters' watches start (on the follower).
+				time.Sleep(100 * time.Millisecond)
+				if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease)); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case r := <-got:
+					if r.err == nil {
+						_ = r.lease.Release(timeout(t, 5*time.Second))
+						t.Fatalf("round %d: a waiter whose lease was revoked got the lock (fence %d)", round, r.lease.Fence())
+					}
+					if !errors.Is(r.err, instrument.ErrLockLost) && !errors.Is(r.err, instrument.ErrNotAcquired) {
+						t.Fatalf("round %d: revoked waiter: %v, want ErrLockLost", round, r.err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("round %d: revoked waiter still waits 20 s on", round)
+				}
+				select {
+				case r := <-got3:
+					if r.err != nil {
+						t.Fatalf("round %d: third waiter: %v", round, r.err)
+					}
+					if r.lease.Fence() <= h.Fence() {
+						t.Fatalf("round %d: fence %d not above the released holder's %d", round, r.lease.Fence(), h.Fence())
+					}
+					if err := r.lease.Release(timeout(t, 5*time.Second)); err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("round %d: third waiter still waits 20 s after the release", round)
+				}
+			}
+		})
+	}
+}
+
+// Many contenders, a third of whose waits give up after a short random
+// deadline: holders never overlap, fences strictly increase, every give-up
+// is ErrNotAcquired, and the queue ends empty.
+func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
+	for _, mode := range waitModes {
+		t.Run(mode.name, func(t *testing.T) {
+			c := testenv.NewEtcd(t).Client(t)
+			const key, workers, total = "random-give-ups", 10, 300
+			lockers := make([]*etcdlock.Locker, 3)
+			for i := range lockers {
+				lockers[i] = inWaitMode(newLocker(t, c), mode.max)
+			}
+			var (
+				left     atomic.Int64
+				holders  atomic.Int32
+				acquired atomic.Int64
+				gaveUp   atomic.Int64
+				mu       sync.Mutex
+				last     uint64
+				wg       sync.WaitGroup
+			)
+			left.Store(total)
+			for w := range workers {
+				l := lockers[w%len(lockers)]
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						d := 20 * time.Second
+						if rand.IntN(3) == 0 {
+							d = time.Duration(1+rand.IntN(30)) * time.Millisecond
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), d)
+						lease, err := l.Acquire(ctx, key, instrument.WithTTL(10*time.Second))
+						cancel()
+						if err != nil {
+							// A deadline that ends during the lease grant
+							// is reported as the grant's error.
+							if !errors.Is(err, instrument.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) {
+								t.Errorf("Acquire: %v", err)
+								return
+							}
+							gaveUp.Add(1)
+							continue
+						}
+						acquired.Add(1)
+						if n := holders.Add(1); n != 1 {
+							t.Errorf("%d holders at once", n)
+						}
+						mu.Lock()
+						if f := lease.Fence(); f <= last {
+							t.Errorf("fence %d not above the previous holder's %d", f, last)
+						} else {
+							last = f
+						}
+						mu.Unlock()
+						if rand.IntN(2) == 0 {
+							time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+						}
+						if err := context.Cause(lease.Context()); err != nil {
+							t.Errorf("lease ended while held: %v", err)
+						}
+						holders.Add(-1)
+						if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
+							t.Errorf("Release: %v", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			t.Logf("%d acquired, %d gave up", acquired.Load(), gaveUp.Load())
+			if acquired.Load() == 0 {
+				t.Fatal("nobody acquired")
+			}
+			if n := queueLen(t, c, lockers[0], key); n != 0 {
+				t.Fatalf("%d entries left in the queue", n)
+			}
+		})
+	}
+}
