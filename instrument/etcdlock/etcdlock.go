@@ -122,12 +122,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	if err != nil {
 		return nil, err
 	}
-	if err := context.Cause(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: acquire %q: %w", key, err)
+	if ctx.Err() != nil {
+		return nil, acquireErr(ctx, key, nil)
 	}
 	for {
 		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, acquireErr(ctx, key, err)
+			}
 			return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
 		}
 		st := newLeaseState(l, key, id, ttl, sent, &cfg)
@@ -552,10 +555,18 @@ func (a *acquirer) waitErr(ctx context.Context) error {
 
 // ctxOr prefers the context's cause to the transport error it produced.
 func (a *acquirer) ctxOr(ctx context.Context, err error) error {
-	if cerr := context.Cause(ctx); cerr != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, cerr)
+	return acquireErr(ctx, a.st.key, err)
+}
+
+// acquireErr is an Acquire's error for a failed request: ErrNotAcquired with
+// the context's cause when the caller's context has ended, whatever error
+// that produced (etcd answers a request whose deadline passed on the server
+// with its own "request timed out", not with the context's error).
+func acquireErr(ctx context.Context, key string, err error) error {
+	if cerr := context.Cause(ctx); cerr != nil {
+		return fmt.Errorf("etcdlock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 	}
-	return fmt.Errorf("etcdlock: acquire %q: %w", a.st.key, err)
+	return fmt.Errorf("etcdlock: acquire %q: %w", key, err)
 }
 
 // sleepCtx sleeps d unless either context ends first.
