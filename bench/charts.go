@@ -23,7 +23,7 @@ var chartLabel = map[string]string{
 	nameRaw: "raw SETNX+EVALSHA", nameBare: "lockgov bare", nameGoverned: "lockgov+Govern", nameGovNoTr: "Govern, no tracer", nameRawSpans: "raw + 2 spans",
 	nameBSM: "bsm/redislock", nameRedsync: "redsync", nameEtcdMu: "etcd Mutex", nameEtcdlock: "lockgov etcdlock",
 	nameBSMLinear: "bsm linear", nameBSMExp: "bsm exp", nameRedsyncC: "redsync", nameWait: "lockgov wait",
-	nameFair: "lockgov Fair",
+	nameFair: "lockgov Fair", nameFloorC: "floor (no lock)",
 }
 
 func label(name string) string {

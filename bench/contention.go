@@ -8,11 +8,13 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bsm "github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -45,7 +47,73 @@ const (
 	nameFair      = "lockgov redislock, Fair()"
 	nameEtcdMuC   = "etcd concurrency.Mutex"
 	nameEtcdlockC = "lockgov etcdlock"
+	nameFloorC    = "floor: token ring, no lock"
 )
+
+// handoffFloor is the least a pub/sub handoff can cost: one script that writes what a release
+// writes (the next holder's lock value, a tombstone, a queue pop, the fence) and publishes,
+// sent by one client and heard by another's subscriber.
+var handoffFloor = redis.NewScript(`redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[3])
+redis.call('set', KEYS[2], '1', 'px', ARGV[4])
+redis.call('lpop', KEYS[3])
+redis.call('incr', KEYS[4])
+return redis.call('publish', ARGV[1], ARGV[2])`)
+
+// tokenRing is the contention table's floor: no lock at all, only the messages a handoff
+// through redis-server cannot do without. The contenders form a ring, each subscribed to a
+// channel of its own; the first to ask holds, and each release runs handoffFloor, which
+// publishes to the next contender's channel; hearing it is acquiring. Every acquire first
+// registers its wait with one command (ZADD), as every lock in the table tells the server
+// that it waits again right after its release (an attempt that queues, or a retry). So its
+// idle per handoff is one release's trip through redis-server to a subscriber, with the
+// same loop around it, and nothing a lock decides: what this machine allows a handoff by
+// notification. Its waits are those of a perfect FIFO.
+func tokenRing() func(e *env, key string) (acquireFunc, func(), error) {
+	type ring struct {
+		n     int
+		first atomic.Bool
+	}
+	var mu sync.Mutex
+	rings := map[string]*ring{} // one per contend call (its key)
+	return func(e *env, key string) (acquireFunc, func(), error) {
+		mu.Lock()
+		r := rings[key]
+		if r == nil {
+			r = &ring{}
+			rings[key] = r
+		}
+		i := r.n
+		r.n++
+		mu.Unlock()
+		if i >= contenders {
+			return nil, nil, fmt.Errorf("token ring %q: more than %d contenders", key, contenders)
+		}
+		c := newRedis(e)
+		ps := c.Subscribe(context.Background(), fmt.Sprintf("%s:ring:%d", key, i))
+		if _, err := ps.Receive(context.Background()); err != nil { // the subscription is confirmed
+			_ = ps.Close()
+			_ = c.Close()
+			return nil, nil, err
+		}
+		next := fmt.Sprintf("%s:ring:%d", key, (i+1)%contenders)
+		keys := []string{key, key + ":tomb", key + ":queue", key + ":fence"}
+		release := func(ctx context.Context) error {
+			return handoffFloor.Run(ctx, c, keys, next, "next-holder", 10000, 1000).Err()
+		}
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			if r.first.CompareAndSwap(false, true) {
+				return release, nil
+			}
+			if err := c.ZAdd(ctx, key+":waiters", redis.Z{Score: float64(i), Member: i}).Err(); err != nil {
+				return nil, err
+			}
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				return nil, err
+			}
+			return release, nil
+		}, func() { _ = ps.Close(); _ = c.Close() }, nil
+	}
+}
 
 func contImpls() []contImpl {
 	lockgov := func(opts ...redislock.Option) func(e *env, key string) (acquireFunc, func(), error) {
@@ -72,6 +140,7 @@ func contImpls() []contImpl {
 		}
 	}
 	return []contImpl{
+		{nameFloorC, "PUBLISH to the next in a ring", tokenRing()},
 		{nameBSMLinear, "retry every 1 ms", bsmWith(func() bsm.RetryStrategy { return bsm.LinearBackoff(time.Millisecond) })},
 		{nameBSMExp, "retry after 4, 8, 16 ... 128 ms", bsmWith(func() bsm.RetryStrategy {
 			return bsm.ExponentialBackoff(time.Millisecond, 128*time.Millisecond)
@@ -152,6 +221,10 @@ type contRound struct {
 	giveUps      int
 	dials        int64 // new redis connections during the round
 }
+
+// idle is the time the lock sat free per handoff, in ms: (wall - holds) / acquisitions, from
+// the medians.
+func (r *contRow) idle() float64 { return 1000 * (1 - r.busy) / r.acqPerSec }
 
 func (r contRound) acqPerSec() float64 { return float64(r.acq) / r.wall.Seconds() }
 

@@ -13,15 +13,6 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// handoffFloor is the least a pub/sub handoff can cost: one script that writes what a release
-// writes (the next holder's lock value, a tombstone, a queue pop, the fence) and publishes,
-// sent by one client and heard by another's subscriber.
-var handoffFloor = redis.NewScript(`redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[3])
-redis.call('set', KEYS[2], '1', 'px', ARGV[4])
-redis.call('lpop', KEYS[3])
-redis.call('incr', KEYS[4])
-return redis.call('publish', ARGV[1], ARGV[2])`)
-
 // waitQueued returns once the sorted set waiters has a member, polling it
 // every 100 µs for at most 10 s.
 func waitQueued(b *testing.B, c *redis.Client, waiters string) {

@@ -26,6 +26,11 @@ type target struct {
 	// capped: both sides ran at a limit neither can pass (a Snowflake layout's IDs per
 	// second), so the ratio is 1 within measurement whatever its last digit says.
 	capped bool
+	// floor: the same figure for the no-lock floor of this run (the contention table's token
+	// ring), when there is one; a target the floor misses too is above what this machine
+	// allows any lock.
+	floor    float64
+	hasFloor bool
 }
 
 // atLimit is how close to a layout's limit a generator must run for a ratio between two
@@ -49,10 +54,20 @@ func (t target) result() string {
 	if t.pass() {
 		return "**PASS**"
 	}
+	var miss string
 	if t.atMost {
-		return fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.fmt(t.got-t.want))
+		miss = fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.fmt(t.got-t.want))
+	} else {
+		miss = fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.fmt(t.want-t.got))
 	}
-	return fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.fmt(t.want-t.got))
+	if t.hasFloor {
+		f := t
+		f.got = t.floor
+		if !f.pass() {
+			miss += fmt.Sprintf("; the no-lock floor misses it too (%s): above this machine", t.fmt(t.floor))
+		}
+	}
+	return miss
 }
 
 // percent shows small misses with a decimal, so that none reads "by 0%".
@@ -141,9 +156,23 @@ func (r *results) targets() []target {
 		ts = append(ts, t)
 	}
 	busy := func(c *contRow) float64 { return 100 * c.busy }
+	// The busy targets are read against the floor: the token ring of the same rounds,
+	// which hands over with no lock at all.
+	withFloor := func(row *contRow) {
+		t, floor := &ts[len(ts)-1], r.contRowFor(nameFloorC)
+		if floor == nil || row == nil {
+			return
+		}
+		t.floor, t.hasFloor = 100*floor.busy, true
+		vs, _ := pairRatio(row.rounds, floor.rounds, func(x contRound) float64 { return float64(x.held) / float64(x.wall) })
+		t.context = fmt.Sprintf("floor (token ring, no lock) %s, idle %.2f ms per handoff against lockgov's %.2f; lockgov / floor %.2fx in the same rounds; %s",
+			t.fmt(t.floor), floor.idle(), row.idle(), vs, t.context)
+	}
 	pct("contended: lockgov default wait busy >= 85%", wait, busy, 85, false, "%", "%.0f")
+	withFloor(wait)
 	pct("contended: lockgov default wait p99 wait <= 25 ms", wait, func(c *contRow) float64 { return c.p99 }, 25, true, " ms", "%.1f")
 	pct("contended: Fair mode busy >= 80%", fair, busy, 80, false, "%", "%.0f")
+	withFloor(fair)
 	pct("contended: Fair mode min/max acquisitions per contender >= 0.9", fair, func(c *contRow) float64 { return c.share }, 0.9, false, "", "%.2f")
 	et := target{what: "contended: etcdlock acquisitions/s / concurrency.Mutex >= 5x", want: 5, unit: "x", format: "%.2f"}
 	if a, b := r.contRowFor(nameEtcdlockC), r.contRowFor(nameEtcdMuC); a != nil && b != nil {
@@ -254,7 +283,7 @@ func renderSection(r *results) string {
 	}
 	if len(r.contended) > 0 {
 		w("### Locks: contention on one key\n\n")
-		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff in one round trip on loopback would be ~0.1 ms). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting).\n\n",
+		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff in one round trip on loopback would be ~0.1 ms). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting). The floor row is no lock: the contenders pass a token in a ring, each release a script with a release's writes that publishes to the next contender's channel, each acquire one command to register and then the message; its idle per handoff is what a handoff by notification costs on this machine with nothing decided by a lock, and the busy targets are read against it.\n\n",
 			contenders, hold, r.cfg.contDur)
 		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq | mean hold ms | idle per handoff ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.contended {
@@ -262,7 +291,7 @@ func renderSection(r *results) string {
 			if strings.Contains(x.name, "etcd") {
 				dials = "-"
 			}
-			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold, 1000*(1-x.busy)/x.acqPerSec)
+			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold, x.idle())
 		}
 		w("\n")
 	}

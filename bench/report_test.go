@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTargets_SnowflakeParallelAtTheLimitIsEqual: when both generators run at a layout's
@@ -38,6 +40,49 @@ func TestTargets_SnowflakeParallelAtTheLimitIsEqual(t *testing.T) {
 		}
 		if !found {
 			t.Fatalf("%s: no 41/10/12 parallel target", tc.name)
+		}
+	}
+}
+
+// TestTargets_BusyIsReadAgainstTheFloor: a busy target lockgov misses says whether the
+// no-lock floor of the same run misses it too (then it is above the machine), and the
+// context gives the floor and lockgov's ratio to it; a met target is a pass either way.
+func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
+	round := func(busy float64) contRound {
+		return contRound{acq: 1000, wall: 2 * 1e9, held: time.Duration(busy * 2e9)}
+	}
+	for _, tc := range []struct {
+		name          string
+		lockgov, fl   float64
+		pass, blameVM bool
+	}{
+		{"both below 85%", 0.77, 0.80, false, true},
+		{"the floor reaches it, lockgov does not", 0.77, 0.88, false, false},
+		{"lockgov reaches it", 0.86, 0.88, true, false},
+	} {
+		r := &results{contended: []contRow{
+			{name: nameFloorC, busy: tc.fl, acqPerSec: 500, rounds: []contRound{round(tc.fl)}},
+			{name: nameWait, busy: tc.lockgov, acqPerSec: 500, rounds: []contRound{round(tc.lockgov)}},
+		}}
+		var found bool
+		for _, tg := range r.targets() {
+			if tg.what != "contended: lockgov default wait busy >= 85%" {
+				continue
+			}
+			found = true
+			if tg.pass() != tc.pass {
+				t.Errorf("%s: pass %v, want %v", tc.name, tg.pass(), tc.pass)
+			}
+			if got := strings.Contains(tg.result(), "above this machine"); got != tc.blameVM {
+				t.Errorf("%s: result %q: says the floor misses too: %v, want %v", tc.name, tg.result(), got, tc.blameVM)
+			}
+			want := fmt.Sprintf("lockgov / floor %.2fx", tc.lockgov/tc.fl)
+			if !strings.Contains(tg.context, want) || !strings.Contains(tg.context, "floor (token ring, no lock)") {
+				t.Errorf("%s: context %q lacks the floor or %q", tc.name, tg.context, want)
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no default-wait busy target", tc.name)
 		}
 	}
 }
