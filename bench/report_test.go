@@ -86,3 +86,41 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestTargets_GovernIsReadAgainstTheRawPairInSpans: an uncontended target Govern misses says
+// whether the raw pair wrapped in the same two spans misses it too, from the same rounds.
+func TestTargets_GovernIsReadAgainstTheRawPairInSpans(t *testing.T) {
+	row := func(name string, perS float64) lockRow {
+		return lockRow{name: name, goroutines: 16, opsPerSec: perS, rounds: []lockRound{{opsPerS: perS}}}
+	}
+	for _, tc := range []struct {
+		name          string
+		gov, spans    float64
+		blameSpans    bool
+		wantInContext string
+	}{
+		{"the spans alone miss it", 12000, 15000, true, "the raw pair in the same two spans: 0.88x"},
+		{"the spans leave room", 12000, 17500, false, "the raw pair in the same two spans: 1.03x"},
+	} {
+		r := &results{uncontended: []lockRow{row(nameGoverned, tc.gov), row(nameBSM, 17000), row(nameRawSpans, tc.spans)}}
+		var found bool
+		for _, tg := range r.targets() {
+			if tg.what != "uncontended, 16 goroutines: Govern throughput / bsm/redislock >= 1.0x" {
+				continue
+			}
+			found = true
+			if tg.pass() {
+				t.Errorf("%s: passes at %.2f", tc.name, tg.got)
+			}
+			if got := strings.Contains(tg.result(), "misses it too"); got != tc.blameSpans {
+				t.Errorf("%s: result %q: says the bound misses too: %v, want %v", tc.name, tg.result(), got, tc.blameSpans)
+			}
+			if !strings.Contains(tg.context, tc.wantInContext) {
+				t.Errorf("%s: context %q lacks %q", tc.name, tg.context, tc.wantInContext)
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no Govern / bsm target", tc.name)
+		}
+	}
+}
