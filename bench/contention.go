@@ -70,11 +70,13 @@ return redis.call('publish', ARGV[1], ARGV[2])`)
 // notification. Its waits are those of a perfect FIFO.
 func tokenRing() func(e *env, key string) (acquireFunc, func(), error) {
 	type ring struct {
-		n     int
-		first atomic.Bool
+		n      int
+		first  atomic.Bool
+		joined [contenders]atomic.Bool // asked for the token at least once
 	}
 	var mu sync.Mutex
 	rings := map[string]*ring{} // one per contend call (its key)
+	channel := func(key string, i int) string { return fmt.Sprintf("%s:ring:%d", key, i) }
 	return func(e *env, key string) (acquireFunc, func(), error) {
 		mu.Lock()
 		r := rings[key]
@@ -89,18 +91,29 @@ func tokenRing() func(e *env, key string) (acquireFunc, func(), error) {
 			return nil, nil, fmt.Errorf("token ring %q: more than %d contenders", key, contenders)
 		}
 		c := newRedis(e)
-		ps := c.Subscribe(context.Background(), fmt.Sprintf("%s:ring:%d", key, i))
+		ps := c.Subscribe(context.Background(), channel(key, i))
 		if _, err := ps.Receive(context.Background()); err != nil { // the subscription is confirmed
 			_ = ps.Close()
 			_ = c.Close()
 			return nil, nil, err
 		}
-		next := fmt.Sprintf("%s:ring:%d", key, (i+1)%contenders)
 		keys := []string{key, key + ":tomb", key + ":queue", key + ":fence"}
 		release := func(ctx context.Context) error {
-			return handoffFloor.Run(ctx, c, keys, next, "next-holder", 10000, 1000).Err()
+			// The token goes to the next contender that has joined: one whose goroutine
+			// started only after the run's end never asks, and a token sent to it would be
+			// lost while the others wait. One that joins after being skipped gets the
+			// token on its next lap; contenders leave only right after passing it on.
+			next := i
+			for k := 1; k <= contenders; k++ {
+				if j := (i + k) % contenders; r.joined[j].Load() {
+					next = j
+					break
+				}
+			}
+			return handoffFloor.Run(ctx, c, keys, channel(key, next), "next-holder", 10000, 1000).Err()
 		}
 		return func(ctx context.Context) (func(context.Context) error, error) {
+			r.joined[i].Store(true)
 			if r.first.CompareAndSwap(false, true) {
 				return release, nil
 			}
