@@ -75,19 +75,8 @@ func TestAttack_QueueWatchCompactedFallsBackWithoutATakeoverWhileHeld(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		lease instrument.Lease
-		err   error
-	}
-	acquire := func() <-chan result {
-		got := make(chan result, 1)
-		go func() {
-			// A long poll: the handoff must come from the fallback's watch.
-			l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
-			got <- result{l, err}
-		}()
-		return got
-	}
+	// A long poll: the handoff must come from the fallback's watch.
+	acquire := func() <-chan acquired { return acquireInBackground(t, lw, key, 30*time.Second, watchOnly...) }
 	got1 := acquire()
 	for queueLen(t, admin, lh, key) != 2 || cw.compacted.Load() < 1 {
 		time.Sleep(2 * time.Millisecond)
@@ -185,25 +174,18 @@ func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			type result struct {
-				lease instrument.Lease
-				err   error
-			}
 			const waiters = 2
-			got := make(chan result, waiters)
+			var gots []<-chan acquired
 			for i := range waiters {
-				go func() {
-					l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
-					got <- result{l, err}
-				}()
+				gots = append(gots, acquireInBackground(t, lw, key, 30*time.Second, watchOnly...))
 				for queueLen(t, admin, lh, key) != int64(i+2) {
 					time.Sleep(2 * time.Millisecond)
 				}
 			}
-			// Give the waiters time to create their watches and read the
-			// queue, so that the deletion reaches their streams (the test
-			// holds whenever it lands; this only makes it the likely path).
-			time.Sleep(200 * time.Millisecond)
+			// Delete once both waits have their watches in place, so that
+			// the deletion reaches their streams (the verdict holds whenever
+			// it lands; this makes the watch the path it takes).
+			waitWatching(t, lw, waiters)
 			del, err := admin.Delete(timeout(t, 5*time.Second), lh.QueuePrefix(key), clientv3.WithPrefix())
 			if err != nil {
 				t.Fatal(err)
@@ -211,7 +193,7 @@ func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
 			if del.Deleted != waiters+1 {
 				t.Fatalf("deleted %d entries, want %d", del.Deleted, waiters+1)
 			}
-			for range waiters {
+			for _, got := range gots {
 				select {
 				case r := <-got:
 					if r.err == nil {
@@ -290,24 +272,13 @@ func TestAttack_ThreeMemberCluster_RevokedWaiterOnLaggingFollowerDoesNotGetTheLo
 				if err != nil {
 					t.Fatal(err)
 				}
-				type result struct {
-					lease instrument.Lease
-					err   error
-				}
-				acquire := func(l *etcdlock.Locker) <-chan result {
-					got := make(chan result, 1)
-					go func() {
-						l, err := l.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
-						got <- result{l, err}
-					}()
-					return got
-				}
-				got := acquire(lw)
+				got := acquireInBackground(t, lw, key, 30*time.Second, watchOnly...)
 				waiter := newestEntry(t, admin, lw, key, 2)
-				got3 := acquire(l3)
+				got3 := acquireInBackground(t, l3, key, 30*time.Second, watchOnly...)
 				newestEntry(t, admin, l3, key, 3)
-				// Let the waiters' watches start (on the follower).
-				time.Sleep(100 * time.Millisecond)
+				// Revoke once both waits watch (on the follower).
+				waitWatching(t, lw, int64(round+1))
+				waitWatching(t, l3, int64(round+1))
 				if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease)); err != nil {
 					t.Fatal(err)
 				}
@@ -358,13 +329,11 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 				lockers[i] = inWaitMode(newLocker(t, c), mode.max)
 			}
 			var (
-				left     atomic.Int64
-				holders  atomic.Int32
-				acquired atomic.Int64
-				gaveUp   atomic.Int64
-				mu       sync.Mutex
-				last     uint64
-				wg       sync.WaitGroup
+				left   atomic.Int64
+				sole   soleHolder
+				took   atomic.Int64
+				gaveUp atomic.Int64
+				wg     sync.WaitGroup
 			)
 			left.Store(total)
 			for w := range workers {
@@ -390,24 +359,15 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 							gaveUp.Add(1)
 							continue
 						}
-						acquired.Add(1)
-						if n := holders.Add(1); n != 1 {
-							t.Errorf("%d holders at once", n)
-						}
-						mu.Lock()
-						if f := lease.Fence(); f <= last {
-							t.Errorf("fence %d not above the previous holder's %d", f, last)
-						} else {
-							last = f
-						}
-						mu.Unlock()
+						took.Add(1)
+						sole.enter(t, lease)
 						if rand.IntN(2) == 0 {
 							time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
 						}
 						if err := context.Cause(lease.Context()); err != nil {
 							t.Errorf("lease ended while held: %v", err)
 						}
-						holders.Add(-1)
+						sole.leave()
 						if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
 							t.Errorf("Release: %v", err)
 							return
@@ -416,8 +376,8 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			t.Logf("%d acquired, %d gave up", acquired.Load(), gaveUp.Load())
-			if acquired.Load() == 0 {
+			t.Logf("%d acquired, %d gave up", took.Load(), gaveUp.Load())
+			if took.Load() == 0 {
 				t.Fatal("nobody acquired")
 			}
 			if n := queueLen(t, c, lockers[0], key); n != 0 {

@@ -39,6 +39,7 @@ type Locker struct {
 	// (waitTurn); tests lower it to exercise waitTurn.
 	headWatchMax int64
 	queueWatches atomic.Int64 // waits that watched the whole queue, for tests
+	watching     atomic.Int64 // waits whose first watch is in place, for tests
 }
 
 // headWatchMax is the longest queue ahead of a waiter for which it watches
@@ -169,6 +170,7 @@ type acquirer struct {
 	st      *leaseState
 	cfg     *instrument.AcquireConfig
 	waiting bool
+	ready   bool // counted in Locker.watching
 }
 
 func (a *acquirer) startWaiting() {
@@ -176,6 +178,16 @@ func (a *acquirer) startWaiting() {
 		a.cfg.Observer.Waiting(true)
 	}
 	a.waiting = true
+}
+
+// watchReady counts this wait in Locker.watching the first time its watch is
+// in place: a deletion from then on reaches it through the watch. Tests wait
+// for it instead of sleeping.
+func (a *acquirer) watchReady() {
+	if !a.ready {
+		a.ready = true
+		a.l.watching.Add(1)
+	}
 }
 
 func (a *acquirer) attempted(ok bool) {
@@ -370,6 +382,9 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 			ahead[string(kv.Key)] = struct{}{}
 		}
 		readRev = resp.Header.Revision
+		if createdRev != 0 {
+			a.watchReady()
+		}
 	}
 }
 
@@ -473,6 +488,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 				}
 			case wr.Created:
 				recheck = wr.Header.Revision > readRev
+				a.watchReady()
 			default:
 				for _, ev := range wr.Events {
 					// A reused lease gives the predecessor's entry the name

@@ -25,6 +25,54 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// soleHolder checks, across goroutines, that one holder at a time holds the
+// lock and that each holder's fence is above the previous holder's.
+type soleHolder struct {
+	holders atomic.Int32
+	mu      sync.Mutex
+	last    uint64
+}
+
+// enter is a holder's first step after Acquire returned lease.
+func (s *soleHolder) enter(t *testing.T, lease instrument.Lease) {
+	t.Helper()
+	if n := s.holders.Add(1); n != 1 {
+		t.Errorf("%d holders at once", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := lease.Fence(); f <= s.last {
+		t.Errorf("fence %d not above the previous holder's %d", f, s.last)
+	} else {
+		s.last = f
+	}
+}
+
+// leave is a holder's last step before Release.
+func (s *soleHolder) leave() { s.holders.Add(-1) }
+
+// acquired is the outcome of an Acquire run in the background.
+type acquired struct {
+	lease instrument.Lease
+	err   error
+}
+
+// watchOnly is a waiter whose handoff can only come from a watch: a TTL the
+// test outlives and an hour between polls.
+var watchOnly = []instrument.AcquireOption{instrument.WithTTL(30 * time.Second), instrument.WithPollInterval(time.Hour)}
+
+// acquireInBackground runs l.Acquire(key) within d in a goroutine of its own
+// and returns its outcome's channel.
+func acquireInBackground(t *testing.T, l *etcdlock.Locker, key string, d time.Duration, opts ...instrument.AcquireOption) <-chan acquired {
+	ctx := timeout(t, d)
+	got := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, opts...)
+		got <- acquired{lease, err}
+	}()
+	return got
+}
+
 // newestEntry waits until key's queue has n entries and returns the newest
 // (the last waiter's).
 func newestEntry(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key string, n int64) *mvccpb.KeyValue {
@@ -37,6 +85,19 @@ func newestEntry(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key strin
 		t.Fatalf("read the newest queue entry: %v %v", err, resp)
 	}
 	return resp.Kvs[0]
+}
+
+// waitWatching waits until n waits of l have their first watch in place
+// (etcdlock.Watching), for at most 10 s.
+func waitWatching(t *testing.T, l *etcdlock.Locker, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for etcdlock.Watching(l) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waits watching after 10 s, want %d", etcdlock.Watching(l), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // queueLen counts the entries in key's queue.
@@ -234,8 +295,7 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := instrument.Govern(m)
-	var holders atomic.Int32
-	var last atomic.Uint64
+	var sole soleHolder
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -245,15 +305,8 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 					t.Errorf("Acquire: %v", err)
 					return
 				}
-				if n := holders.Add(1); n != 1 {
-					t.Errorf("%d holders on one Session", n)
-				}
-				if f := lease.Fence(); f <= last.Load() {
-					t.Errorf("fence %d not above %d", f, last.Load())
-				} else {
-					last.Store(f)
-				}
-				holders.Add(-1)
+				sole.enter(t, lease) // goroutines sharing one Session
+				sole.leave()
 				if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
 					t.Errorf("Release: %v", err)
 				}
@@ -436,11 +489,9 @@ func contendOnLaggingWatches(t *testing.T, cl *testenv.EtcdCluster, leader int, 
 		lockers[i] = inWaitMode(newLocker(t, c), max)
 	}
 	var (
-		left    atomic.Int64
-		holders atomic.Int32
-		mu      sync.Mutex
-		last    uint64
-		wg      sync.WaitGroup
+		left atomic.Int64
+		sole soleHolder
+		wg   sync.WaitGroup
 	)
 	left.Store(total)
 	for _, l := range lockers {
@@ -451,18 +502,9 @@ func contendOnLaggingWatches(t *testing.T, cl *testenv.EtcdCluster, leader int, 
 					t.Errorf("Acquire: %v", err)
 					return
 				}
-				if n := holders.Add(1); n != 1 {
-					t.Errorf("%d holders at once", n)
-				}
-				mu.Lock()
-				if f := lease.Fence(); f <= last {
-					t.Errorf("fence %d not above the previous holder's %d", f, last)
-				} else {
-					last = f
-				}
-				mu.Unlock()
-				time.Sleep(time.Millisecond)
-				holders.Add(-1)
+				sole.enter(t, lease)
+				time.Sleep(time.Millisecond) // the hold
+				sole.leave()
 				if err := lease.Release(timeout(t, 5*time.Second)); err != nil {
 					t.Errorf("Release: %v", err)
 					return

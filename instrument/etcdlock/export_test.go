@@ -10,3 +10,8 @@ func SetHeadWatchMax(l *Locker, n int64) { l.headWatchMax = n }
 
 // QueueWatches returns how many waits of l watched the whole queue.
 func QueueWatches(l *Locker) int64 { return l.queueWatches.Load() }
+
+// Watching returns how many waits of l have their first watch in place (the
+// queue watch created and the queue read, or the predecessor watch created):
+// a deletion after that reaches them through the watch.
+func Watching(l *Locker) int64 { return l.watching.Load() }

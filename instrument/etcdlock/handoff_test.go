@@ -80,17 +80,9 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 			wc.Watcher = gate
 			lw := inWaitMode(newLocker(t, wc), mode.max)
 
-			type result struct {
-				lease instrument.Lease
-				err   error
-			}
-			got := make(chan result, 1)
-			go func() {
-				// A long TTL and poll interval: the watchdog and the poll would
-				// find the deletion on their own, and this test is about the watch.
-				l, err := lw.Acquire(timeout(t, 30*time.Second), key, instrument.WithTTL(30*time.Second), instrument.WithPollInterval(time.Hour))
-				got <- result{l, err}
-			}()
+			// A long TTL and poll interval: the watchdog and the poll would
+			// find the deletion on their own, and this test is about the watch.
+			got := acquireInBackground(t, lw, key, 30*time.Second, watchOnly...)
 			waiter := newestEntry(t, admin, lw, key, 2)
 			if _, err := admin.Revoke(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease)); err != nil {
 				t.Fatal(err)

@@ -49,15 +49,7 @@ func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		lease instrument.Lease
-		err   error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := lw.Acquire(timeout(t, 60*time.Second), key, instrument.WithTTL(time.Second), instrument.WithoutWatchdog())
-		got <- result{l, err}
-	}()
+	got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithTTL(time.Second), instrument.WithoutWatchdog())
 	waiter := newestEntry(t, admin, lw, key, 2)
 	ttl, err := admin.TimeToLive(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease))
 	if err != nil {
@@ -76,7 +68,7 @@ func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T
 	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	var r result
+	var r acquired
 	select {
 	case r = <-got:
 	case <-time.After(20 * time.Second):
