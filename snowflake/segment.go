@@ -18,7 +18,9 @@ var ErrSegmentClosed = errors.New("snowflake: segment closed")
 // The guarantees are the generator's: every ID is unique and a Segment hands them out in
 // increasing order. IDs are pre-generated, so an ID's time can be up to one buffer's worth
 // older than the moment it is handed out. When the generator is bound to a lease, Next also
-// refuses with ErrWorkerLeaseLost once the lease could have expired, even for buffered IDs.
+// refuses with ErrWorkerLeaseLost once the lease could have expired, even for buffered IDs;
+// that check reads the monotonic clock on every call, so a lease-bound Segment's callers pay
+// a clock read after all (not the generator's whole path).
 //
 // A Next that finds IDs buffered takes one under a mutex held for the pop alone. Only a Next
 // that finds the buffer empty waits, for the filler's next buffer, and it does so holding
