@@ -73,7 +73,7 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 			if tg.pass() != tc.pass {
 				t.Errorf("%s: pass %v, want %v", tc.name, tg.pass(), tc.pass)
 			}
-			if got := strings.Contains(tg.result(), "above this machine"); got != tc.blameVM {
+			if got := strings.Contains(tg.result(), "above what a handoff by notification reaches"); got != tc.blameVM {
 				t.Errorf("%s: result %q: says the floor misses too: %v, want %v", tc.name, tg.result(), got, tc.blameVM)
 			}
 			want := fmt.Sprintf("lockgov / floor %.2fx", tc.lockgov/tc.fl)
