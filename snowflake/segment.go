@@ -16,11 +16,15 @@ var ErrSegmentClosed = errors.New("snowflake: segment closed")
 // (the spec's segment pre-generation), so callers pay a buffer pop, not a clock read.
 //
 // The guarantees are the generator's: every ID is unique and a Segment hands them out in
-// increasing order. IDs are pre-generated, so an ID's time can be up to one buffer's worth
-// older than the moment it is handed out. When the generator is bound to a lease, Next also
-// refuses with ErrWorkerLeaseLost once the lease could have expired, even for buffered IDs;
-// that check reads the monotonic clock on every call, so a lease-bound Segment's callers pay
-// a clock read after all (not the generator's whole path).
+// increasing order. IDs are pre-generated: an ID's time is when it was generated, up to two
+// buffers ahead of demand, so under steady demand it is about one buffer's worth older than
+// the moment it is handed out, and after a quiet spell as old as the spell. When the
+// generator is bound to a lease, Next also refuses with ErrWorkerLeaseLost once the lease
+// could have expired, even for buffered IDs, and after the lease is claimed again it drops
+// the buffered IDs at or below the new claim's floor (the old claim's) unissued, so it never
+// hands out an ID the generator itself would refuse. That check reads the monotonic clock on
+// every call, so a lease-bound Segment's callers pay a clock read after all (not the
+// generator's whole path).
 //
 // A Next that finds IDs buffered takes one under a mutex held for the pop alone. Only a Next
 // that finds the buffer empty waits, for the filler's next buffer, and it does so holding
@@ -97,15 +101,21 @@ func (s *Segment) Next(ctx context.Context) (int64, error) {
 	if s.closed.Load() {
 		return 0, ErrSegmentClosed
 	}
+	floor := int64(-1) // IDs whose millisecond is at or below it are not handed out
 	if s.g.lease != nil {
-		if _, _, err := s.g.checkLease(int64(time.Since(monoBase))); err != nil {
+		f, _, err := s.g.checkLease(int64(time.Since(monoBase)))
+		if err != nil {
 			s.mu.Lock()
 			s.cur = nil // buffered IDs are still unique, but the lease says stop
 			s.mu.Unlock()
 			return 0, err
 		}
+		// A lease that was lost and claimed again raises its floor above every ID of the
+		// old claim, the buffers generated before the loss included: those are dropped
+		// unissued, as the generator would not issue them now.
+		floor = f
 	}
-	if id, ok := s.pop(); ok {
+	if id, ok := s.pop(floor); ok {
 		return id, nil
 	}
 	select {
@@ -117,29 +127,44 @@ func (s *Segment) Next(ctx context.Context) (int64, error) {
 	}
 	defer func() { <-s.refill }()
 	// The caller that held refill before us may have installed a buffer.
-	if id, ok := s.pop(); ok {
+	if id, ok := s.pop(floor); ok {
 		return id, nil
 	}
-	select {
-	case c := <-s.chunks:
-		if c.err != nil {
-			if s.closed.Load() { // the fill was cut short by Close
-				return 0, ErrSegmentClosed
+	for {
+		select {
+		case c := <-s.chunks:
+			if c.err != nil {
+				if s.closed.Load() { // the fill was cut short by Close
+					return 0, ErrSegmentClosed
+				}
+				return 0, c.err
 			}
-			return 0, c.err
+			ids := above(c.ids, floor, s.g.timeShift)
+			if len(ids) == 0 { // generated under a lease claim since lost
+				s.recycle(c.ids)
+				continue
+			}
+			s.mu.Lock()
+			used := s.buf
+			s.buf, s.cur = c.ids, ids[1:] // cur was empty: only a refill holder installs a buffer
+			s.mu.Unlock()
+			// Nothing reads the used buffer any more: every ID was copied out under mu.
+			s.recycle(used)
+			return ids[0], nil
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-s.done:
+			return 0, ErrSegmentClosed
 		}
-		s.mu.Lock()
-		id, used := c.ids[0], s.buf
-		s.buf, s.cur = c.ids, c.ids[1:] // cur was empty: only a refill holder installs a buffer
-		s.mu.Unlock()
-		// Nothing reads the used buffer any more: every ID was copied out under mu.
-		s.recycle(used)
-		return id, nil
-	case <-ctx.Done():
-		return 0, context.Cause(ctx)
-	case <-s.done:
-		return 0, ErrSegmentClosed
 	}
+}
+
+// above returns the IDs of ids (increasing) whose millisecond is above floor.
+func above(ids []int64, floor int64, timeShift uint) []int64 {
+	for len(ids) > 0 && ids[0]>>timeShift <= floor {
+		ids = ids[1:]
+	}
+	return ids
 }
 
 // recycle hands a buffer nobody reads any more to the filler, or drops it.
@@ -153,9 +178,13 @@ func (s *Segment) recycle(buf []int64) {
 	}
 }
 
-// pop takes the next buffered ID, if any.
-func (s *Segment) pop() (int64, bool) {
+// pop takes the next buffered ID whose millisecond is above floor, if any, dropping those
+// at or below it.
+func (s *Segment) pop(floor int64) (int64, bool) {
 	s.mu.Lock()
+	if len(s.cur) > 0 && s.cur[0]>>s.g.timeShift <= floor {
+		s.cur = above(s.cur, floor, s.g.timeShift)
+	}
 	if len(s.cur) == 0 {
 		s.mu.Unlock()
 		return 0, false
