@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/internal/leasecore"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
 // AcquireFunc is lock code that already exists: it takes the lock on key
@@ -130,11 +131,11 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		if err == nil {
 			return newFuncLease(key, release, start, f.cfg.ttl, cfg.Observer), nil
 		}
-		if ctx.Err() != nil {
+		if cerr := storefail.Ended(ctx); cerr != nil {
 			// The caller's context ended while the wrapped code waited or
 			// was on the wire (its error may be ctx's, or a read deadline
 			// taken from ctx): the wait gave up, as with any backend.
-			return nil, fmt.Errorf("instrument: acquire %q: %w: %w (last attempt: %w)", key, ErrNotAcquired, context.Cause(ctx), err)
+			return nil, fmt.Errorf("instrument: acquire %q: %w: %w (last attempt: %w)", key, ErrNotAcquired, cerr, err)
 		}
 		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)

@@ -197,7 +197,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 
 	inner, err := g.inner.Acquire(ctx, key, obs.opt[:]...)
 	degraded := false
-	if err != nil && g.cfg.storeFailure == FailOpen && ctx.Err() == nil && storefail.Unavailable(err) {
+	if err != nil && g.cfg.storeFailure == FailOpen && storefail.Ended(ctx) == nil && storefail.Unavailable(err) {
 		// The store is unreachable: a process-local lock on the key, with
 		// the same wait strategy and observer, stands in for it.
 		g.degraded.Degraded(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 func degradedLocks(t *testing.T, reg *prometheus.Registry) float64 {
@@ -127,5 +128,25 @@ func TestStoreFailure_FailOpenFallsBackToAProcessLocalLock(t *testing.T) {
 	}
 	if n := degradedLocks(t, f.reg); n != 4 {
 		t.Fatalf("degraded = %v after Redis returned, want still 4", n)
+	}
+}
+
+// TestStoreFailure_ACallerPastItsDeadlineIsNeverGrantedADegradedLock: the
+// client takes its socket deadline from the caller's context, so a caller
+// whose deadline has passed gets an "i/o timeout" from the client, which
+// looks like a store that did not answer. If the timer that ends the
+// context has not fired yet (a loaded machine), ctx.Err() is still nil.
+// Fail open must still not grant a process-local lock: the store is up and
+// the caller gave up.
+func TestStoreFailure_ACallerPastItsDeadlineIsNeverGrantedADegradedLock(t *testing.T) {
+	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
+	ctx := testenv.DeadlinePassed(t, withTimeout(t, time.Minute), time.Minute)
+	l, err := f.locker.Acquire(ctx, "lock:order:1", instrument.FailFast())
+	if err == nil {
+		_ = l.Release(withTimeout(t, 5*time.Second))
+		t.Fatalf("acquire past the caller's deadline granted a lease (fence %d)", l.Fence())
+	}
+	if n := degradedLocks(t, f.reg); n != 0 {
+		t.Fatalf("degraded = %v, want 0: the caller's deadline is not a store failure (%v)", n, err)
 	}
 }

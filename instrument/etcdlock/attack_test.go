@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
@@ -384,5 +388,83 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 				t.Fatalf("%d entries left in the queue", n)
 			}
 		})
+	}
+}
+
+// etcdServerDeadline answers a request whose deadline has passed as an etcd
+// server does when the deadline sent with a request passes during its
+// proposal: "etcdserver: request timed out", which etcd's client does not
+// retry for a transaction and does not turn into the context's error. A
+// lease grant goes through without the deadline: the deadline passes
+// after it, during the requests that take the lock.
+func etcdServerDeadline(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if method == "/etcdserverpb.Lease/LeaseGrant" {
+		return invoker(context.WithoutCancel(ctx), method, req, reply, cc, opts...)
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return rpctypes.ErrGRPCTimeout
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp: etcd answers a
+// request whose deadline passed on the server with its own "request timed
+// out", and on a loaded machine that answer can come before the timer that
+// ends the caller's context has fired (CI saw it: a give-up reported as a
+// store error). Whatever request it ends, the caller gets ErrNotAcquired
+// with DeadlineExceeded, as for any give-up, and nothing stays in the queue.
+func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   e.Endpoints(),
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(etcdServerDeadline)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := concurrency.NewSession(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	mutexes, err := etcdlock.FromMutex(s, "/mutex/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, c)
+	holder, err := l.Acquire(timeout(t, 10*time.Second), "held", instrument.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Release(timeout(t, 5*time.Second)) })
+	for _, locker := range []struct {
+		name string
+		l    instrument.Locker
+	}{{"Locker", l}, {"FromMutex", mutexes}} {
+		for _, key := range []string{"free", "held"} {
+			for _, w := range []struct {
+				name string
+				opt  instrument.AcquireOption
+			}{{"deadline", instrument.WithTTL(10 * time.Second)}, {"fail-fast", instrument.FailFast()}, {"retry", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3)}} {
+				ctx := testenv.DeadlinePassed(t, timeout(t, time.Minute), time.Minute)
+				lease, err := locker.l.Acquire(ctx, key, w.opt)
+				if err == nil {
+					_ = lease.Release(timeout(t, 5*time.Second))
+					t.Fatalf("%s, %s key, %s: acquired past the deadline", locker.name, key, w.name)
+				}
+				if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("%s, %s key, %s: %v, want ErrNotAcquired with DeadlineExceeded", locker.name, key, w.name, err)
+				}
+			}
+		}
+	}
+	if n := queueLen(t, c, l, "free"); n != 0 {
+		t.Fatalf("%d entries left in the free key's queue", n)
+	}
+	if n := queueLen(t, c, l, "held"); n != 1 {
+		t.Fatalf("%d entries in the held key's queue, want the holder's only", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 )
 
@@ -129,7 +130,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	for {
 		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
 		if err != nil {
-			if ctx.Err() != nil {
+			if storefail.Ended(ctx) != nil {
 				return nil, acquireErr(ctx, key, err)
 			}
 			return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
@@ -401,7 +402,7 @@ func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...client
 		clientv3.OpGet(st.pfx, append(aheadOpts, clientv3.WithMaxCreateRev(myRev-1))...),
 	).Commit()
 	if err != nil {
-		if ctx.Err() != nil || st.Context().Err() != nil {
+		if storefail.Ended(ctx) != nil || st.Context().Err() != nil {
 			return nil, a.waitErr(ctx)
 		}
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
@@ -467,7 +468,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			// re-check; if it lags behind, the watch replays events up to
 			// readRev, which the read already covers and which are skipped.
 			wcancel()
-			if ctx.Err() != nil || st.Context().Err() != nil {
+			if storefail.Ended(ctx) != nil || st.Context().Err() != nil {
 				return 0, a.waitErr(ctx)
 			}
 			watched = string(pred.Key)
@@ -563,7 +564,7 @@ func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clie
 // waitErr explains why waiting stopped: the caller's context or the end of
 // our own session.
 func (a *acquirer) waitErr(ctx context.Context) error {
-	if err := context.Cause(ctx); err != nil {
+	if err := storefail.Ended(ctx); err != nil {
 		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, err)
 	}
 	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.Context()))
@@ -577,9 +578,10 @@ func (a *acquirer) ctxOr(ctx context.Context, err error) error {
 // acquireErr is an Acquire's error for a failed request: ErrNotAcquired with
 // the context's cause when the caller's context has ended, whatever error
 // that produced (etcd answers a request whose deadline passed on the server
-// with its own "request timed out", not with the context's error).
+// with its own "request timed out", not with the context's error, and that
+// answer can come before our context's timer has fired: storefail.Ended).
 func acquireErr(ctx context.Context, key string, err error) error {
-	if cerr := context.Cause(ctx); cerr != nil {
+	if cerr := storefail.Ended(ctx); cerr != nil {
 		return fmt.Errorf("etcdlock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 	}
 	return fmt.Errorf("etcdlock: acquire %q: %w", key, err)

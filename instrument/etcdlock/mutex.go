@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/internal/leasecore"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
 // MutexLocker adapts etcd's concurrency.Mutex to instrument.Locker, so code
@@ -146,7 +147,7 @@ func (m *MutexLocker) Acquire(ctx context.Context, key string, opts ...instrumen
 	l, err := m.hold(ctx, key, t, mu, &cfg)
 	if err != nil {
 		// The Mutex is locked: every way out from here unlocks it.
-		if cerr := context.Cause(ctx); cerr != nil {
+		if cerr := storefail.Ended(ctx); cerr != nil {
 			err = fmt.Errorf("%w: %w", instrument.ErrNotAcquired, cerr)
 		}
 		err = fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err)
@@ -185,7 +186,7 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 			return false, nil
 		}
 		if err != nil {
-			if cerr := context.Cause(ctx); cerr != nil {
+			if cerr := storefail.Ended(ctx); cerr != nil {
 				return false, failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
 			}
 			return false, failed(fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
@@ -221,7 +222,7 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 		err := mu.Lock(ctx)
 		cfg.Observer.Attempt(err == nil)
 		if err != nil {
-			if cerr := context.Cause(ctx); cerr != nil {
+			if cerr := storefail.Ended(ctx); cerr != nil {
 				return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
 			}
 			return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))

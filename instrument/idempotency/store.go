@@ -224,7 +224,7 @@ func (s *Store) do(ctx context.Context, key string, fingerprint []byte,
 // failOpen reports whether err lets Do decide without the store (FailOpen
 // and a transport error while ctx lives), and counts the decision.
 func (s *Store) failOpen(ctx context.Context, err error) bool {
-	if s.cfg.storeFailure != instrument.FailOpen || ctx.Err() != nil || !storefail.Unavailable(err) {
+	if s.cfg.storeFailure != instrument.FailOpen || storefail.Ended(ctx) != nil || !storefail.Unavailable(err) {
 		return false
 	}
 	s.degraded.Degraded(err)

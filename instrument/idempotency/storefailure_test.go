@@ -184,3 +184,23 @@ func TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot(t *testing.T
 		t.Fatalf("degraded = %v, want 1", n)
 	}
 }
+
+// TestStoreFailure_ACallerPastItsDeadlineDoesNotRunDegraded: a caller whose
+// deadline has passed, before the timer that ends its context fires, gets
+// the client's "i/o timeout", which looks like a store that did not answer.
+// The store is up and the caller gave up: fail open must not run fn
+// without the check.
+func TestStoreFailure_ACallerPastItsDeadlineDoesNotRunDegraded(t *testing.T) {
+	c := testenv.NewRedis(t).Client(t)
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(instrument.FailOpen))
+	var runs atomic.Int64
+	fn := func(context.Context, idempotency.Attempt) ([]byte, error) { runs.Add(1); return []byte("ok"), nil }
+	ctx := testenv.DeadlinePassed(t, timeout(t, time.Minute), time.Minute)
+	if res, err := s.Do(ctx, "k1", nil, fn); err == nil || runs.Load() != 0 {
+		t.Fatalf("Do past the caller's deadline: %+v, %v, fn runs %d; want an error and no run", res, err, runs.Load())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 0 {
+		t.Fatalf("degraded = %v, want 0", n)
+	}
+}

@@ -195,7 +195,7 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 		b := q.bucket(key, (start+j)%n)
 		res, err := deductScript.Run(ctx, q.c, []string{b, b + ":d:" + requestID}, a, q.ttlMS).Int64Slice()
 		if err != nil {
-			if q.cfg.fallback != nil && ctx.Err() == nil && storefail.Unavailable(err) {
+			if q.cfg.fallback != nil && storefail.Ended(ctx) == nil && storefail.Unavailable(err) {
 				q.degraded.Degraded(err)
 				trace.SpanFromContext(ctx).AddEvent("store unreachable: the fallback decides")
 				rem, ferr := q.cfg.fallback(ctx, key, amount, requestID)

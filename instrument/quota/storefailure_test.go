@@ -120,3 +120,26 @@ func restartRedis(t *testing.T, ctx context.Context, r *testenv.Redis, c redis.U
 		}
 	}
 }
+
+// TestStoreFailure_ACallerPastItsDeadlineDoesNotReachTheFallback: a caller
+// whose deadline has passed, before the timer that ends its context fires,
+// gets the client's "i/o timeout", which looks like a store that did not
+// answer. The store is up and the caller gave up: the fallback must not
+// decide.
+func TestStoreFailure_ACallerPastItsDeadlineDoesNotReachTheFallback(t *testing.T) {
+	c := single(t)
+	reg := prometheus.NewPedanticRegistry()
+	var fallbacks atomic.Int64
+	q := newQuota(t, c, quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)),
+		quota.WithFallback(func(context.Context, string, int64, string) (int64, error) { fallbacks.Add(1); return 0, nil }))
+	ctx := timeout(t, time.Minute)
+	if err := q.Set(ctx, "stock:sku-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Deduct(testenv.DeadlinePassed(t, ctx, time.Minute), "stock:sku-1", 1, "order-1"); err == nil || fallbacks.Load() != 0 {
+		t.Fatalf("deduct past the caller's deadline: %v, fallback calls %d; want an error and none", err, fallbacks.Load())
+	}
+	if n := degradedCount(t, reg); n != 0 {
+		t.Fatalf("degraded = %v, want 0", n)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 )
 
@@ -158,7 +159,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		if err != nil {
 			// The attempt may have run and queued this waiter.
 			queued = queued || r.queue
-			if cerr := context.Cause(ctx); cerr != nil && (w != nil || n > 1) {
+			if cerr := storefail.Ended(ctx); cerr != nil && (w != nil || n > 1) {
 				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)

@@ -50,6 +50,23 @@ func Unavailable(err error) bool {
 	return transport(err) != nil
 }
 
+// Ended returns why ctx has ended: its cause, or context.DeadlineExceeded
+// once its deadline has passed even though the timer that cancels it has not
+// run yet. The store's answer to a request that carried the deadline can
+// arrive in that gap: a read deadline taken from ctx ("i/o timeout"), or
+// etcd's own "request timed out" from the server's copy of the deadline. On
+// a loaded machine the gap is long enough to matter; reading ctx.Err() alone
+// there would take the caller's give-up for a store failure.
+func Ended(ctx context.Context) error {
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // transport returns the part of err that says the store is unreachable
 // (its message carries an address, never a key), or nil.
 func transport(err error) error {

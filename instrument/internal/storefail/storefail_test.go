@@ -11,9 +11,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 type redisReply string
@@ -73,5 +76,30 @@ func TestReporter_CountsEveryDecisionLogsOnceAMinuteWithoutTheKey(t *testing.T) 
 	}
 	if strings.Contains(buf.String(), "secret-merchant-42") {
 		t.Fatalf("log line carries the key: %q", buf.String())
+	}
+}
+
+// TestEnded_ADeadlineThatPassedEndsTheContextBeforeItsTimerFires: a live
+// context has not ended; one whose deadline has passed has, with
+// DeadlineExceeded, even while Err is still nil; a cancelled one gives its
+// cause.
+func TestEnded_ADeadlineThatPassedEndsTheContextBeforeItsTimerFires(t *testing.T) {
+	live, stop := context.WithTimeout(context.Background(), time.Hour)
+	defer stop()
+	if err := Ended(live); err != nil {
+		t.Fatalf("live context: Ended = %v, want nil", err)
+	}
+	passed := testenv.DeadlinePassed(t, live, time.Hour)
+	if passed.Err() != nil {
+		t.Fatal("DeadlinePassed: Err is set, the gap it should hold is gone")
+	}
+	if err := Ended(passed); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline passed, timer not fired: Ended = %v, want DeadlineExceeded", err)
+	}
+	cause := errors.New("shutting down")
+	cancelled, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	if err := Ended(cancelled); err != cause {
+		t.Fatalf("cancelled: Ended = %v, want its cause", err)
 	}
 }
