@@ -49,7 +49,11 @@
 // # Speed
 //
 // The hot path, a millisecond with sequence room left, is one monotonic clock read and one
-// compare-and-swap, without allocation. Fill and NextN reserve a whole millisecond's
-// remaining sequence numbers with one compare-and-swap. Segment pre-generates IDs in the
-// background. See docs/BENCHMARKS.md.
+// compare-and-swap, without allocation. A caller that loses the compare-and-swap to another
+// steps aside for 3 µs before it tries again, so that under contention the winner issues a
+// run of IDs while the state's cache line stays on its core, instead of the line moving
+// between cores on every ID. (On the 2-vCPU benchmark VM, two goroutines on one generator
+// ran at 0.46-1.25x bwmarrin/snowflake's speed without it and 0.95-1.16x with it.) Fill and
+// NextN reserve a whole millisecond's remaining sequence numbers with one compare-and-swap.
+// Segment pre-generates IDs in the background. See docs/BENCHMARKS.md.
 package snowflake
