@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,6 +23,14 @@ func openEnv(t *testing.T, conns int) *Env {
 	t.Cleanup(func() { _ = env.Close() })
 	return env
 }
+
+// items counts the items the tests of this process have made.
+var items atomic.Int64
+
+// itemName is base with a suffix no other test of this process uses: the
+// servers are shared by every test (and every run of go test -count N), and
+// an item's request ids would otherwise replay a previous run's answers.
+func itemName(base string) string { return fmt.Sprintf("%s-%d", base, items.Add(1)) }
 
 // ledgerEqualsRedis reports the ledger's sum and Redis's balance of the
 // quota way, and whether loaded stock - ledger == Redis.
@@ -70,7 +79,7 @@ func TestWays_NeverOversellAndKeepStockConsistent(t *testing.T) {
 func TestQuotaLedger_ReconcileMakesLedgerEqualRedis(t *testing.T) {
 	env := openEnv(t, 8)
 	ctx := context.Background()
-	q := &QuotaLedger{DB: env.DB, Quota: env.Quota, Item: "reconcile", BatchSize: 4}
+	q := &QuotaLedger{DB: env.DB, Quota: env.Quota, Item: itemName("reconcile"), BatchSize: 4}
 	q.insertHook = func(batch int) error {
 		if batch%3 == 0 {
 			return errors.New("injected: ledger insert failed")
@@ -84,7 +93,7 @@ func TestQuotaLedger_ReconcileMakesLedgerEqualRedis(t *testing.T) {
 	defer q.Close()
 	var ids []string
 	for i := range stock + 20 {
-		id := fmt.Sprintf("order-%d", i)
+		id := fmt.Sprintf("%s-order-%d", q.Item, i) // order ids are global in the ledger
 		err := q.Deduct(ctx, 1, id)
 		switch {
 		case i < stock && err != nil:
@@ -119,7 +128,7 @@ func TestQuotaLedger_ReconcileMakesLedgerEqualRedis(t *testing.T) {
 	if _, err := env.DB.Exec(ctx, `UPDATE items SET stock = stock + 5 WHERE id = $1`, q.Item); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Quota.Deduct(ctx, q.key(), 3, "crashed-order"); err != nil {
+	if _, err := env.Quota.Deduct(ctx, q.key(), 3, q.Item+"-crashed-order"); err != nil {
 		t.Fatal(err)
 	}
 	if rec, err = q.Reconcile(ctx); err != nil || rec.Refunded != 3 {
@@ -185,7 +194,7 @@ func TestRun_RefusesABadWorkload(t *testing.T) {
 // PostgreSQL ledger holds exactly those 10,000 orders.
 func TestQuotaLedger_20000AttemptsOn10000Stock_LedgerEqualsRedis(t *testing.T) {
 	env := openEnv(t, 64)
-	q := &QuotaLedger{DB: env.DB, Quota: env.Quota, Item: "must-show", BatchSize: 64}
+	q := &QuotaLedger{DB: env.DB, Quota: env.Quota, Item: itemName("must-show"), BatchSize: 64}
 	q.insertHook = func(batch int) error {
 		if batch%5 == 0 {
 			return errors.New("injected: ledger insert failed")
