@@ -150,18 +150,6 @@ func waitGroupWithin(t *testing.T, wg *sync.WaitGroup, within time.Duration, wha
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after within: a liveness bound.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(time.Millisecond) // polling for the event, with a deadline
-	}
-}
-
 func stacks() string {
 	buf := make([]byte, 1<<20)
 	for {
@@ -505,9 +493,9 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 				}
 			})
 		}
-		waitFor(t, 10*time.Second, "1000 IDs handed out", func() bool { return handed.Load() >= 1000 })
+		testenv.WaitFor(t, 10*time.Second, "1000 IDs handed out", func() bool { return handed.Load() >= 1000 })
 		clk.stepBack(time.Minute) // the filler's next clock read waits a minute (MaxWait is an hour)
-		waitFor(t, 10*time.Second, fmt.Sprintf("all %d callers blocked in Next and the filler asleep", n), func() bool {
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("all %d callers blocked in Next and the filler asleep", n), func() bool {
 			inNext, asleep := segmentWaiters()
 			return inNext >= n && asleep
 		})
@@ -572,9 +560,9 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 			}
 			return false
 		})
-		waitFor(t, 10*time.Second, "500 IDs handed out", func() bool { return c.handed.Load() >= 500 })
+		testenv.WaitFor(t, 10*time.Second, "500 IDs handed out", func() bool { return c.handed.Load() >= 500 })
 		clk.stepBack(time.Minute) // every fill now fails with *ClockBackwardsError
-		waitFor(t, 10*time.Second, "50 refusals", func() bool { return refusals.Load() >= 50 })
+		testenv.WaitFor(t, 10*time.Second, "50 refusals", func() bool { return refusals.Load() >= 50 })
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -610,7 +598,7 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 			h := &harness{}
 			c := startCrowd(h, s, 12, 0, nil)
 			target := int64(10 + 37*round)
-			waitFor(t, 10*time.Second, "IDs handed out", func() bool { return c.handed.Load() >= target })
+			testenv.WaitFor(t, 10*time.Second, "IDs handed out", func() bool { return c.handed.Load() >= target })
 			var closers sync.WaitGroup
 			for range 1 + round%2 {
 				closers.Go(func() { _ = s.Close() })
@@ -866,7 +854,7 @@ func TestSegmentAttack_SlotTakenOverBehindHoldersBack(t *testing.T) {
 			defer close(quit)
 			ca := startCrowd(h, sA, 8, 8, leaseRetry)
 			defer ca.halt(t)
-			waitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
 
 			droppedT := h.mark()
 			var b *workerid.Lease
@@ -897,13 +885,13 @@ func TestSegmentAttack_SlotTakenOverBehindHoldersBack(t *testing.T) {
 				t.Fatalf("A's lease ended with %v, want ErrTakenOver", a.Err())
 			}
 			made := ca.made.Load()
-			waitFor(t, 10*time.Second, "A's callers to call Next 200 more times", func() bool { return ca.made.Load() >= made+200 })
+			testenv.WaitFor(t, 10*time.Second, "A's callers to call Next 200 more times", func() bool { return ca.made.Load() >= made+200 })
 
 			_, sB := bind(t, b, 4)
 			hB := &harness{lease: b}
 			cb := startCrowd(hB, sB, 4, 8, leaseRetry)
 			defer cb.halt(t)
-			waitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
 			ca.halt(t)
 			cb.halt(t)
 
@@ -1000,7 +988,7 @@ func TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable(t *testing.T) {
 					t.Fatal("Next kept handing out IDs with the store down")
 				}
 				// Not calling Next meanwhile: the buffer stays full.
-				waitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
+				testenv.WaitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
 					v := a.State().ValidUntil
 					return v.IsZero() || !time.Now().Before(v)
 				})
@@ -1024,19 +1012,19 @@ func TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable(t *testing.T) {
 
 			c := startCrowd(h, s, 8, 8, leaseRetry)
 			defer c.halt(t)
-			waitFor(t, 10*time.Second, "400 calls with the store down", func() bool { return c.made.Load() >= 400 })
+			testenv.WaitFor(t, 10*time.Second, "400 calls with the store down", func() bool { return c.made.Load() >= 400 })
 			// Stay down until the store has certainly expired the slot: it expires a TTL after
 			// it received the last renewal, which it did within a renewal timeout (TTL/3) of
 			// its sending. Redis then finds the slot gone and the lease re-claims it; etcd
 			// refreshes its leases when the member restarts.
 			expired := a.ExpiresAt().Add(attackTTL/3 + 50*time.Millisecond)
-			waitFor(t, 10*time.Second, "the slot's expiry at the store", func() bool { return time.Now().After(expired) })
+			testenv.WaitFor(t, 10*time.Second, "the slot's expiry at the store", func() bool { return time.Now().After(expired) })
 			downIDs := c.handed.Load()
 			upT := h.mark()
 			st.up(t)
 			wentDown = false
 			handed := c.handed.Load()
-			waitFor(t, 10*time.Second, "the Segment to hand out 300 IDs after the store came back", func() bool {
+			testenv.WaitFor(t, 10*time.Second, "the Segment to hand out 300 IDs after the store came back", func() bool {
 				return c.handed.Load() >= handed+300
 			})
 			c.halt(t)
@@ -1090,7 +1078,7 @@ func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
 				return leaseRetry(err) && !errors.Is(err, workerid.ErrReleased)
 			})
 			defer ca.halt(t)
-			waitFor(t, 10*time.Second, "A's Segment to hand out 1000 IDs", func() bool { return ca.handed.Load() >= 1000 })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 1000 IDs", func() bool { return ca.handed.Load() >= 1000 })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := a.Release(ctx); err != nil {
@@ -1108,7 +1096,7 @@ func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
 			h2 := &harness{lease: a2}
 			c2 := startCrowd(h2, sA2, 4, 8, leaseRetry)
 			defer c2.halt(t)
-			waitFor(t, 10*time.Second, "the new process's Segment to hand out 500 IDs", func() bool { return c2.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "the new process's Segment to hand out 500 IDs", func() bool { return c2.handed.Load() >= 500 })
 			c2.halt(t)
 
 			callsA := append(ca.all(), after)
@@ -1157,7 +1145,7 @@ func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
 			h := &harness{lease: a}
 			ca := startCrowd(h, sA, 8, 8, leaseRetry)
 			defer ca.halt(t)
-			waitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
 			crashA()
 			regB, _ := st.process(t, "b")
 			b := claimWithin(t, regB, 10*time.Second)
@@ -1167,8 +1155,8 @@ func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
 			cb := startCrowd(hB, sB, 4, 8, leaseRetry)
 			defer cb.halt(t)
 			made := ca.made.Load()
-			waitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
-			waitFor(t, 10*time.Second, "A's callers to call Next 200 more times", func() bool { return ca.made.Load() >= made+200 })
+			testenv.WaitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "A's callers to call Next 200 more times", func() bool { return ca.made.Load() >= made+200 })
 			ca.halt(t)
 			cb.halt(t)
 
@@ -1217,20 +1205,20 @@ func TestSegmentAttack_PartitionedHolderComesBackAfterAnotherHolder(t *testing.T
 			h := &harness{lease: a}
 			ca := startCrowd(h, sA, 8, 8, leaseRetry)
 			defer ca.halt(t)
-			waitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
 
 			p.Blackhole(true)
 			defer p.Blackhole(false)
 			failed := ca.failed.Load()
-			waitFor(t, 10*time.Second, "A's Segment to refuse", func() bool { return ca.failed.Load() > failed })
-			waitFor(t, 10*time.Second, "the store to expire A's slot", func() bool { return !st.slotHeld(t, a.WorkerID()) })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to refuse", func() bool { return ca.failed.Load() > failed })
+			testenv.WaitFor(t, 10*time.Second, "the store to expire A's slot", func() bool { return !st.slotHeld(t, a.WorkerID()) })
 			b := claimWithin(t, regB, 8*time.Second)
 			claimedT := h.mark()
 			gB, sB := bind(t, b, 64)
 			hB := &harness{lease: b}
 			cb := startCrowd(hB, sB, 4, 8, leaseRetry)
 			defer cb.halt(t)
-			waitFor(t, 10*time.Second, "B's Segment to hand out 300 IDs", func() bool { return cb.handed.Load() >= 300 })
+			testenv.WaitFor(t, 10*time.Second, "B's Segment to hand out 300 IDs", func() bool { return cb.handed.Load() >= 300 })
 			cb.halt(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -1242,7 +1230,7 @@ func TestSegmentAttack_PartitionedHolderComesBackAfterAnotherHolder(t *testing.T
 			healT := h.mark()
 			p.Blackhole(false)
 			handed := ca.handed.Load()
-			waitFor(t, 10*time.Second, "A's Segment to hand out 300 IDs after the heal", func() bool { return ca.handed.Load() >= handed+300 })
+			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 300 IDs after the heal", func() bool { return ca.handed.Load() >= handed+300 })
 			ca.halt(t)
 			if err := a.Err(); err != nil {
 				t.Fatalf("A's lease ended: %v", err)
@@ -1325,7 +1313,7 @@ func TestSegmentAttack_NoIDAtOrBelowFloorAfterReclaim(t *testing.T) {
 			if first.err != nil {
 				t.Fatal(first.err)
 			}
-			waitFor(t, 10*time.Second, "the filler to park with a full buffer queued", fillerParkedOnSend)
+			testenv.WaitFor(t, 10*time.Second, "the filler to park with a full buffer queued", fillerParkedOnSend)
 
 			p.Blackhole(true)
 			defer p.Blackhole(false)
@@ -1333,7 +1321,7 @@ func TestSegmentAttack_NoIDAtOrBelowFloorAfterReclaim(t *testing.T) {
 				if attempt > 20 {
 					t.Fatal("Next kept handing out IDs with the store cut off")
 				}
-				waitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
+				testenv.WaitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
 					v := a.State().ValidUntil
 					return v.IsZero() || !time.Now().Before(v)
 				})
@@ -1349,10 +1337,10 @@ func TestSegmentAttack_NoIDAtOrBelowFloorAfterReclaim(t *testing.T) {
 				}
 				break
 			}
-			waitFor(t, 10*time.Second, "the store to expire A's slot", func() bool { return !st.slotHeld(t, a.WorkerID()) })
+			testenv.WaitFor(t, 10*time.Second, "the store to expire A's slot", func() bool { return !st.slotHeld(t, a.WorkerID()) })
 			oldFloor := a.State().FloorUnixMilli
 			p.Blackhole(false)
-			waitFor(t, 10*time.Second, "A's lease to re-claim the slot with a higher floor", func() bool {
+			testenv.WaitFor(t, 10*time.Second, "A's lease to re-claim the slot with a higher floor", func() bool {
 				st := a.State()
 				return st.FloorUnixMilli > oldFloor && time.Now().Before(st.ValidUntil)
 			})

@@ -16,18 +16,6 @@ type aheadClock struct{ d time.Duration }
 func (c aheadClock) Wall() time.Time   { return time.Now().Add(c.d) }
 func (aheadClock) Mono() time.Duration { return snowflake.SystemClock{}.Mono() }
 
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestEtcdRenewal_NeverLowersHighWaterMark: holder A's clock runs an hour ahead, so its
 // reservation is an hour ahead. A crashes; B (correct clock) takes the slot with A's mark
 // as its floor. B's renewals must not lower the stored mark to B's now+TTL: if B then
@@ -76,7 +64,7 @@ func TestEtcdRenewal_NeverLowersHighWaterMark(t *testing.T) {
 		t.Fatalf("B's floor %d is below A's reservation %d", f, markA)
 	}
 	e0 := b.ExpiresAt()
-	waitFor(t, 3*testTTL, "B's first renewal", func() bool { return b.ExpiresAt().After(e0) })
+	testenv.WaitFor(t, 3*testTTL, "B's first renewal", func() bool { return b.ExpiresAt().After(e0) })
 	if got := hw(); got < markA {
 		t.Fatalf("B's renewal lowered the high-water mark from A's %d to %d (%s below)", markA, got, time.Duration(markA-got)*time.Millisecond)
 	}

@@ -100,7 +100,7 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 
 	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
 	e0 := a.ExpiresAt()
-	waitFor(t, 2*testTTL, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
+	testenv.WaitFor(t, 2*testTTL, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
 	pa.Blackhole(true) // A's renewals cannot reach the restarted server before B claims
 	beforeRestart := ia.count()
 	if err := r.Restart(); err != nil {
@@ -124,7 +124,7 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 		}
 	})
 	key := "lockgov:workerid:{6}"
-	waitFor(t, 2*testTTL, "B's claim in the restarted Redis", func() bool {
+	testenv.WaitFor(t, 2*testTTL, "B's claim in the restarted Redis", func() bool {
 		v, err := cc.Get(context.Background(), key).Result()
 		return err == nil && strings.Contains(v, `"pod_ip":"b"`)
 	})
