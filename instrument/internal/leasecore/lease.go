@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
 // Drift is the margin between the last confirmed expiry and the moment a
@@ -413,7 +415,7 @@ func (c *Lease) refresh(ctx context.Context, manual bool) error {
 	} else {
 		err = fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, err)
 	}
-	if held && c.cfg.Events != nil && ctx.Err() == nil {
+	if held && c.cfg.Events != nil && storefail.Ended(ctx) == nil { // a caller that gave up is not a failed renewal
 		c.cfg.Events.Renewed(err)
 	}
 	return err

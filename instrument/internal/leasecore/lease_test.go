@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // These tests drive the lifecycle with backend functions the test
@@ -281,5 +283,30 @@ func TestLease_DroppedHandleIsReleased(t *testing.T) {
 			t.Fatal("a dropped handle was never released")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestLease_RefreshPastTheCallersDeadlineIsNoFailedRenewal: a manual Refresh
+// whose caller's deadline has passed (the timer that ends its context not yet
+// fired) fails with the client's own timeout. That is the caller giving up,
+// not a renewal the store failed: no Renewed event; a live caller's failure
+// is one.
+func TestLease_RefreshPastTheCallersDeadlineIsNoFailedRenewal(t *testing.T) {
+	ev := &events{}
+	c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Events: ev,
+		Refresh: func(context.Context) (time.Duration, error) { return 0, errors.New("read tcp: i/o timeout") },
+		Release: func(context.Context) error { return nil }})
+	defer c.Release(context.Background())
+	if err := c.Refresh(testenv.DeadlinePassed(t, context.Background(), time.Minute)); err == nil {
+		t.Fatal("Refresh: nil error, want the client's timeout")
+	}
+	if renewed, _, _ := ev.counts(); renewed != 0 {
+		t.Fatalf("%d Renewed events for a caller past its deadline, want 0", renewed)
+	}
+	if err := c.Refresh(context.Background()); err == nil {
+		t.Fatal("Refresh: nil error, want the client's timeout")
+	}
+	if renewed, _, _ := ev.counts(); renewed != 1 {
+		t.Fatalf("%d Renewed events for a live caller's failure, want 1", renewed)
 	}
 }
