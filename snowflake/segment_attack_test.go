@@ -292,6 +292,17 @@ func checkDecodes(t *testing.T, what string, layout snowflake.Layout, worker int
 	}
 }
 
+// checkCalls runs the checks every Segment's calls must pass: no ID handed out twice, each
+// caller's IDs strictly increase, and IDs came out in generation order. perG holds each
+// caller's calls on one Segment.
+func checkCalls(t *testing.T, what string, perG [][]call) {
+	t.Helper()
+	all := slices.Concat(perG...)
+	checkUnique(t, what, handedOut(all))
+	checkPerCaller(t, what, perG)
+	checkGenerationOrder(t, what, all)
+}
+
 func maxOf(ids []int64) int64 {
 	if len(ids) == 0 {
 		return math.MinInt64
@@ -304,6 +315,28 @@ func minOf(ids []int64) int64 {
 		return math.MaxInt64
 	}
 	return slices.Min(ids)
+}
+
+// ---- building Generators and Segments ----
+
+func newGenerator(t *testing.T, worker int64, opts ...snowflake.Option) *snowflake.Generator {
+	t.Helper()
+	g, err := snowflake.New(worker, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// newSegment returns a Segment of size on g, closed when the test ends.
+func newSegment(t *testing.T, g *snowflake.Generator, size int) *snowflake.Segment {
+	t.Helper()
+	s, err := snowflake.NewSegment(g, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // ---- guarantees 1 and 2: recycled buffers, uniqueness, order (no server) ----
@@ -339,20 +372,8 @@ func TestSegmentAttack_RecycledBuffersNeverObservable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const worker = 3
 			from := time.Now()
-			g, err := snowflake.New(worker, snowflake.WithLayout(tc.layout))
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := snowflake.NewSegment(g, tc.size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			b, err := snowflake.NewSegment(g, tc.size+1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
+			g := newGenerator(t, worker, snowflake.WithLayout(tc.layout))
+			a, b := newSegment(t, g, tc.size), newSegment(t, g, tc.size+1)
 			ha, hb := &harness{}, &harness{}
 			perA, perB := make([][]call, 6), make([][]call, 2)
 			var direct []int64
@@ -459,15 +480,8 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 
 	t.Run("filler-asleep", func(t *testing.T) {
 		clk := &steppedClock{}
-		g, err := snowflake.New(4, snowflake.WithLayout(seq16), snowflake.WithClock(clk), snowflake.WithMaxWait(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := snowflake.NewSegment(g, 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		g := newGenerator(t, 4, snowflake.WithLayout(seq16), snowflake.WithClock(clk), snowflake.WithMaxWait(time.Hour))
+		s := newSegment(t, g, 4)
 		const n, withCtx = 16, 4 // the first withCtx callers have contexts cancelled before Close
 		h := &harness{}
 		per := make([][]call, n)
@@ -534,23 +548,13 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 		if after := handed.Load(); after != before {
 			t.Errorf("%d IDs handed out while the filler was asleep and every caller blocked", after-before)
 		}
-		all := slices.Concat(per...)
-		checkUnique(t, "filler-asleep", handedOut(all))
-		checkPerCaller(t, "filler-asleep", per)
-		checkGenerationOrder(t, "filler-asleep", all)
+		checkCalls(t, "filler-asleep", per)
 	})
 
 	t.Run("filler-refusing", func(t *testing.T) {
 		clk := &steppedClock{}
-		g, err := snowflake.New(4, snowflake.WithLayout(seq16), snowflake.WithClock(clk)) // MaxWait 5ms
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := snowflake.NewSegment(g, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		g := newGenerator(t, 4, snowflake.WithLayout(seq16), snowflake.WithClock(clk)) // MaxWait 5ms
+		s := newSegment(t, g, 3)
 		h := &harness{}
 		var refusals atomic.Int64
 		c := startCrowd(h, s, 12, 0, func(err error) bool {
@@ -579,22 +583,13 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 				}
 			}
 		}
-		all := c.all()
-		checkUnique(t, "filler-refusing", handedOut(all))
-		checkPerCaller(t, "filler-refusing", c.perG)
-		checkGenerationOrder(t, "filler-refusing", all)
+		checkCalls(t, "filler-refusing", c.perG)
 	})
 
 	t.Run("mid-stream", func(t *testing.T) {
 		for round := range 12 {
-			g, err := snowflake.New(4, snowflake.WithLayout(seq16))
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := snowflake.NewSegment(g, 1+round%3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := newGenerator(t, 4, snowflake.WithLayout(seq16))
+			s := newSegment(t, g, 1+round%3)
 			h := &harness{}
 			c := startCrowd(h, s, 12, 0, nil)
 			target := int64(10 + 37*round)
@@ -619,10 +614,7 @@ func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 					}
 				}
 			}
-			all := c.all()
-			checkUnique(t, fmt.Sprintf("round %d", round), handedOut(all))
-			checkPerCaller(t, fmt.Sprintf("round %d", round), c.perG)
-			checkGenerationOrder(t, fmt.Sprintf("round %d", round), all)
+			checkCalls(t, fmt.Sprintf("round %d", round), c.perG)
 		}
 	})
 }
@@ -782,16 +774,8 @@ func claimWithin(t *testing.T, reg *workerid.Registry, within time.Duration) *wo
 // bind returns a Generator bound to l and a Segment of size on it, closed when the test ends.
 func bind(t *testing.T, l *workerid.Lease, size int) (*snowflake.Generator, *snowflake.Segment) {
 	t.Helper()
-	g, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := snowflake.NewSegment(g, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return g, s
+	g := newGenerator(t, l.WorkerID(), snowflake.WithLease(l))
+	return g, newSegment(t, g, size)
 }
 
 // checkRefusedOnceExpired: a call that began at or after the lease's ValidUntil (as known
@@ -822,6 +806,36 @@ func checkErrors(t *testing.T, what string, calls []call) {
 			return
 		}
 	}
+}
+
+// checkHolder runs the checks every lease holder's Segment must pass: it answered only lease
+// refusals (checkErrors), each caller's IDs strictly increase, and IDs came out in
+// generation order. perG is the holder's crowd; calls are all its recorded calls. Uniqueness
+// is checked across holders (checkSuccession, checkUnique).
+func checkHolder(t *testing.T, what string, perG [][]call, calls []call) {
+	t.Helper()
+	checkErrors(t, what, calls)
+	checkPerCaller(t, what, perG)
+	checkGenerationOrder(t, what, calls)
+}
+
+// checkSuccession: the later holder of the slot handed out only IDs above every ID the
+// earlier holder handed out, so none of them was handed out twice.
+func checkSuccession(t *testing.T, earlier, later string, idsEarlier, idsLater []int64) {
+	t.Helper()
+	if lo, hi := minOf(idsLater), maxOf(idsEarlier); lo <= hi {
+		t.Errorf("%s handed out %d, at or below %d, which %s handed out", later, lo, hi, earlier)
+	}
+	checkUnique(t, earlier+" and "+later, slices.Concat(idsEarlier, idsLater))
+}
+
+// crowdOn binds a Segment of size to l and starts n goroutines popping from it, going on
+// after lease refusals; the caller halts the crowd.
+func crowdOn(t *testing.T, l *workerid.Lease, size, n int) (*harness, *crowd) {
+	t.Helper()
+	_, s := bind(t, l, size)
+	h := &harness{lease: l}
+	return h, startCrowd(h, s, n, 8, leaseRetry)
 }
 
 // TestSegmentAttack_SlotTakenOverBehindHoldersBack: while eight goroutines pop from A's
@@ -887,9 +901,7 @@ func TestSegmentAttack_SlotTakenOverBehindHoldersBack(t *testing.T) {
 			made := ca.made.Load()
 			testenv.WaitFor(t, 10*time.Second, "A's callers to call Next 200 more times", func() bool { return ca.made.Load() >= made+200 })
 
-			_, sB := bind(t, b, 4)
-			hB := &harness{lease: b}
-			cb := startCrowd(hB, sB, 4, 8, leaseRetry)
+			_, cb := crowdOn(t, b, 4, 4)
 			defer cb.halt(t)
 			testenv.WaitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
 			ca.halt(t)
@@ -925,18 +937,11 @@ func TestSegmentAttack_SlotTakenOverBehindHoldersBack(t *testing.T) {
 					t.Errorf("A handed out %d in a call that began after another call was refused with ErrTakenOver", c.id)
 				}
 			}
-			checkErrors(t, "A", callsA)
-			checkErrors(t, "B", callsB)
+			checkHolder(t, "A", ca.perG, callsA)
+			checkHolder(t, "B", cb.perG, callsB)
 			checkRefusedOnceExpired(t, "A", callsA)
 			checkRefusedOnceExpired(t, "B", callsB)
-			if lo, hi := minOf(idsB), maxOf(idsA); lo <= hi {
-				t.Errorf("B handed out %d, at or below %d, which A handed out", lo, hi)
-			}
-			checkUnique(t, "A and B", slices.Concat(idsA, idsB))
-			checkPerCaller(t, "A", ca.perG)
-			checkPerCaller(t, "B", cb.perG)
-			checkGenerationOrder(t, "A", callsA)
-			checkGenerationOrder(t, "B", callsB)
+			checkSuccession(t, "A", "B", idsA, idsB)
 			checkDecodes(t, "A and B", snowflake.DefaultLayout, 5, time.Now().Add(-time.Minute), time.Now(), slices.Concat(idsA, idsB))
 			t.Logf("A: %d calls, %d IDs (%d from calls begun after the slot was dropped); B: %d calls, %d IDs; B's floor %d, A's last ID at %d",
 				len(callsA), len(idsA), afterDrop, len(callsB), len(idsB), b.State().FloorUnixMilli, idTimeMilli(maxOf(idsA)))
@@ -950,6 +955,39 @@ func idTimeMilli(id int64) int64 {
 		return -1
 	}
 	return p.Time.UnixMilli()
+}
+
+// nextUntilRefused is for a Segment with IDs buffered whose lease's store is unreachable
+// (store says how, for messages): until a call is refused, it waits for the lease's
+// ValidUntil to pass, calling nothing meanwhile so the buffer stays full, and calls Next
+// once. The refusal must be ErrWorkerLeaseLost. A call that got an ID is legitimate only if
+// it began before the ValidUntil it set: a renewal answered before the outage, confirmed
+// late. It returns every call it made, the refused one last.
+func nextUntilRefused(t *testing.T, h *harness, s *snowflake.Segment, store string) []call {
+	t.Helper()
+	var calls []call
+	for attempt := 1; ; attempt++ {
+		if attempt > 20 {
+			t.Fatalf("Next kept handing out IDs with the store %s", store)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
+			v := h.lease.State().ValidUntil
+			return v.IsZero() || !time.Now().Before(v)
+		})
+		r := h.next(context.Background(), s)
+		calls = append(calls, r)
+		if r.err == nil {
+			if !r.start.Before(r.validAfter) {
+				t.Fatalf("with the store %s, Next handed out %d at %s; the lease was valid until %s",
+					store, r.id, r.start.Format(time.StampMicro), r.validAfter.Format(time.StampMicro))
+			}
+			continue
+		}
+		if !errors.Is(r.err, snowflake.ErrWorkerLeaseLost) {
+			t.Fatalf("Next past ValidUntil with IDs buffered: %v, want ErrWorkerLeaseLost", r.err)
+		}
+		return calls
+	}
 }
 
 // TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable: the store stops answering (Redis
@@ -982,33 +1020,9 @@ func TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable(t *testing.T) {
 					st.up(t)
 				}
 			}()
-			var refused call
-			for attempt := 1; ; attempt++ {
-				if attempt > 20 {
-					t.Fatal("Next kept handing out IDs with the store down")
-				}
-				// Not calling Next meanwhile: the buffer stays full.
-				testenv.WaitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
-					v := a.State().ValidUntil
-					return v.IsZero() || !time.Now().Before(v)
-				})
-				r := h.next(ctx, s)
-				solo = append(solo, r)
-				if r.err == nil {
-					// A renewal answered before the store stopped was confirmed late: legitimate
-					// only if the call began before the ValidUntil it set.
-					if !r.start.Before(r.validAfter) {
-						t.Fatalf("with the store down, Next handed out %d at %s; the lease was valid until %s",
-							r.id, r.start.Format(time.StampMicro), r.validAfter.Format(time.StampMicro))
-					}
-					continue
-				}
-				if !errors.Is(r.err, snowflake.ErrWorkerLeaseLost) {
-					t.Fatalf("Next past ValidUntil with IDs buffered: %v, want ErrWorkerLeaseLost", r.err)
-				}
-				refused = r
-				break
-			}
+			tries := nextUntilRefused(t, h, s, "down")
+			solo = append(solo, tries...)
+			refused := tries[len(tries)-1]
 
 			c := startCrowd(h, s, 8, 8, leaseRetry)
 			defer c.halt(t)
@@ -1092,9 +1106,7 @@ func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
 
 			regA2, _ := st.process(t, "a2")
 			a2 := claimWithin(t, regA2, 8*time.Second)
-			_, sA2 := bind(t, a2, 3)
-			h2 := &harness{lease: a2}
-			c2 := startCrowd(h2, sA2, 4, 8, leaseRetry)
+			_, c2 := crowdOn(t, a2, 3, 4)
 			defer c2.halt(t)
 			testenv.WaitFor(t, 10*time.Second, "the new process's Segment to hand out 500 IDs", func() bool { return c2.handed.Load() >= 500 })
 			c2.halt(t)
@@ -1107,23 +1119,16 @@ func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
 			}
 			calls2 := c2.all()
 			idsA, ids2 := handedOut(callsA), handedOut(calls2)
-			checkErrors(t, "A", callsA)
-			checkErrors(t, "new process", calls2)
+			checkHolder(t, "A", ca.perG, callsA)
+			checkHolder(t, "the new process", c2.perG, calls2)
 			checkRefusedOnceExpired(t, "A", callsA)
-			if lo, hi := minOf(ids2), maxOf(idsA); lo <= hi {
-				t.Errorf("the new process handed out %d, at or below %d, which A handed out", lo, hi)
-			}
+			checkSuccession(t, "A", "the new process", idsA, ids2)
 			if lo := idTimeMilli(minOf(ids2)); lo <= lastUsed.UnixMilli() {
 				t.Errorf("the new process's first ID is in ms %d, at or below A's generator's last-used ms %d", lo, lastUsed.UnixMilli())
 			}
 			if f := a2.State().FloorUnixMilli; f < lastUsed.UnixMilli() {
 				t.Errorf("the new claim's floor %d is below A's generator's last-used ms %d", f, lastUsed.UnixMilli())
 			}
-			checkUnique(t, "A and the new process", slices.Concat(idsA, ids2))
-			checkPerCaller(t, "A", ca.perG)
-			checkPerCaller(t, "new process", c2.perG)
-			checkGenerationOrder(t, "A", callsA)
-			checkGenerationOrder(t, "new process", calls2)
 			t.Logf("A: %d IDs, last generated in ms %d; new process: %d IDs, floor %d",
 				len(idsA), lastUsed.UnixMilli(), len(ids2), a2.State().FloorUnixMilli)
 		})
@@ -1141,18 +1146,14 @@ func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
 			st := ls.new(t)
 			regA, crashA := st.process(t, "a")
 			a := claimWithin(t, regA, 8*time.Second)
-			_, sA := bind(t, a, 3)
-			h := &harness{lease: a}
-			ca := startCrowd(h, sA, 8, 8, leaseRetry)
+			h, ca := crowdOn(t, a, 3, 8)
 			defer ca.halt(t)
 			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
 			crashA()
 			regB, _ := st.process(t, "b")
 			b := claimWithin(t, regB, 10*time.Second)
 			claimedT := h.mark()
-			_, sB := bind(t, b, 3)
-			hB := &harness{lease: b}
-			cb := startCrowd(hB, sB, 4, 8, leaseRetry)
+			_, cb := crowdOn(t, b, 3, 4)
 			defer cb.halt(t)
 			made := ca.made.Load()
 			testenv.WaitFor(t, 10*time.Second, "B's Segment to hand out 500 IDs", func() bool { return cb.handed.Load() >= 500 })
@@ -1167,17 +1168,10 @@ func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
 				}
 			}
 			idsA, idsB := handedOut(callsA), handedOut(callsB)
-			checkErrors(t, "A", callsA)
-			checkErrors(t, "B", callsB)
+			checkHolder(t, "A", ca.perG, callsA)
+			checkHolder(t, "B", cb.perG, callsB)
 			checkRefusedOnceExpired(t, "A", callsA)
-			if lo, hi := minOf(idsB), maxOf(idsA); lo <= hi {
-				t.Errorf("B handed out %d, at or below %d, which A handed out", lo, hi)
-			}
-			checkUnique(t, "A and B", slices.Concat(idsA, idsB))
-			checkPerCaller(t, "A", ca.perG)
-			checkPerCaller(t, "B", cb.perG)
-			checkGenerationOrder(t, "A", callsA)
-			checkGenerationOrder(t, "B", callsB)
+			checkSuccession(t, "A", "B", idsA, idsB)
 			t.Logf("A: %d calls, %d IDs, last in ms %d; B: %d IDs, floor %d",
 				len(callsA), len(idsA), idTimeMilli(maxOf(idsA)), len(idsB), b.State().FloorUnixMilli)
 		})
@@ -1201,9 +1195,7 @@ func TestSegmentAttack_PartitionedHolderComesBackAfterAnotherHolder(t *testing.T
 			regA, _ := st.registryAt(t, p.Addr(), "a")
 			regB, _ := st.process(t, "b")
 			a := claimWithin(t, regA, 8*time.Second)
-			_, sA := bind(t, a, 64)
-			h := &harness{lease: a}
-			ca := startCrowd(h, sA, 8, 8, leaseRetry)
+			h, ca := crowdOn(t, a, 64, 8)
 			defer ca.halt(t)
 			testenv.WaitFor(t, 10*time.Second, "A's Segment to hand out 500 IDs", func() bool { return ca.handed.Load() >= 500 })
 
@@ -1258,15 +1250,11 @@ func TestSegmentAttack_PartitionedHolderComesBackAfterAnotherHolder(t *testing.T
 			if hi := maxOf(before); loB <= hi {
 				t.Errorf("B handed out %d, at or below %d, which A handed out before", loB, hi)
 			}
-			checkErrors(t, "A", callsA)
-			checkErrors(t, "B", callsB)
+			checkHolder(t, "A", ca.perG, callsA)
+			checkHolder(t, "B", cb.perG, callsB)
 			checkRefusedOnceExpired(t, "A", callsA)
 			checkRefusedOnceExpired(t, "B", callsB)
 			checkUnique(t, "A and B", slices.Concat(handedOut(callsA), idsB))
-			checkPerCaller(t, "A", ca.perG)
-			checkPerCaller(t, "B", cb.perG)
-			checkGenerationOrder(t, "A", callsA)
-			checkGenerationOrder(t, "B", callsB)
 			floor := a.State().FloorUnixMilli
 			t.Logf("A: %d IDs before the heal, %d after (%d of them generated before the partition, in ms %d..%d, at or below A's new floor %d; %d above B's)",
 				len(before), len(stale)+len(fresh), len(stale), idTimeMilli(minOf(stale)), idTimeMilli(maxOf(stale)), floor, len(fresh))
@@ -1317,26 +1305,7 @@ func TestSegmentAttack_NoIDAtOrBelowFloorAfterReclaim(t *testing.T) {
 
 			p.Blackhole(true)
 			defer p.Blackhole(false)
-			for attempt := 1; ; attempt++ {
-				if attempt > 20 {
-					t.Fatal("Next kept handing out IDs with the store cut off")
-				}
-				testenv.WaitFor(t, 10*time.Second, "the lease's ValidUntil to pass", func() bool {
-					v := a.State().ValidUntil
-					return v.IsZero() || !time.Now().Before(v)
-				})
-				r := h.next(ctx, s)
-				if r.err == nil {
-					if !r.start.Before(r.validAfter) {
-						t.Fatalf("with the store cut off, Next handed out %d past ValidUntil %s", r.id, r.validAfter.Format(time.StampMicro))
-					}
-					continue // a renewal sent before the cut was confirmed late
-				}
-				if !errors.Is(r.err, snowflake.ErrWorkerLeaseLost) {
-					t.Fatalf("Next past ValidUntil with IDs buffered: %v, want ErrWorkerLeaseLost", r.err)
-				}
-				break
-			}
+			nextUntilRefused(t, h, s, "cut off")
 			testenv.WaitFor(t, 10*time.Second, "the store to expire A's slot", func() bool { return !st.slotHeld(t, a.WorkerID()) })
 			oldFloor := a.State().FloorUnixMilli
 			p.Blackhole(false)
