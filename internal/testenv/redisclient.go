@@ -100,3 +100,19 @@ func ServerCPU(tb testing.TB, c redis.UniversalClient) time.Duration {
 	}
 	return d
 }
+
+// NewDeadlineClient returns a client of addr (usually a Proxy's) for tests of
+// what a caller's deadline does: its socket deadlines come from the caller's
+// context, capped at readTimeout for reads and writes; it never retries; and
+// a new connection sends nothing before the caller's first command (RESP2,
+// no CLIENT SETINFO), so a blackhole fails exactly that command. The test
+// closes it when it ends.
+func NewDeadlineClient(t testing.TB, addr string, readTimeout time.Duration) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2, DisableIdentity: true,
+		ReadTimeout: readTimeout, WriteTimeout: readTimeout, DialTimeout: time.Second, PoolSize: 128,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
