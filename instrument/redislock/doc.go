@@ -75,7 +75,7 @@
 // lock TTL, re-armed by every waiting attempt. Keys with braces that do not
 // form a hash tag are refused. A release leaves a tombstone K+":rel:<hash of
 // the token>" (or "{K}:rel:…") under PX for as long as the release call can
-// be retried (its context's deadline plus a second; a minute without one).
+// be retried (its context's deadline plus a second, at most a minute).
 //
 // Fences strictly increase per key without a key that lives forever: every
 // acquire attempt sets the counter to max(counter + 1, the Redis server's

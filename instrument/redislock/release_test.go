@@ -136,6 +136,53 @@ func TestRelease_ExpiredLockIsNotHeld(t *testing.T) {
 	}
 }
 
+// TestRelease_TombstoneLivesAsLongAsARetry: the tombstone a release leaves
+// lives until the call's context ends plus a second, and never more than a
+// minute: go-redis retries end long before, and a tombstone under an
+// hour-long context held memory for an hour, one key per release.
+func TestRelease_TombstoneLivesAsLongAsARetry(t *testing.T) {
+	_, c := setup(t)
+	l := newLocker(t, c)
+	ctx := timeout(t, 30*time.Second)
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // 0: none
+		min, max time.Duration
+	}{
+		{"5s", 5 * time.Second, 4 * time.Second, 6 * time.Second},
+		{"1h", time.Hour, 50 * time.Second, time.Minute},
+		{"none", 0, 50 * time.Second, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "lock:tomb-ttl:" + tc.name
+			lease, err := l.Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				rctx, cancel = context.WithTimeout(rctx, tc.deadline)
+				defer cancel()
+			}
+			if err := lease.Release(rctx); err != nil {
+				t.Fatal(err)
+			}
+			tombs, err := c.Keys(ctx, "{"+key+"}:rel:*").Result()
+			if err != nil || len(tombs) != 1 {
+				t.Fatalf("tombstones of %s: %q, %v; want one", key, tombs, err)
+			}
+			ttl, err := c.PTTL(ctx, tombs[0]).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl < tc.min || ttl > tc.max {
+				t.Fatalf("tombstone TTL under a %s context: %v, want %v-%v", tc.name, ttl, tc.min, tc.max)
+			}
+		})
+	}
+}
+
 // TestDo_RetriedReleaseAfterHandoff: the release script hands the lock to a
 // queued waiter, its reply is lost, and go-redis retries it. The retry finds
 // the waiter's lock: it must neither touch it (hand it on again, delete it)

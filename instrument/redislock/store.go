@@ -253,14 +253,22 @@ func runRelease(ctx context.Context, c redis.UniversalClient, r *request, handof
 
 func (node) drift(ttl time.Duration) time.Duration { return leasecore.Drift(ttl) }
 
+// maxTombstoneTTL bounds a tombstone's life whatever the context: go-redis
+// stops retrying a command long before (its retries are counted, and each
+// is bounded by the client's timeouts), so a tombstone kept longer only
+// holds memory. Without the bound, a release under an hour-long context
+// left every token's tombstone for an hour: a million keys at 300 releases
+// a second.
+const maxTombstoneTTL = time.Minute
+
 // tombstoneTTL is how long a release's tombstone lives, in milliseconds:
 // as long as the call can be retried, which is until its context ends, plus
-// a second for a retry still in flight then; a minute when the context has
-// no deadline (go-redis retries end long before).
+// a second for a retry still in flight then, and never more than
+// maxTombstoneTTL.
 func tombstoneTTL(ctx context.Context) int64 {
-	d := time.Minute
+	d := maxTombstoneTTL
 	if dl, ok := ctx.Deadline(); ok {
-		d = max(time.Until(dl), 0) + time.Second
+		d = min(max(time.Until(dl), 0)+time.Second, d)
 	}
 	return d.Milliseconds()
 }
