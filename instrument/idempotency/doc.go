@@ -75,7 +75,8 @@
 //   - instrument.FailOpen: Do runs fn without the check, with Attempt{N: 0,
 //     Fence: 0}, and returns its result with Result.Degraded set; a result
 //     that could not be stored after fn succeeded is returned the same way
-//     instead of an error that would invite a retry. The middleware then
+//     instead of an error that would invite a retry, also when the caller's
+//     deadline passed while fn ran (the write has its own). The middleware then
 //     serves the handler's response. Each such decision is counted
 //     (outcome degraded and lockgov_store_degraded_total) and logged at
 //     most once a minute with the count and the transport error.

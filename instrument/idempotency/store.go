@@ -221,14 +221,26 @@ func (s *Store) do(ctx context.Context, key string, fingerprint []byte,
 	}
 }
 
-// failOpen reports whether err lets Do decide without the store (FailOpen
-// and a transport error while ctx lives), and counts the decision.
+// failOpen reports whether err, from a call made under ctx, lets Do decide
+// without the store (FailOpen and a transport error while ctx lives), and
+// counts the decision. A caller past its deadline gets a transport error
+// from its own deadline (go-redis takes the socket's from ctx): that is the
+// caller giving up, not the store failing.
 func (s *Store) failOpen(ctx context.Context, err error) bool {
-	if s.cfg.storeFailure != instrument.FailOpen || storefail.Ended(ctx) != nil || !storefail.Unavailable(err) {
+	if storefail.Ended(ctx) != nil {
+		return false
+	}
+	return s.storeDown(ctx, err, "store unreachable: running without the idempotency check")
+}
+
+// storeDown reports whether err is the store unreachable under FailOpen,
+// and counts it, with event on ctx's span.
+func (s *Store) storeDown(ctx context.Context, err error, event string) bool {
+	if s.cfg.storeFailure != instrument.FailOpen || !storefail.Unavailable(err) {
 		return false
 	}
 	s.degraded.Degraded(err)
-	trace.SpanFromContext(ctx).AddEvent("store unreachable: running without the idempotency check")
+	trace.SpanFromContext(ctx).AddEvent(event)
 	return true
 }
 
@@ -292,9 +304,11 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	}
 	ok, err := finishScript.Run(wctx, s.c, []string{rec}, owner, "done", stored, big, s.ttlMS).Int()
 	switch {
-	case err != nil && big == "0" && s.failOpen(ctx, err):
+	case err != nil && big == "0" && s.storeDown(ctx, err, "store unreachable: the result was not stored"):
 		// fn's effect happened; an error would invite a retry that runs
-		// it again. The key stays in progress until its lease ends.
+		// it again. The key stays in progress until its lease ends. The
+		// write ran under wctx, not ctx, so its error is the store's even
+		// when the caller's deadline passed while fn ran.
 		return Result{Body: body, Degraded: true}, "degraded", nil
 	case err != nil:
 		return Result{}, "error", fmt.Errorf("idempotency: store the result of %q: %w", key, err)

@@ -204,3 +204,51 @@ func TestStoreFailure_ACallerPastItsDeadlineDoesNotRunDegraded(t *testing.T) {
 		t.Fatalf("degraded = %v, want 0", n)
 	}
 }
+
+// TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded:
+// fn runs past the caller's deadline and Redis stops answering meanwhile,
+// so the result cannot be stored. fn's effect happened, and the write ran
+// under a context of its own: fail open returns fn's result, Degraded, and
+// counts it, as it does for a caller with time left, instead of an error
+// that invites a retry that runs fn again. Fail closed returns the error.
+func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy instrument.StoreFailurePolicy
+	}{{"fail-open", instrument.FailOpen}, {"fail-closed", instrument.FailClosed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			p := testenv.NewProxy(t, r.Addr())
+			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+				ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+			t.Cleanup(func() { _ = c.Close() })
+			reg := prometheus.NewPedanticRegistry()
+			s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(tc.policy))
+			parent := timeout(t, time.Minute)
+			ctx, cancel := context.WithTimeout(parent, 2*time.Second)
+			defer cancel()
+			var runs atomic.Int64
+			fn := func(fctx context.Context, _ idempotency.Attempt) ([]byte, error) {
+				runs.Add(1)
+				p.Blackhole(true)
+				<-fctx.Done() // the caller's deadline passes while fn runs
+				return []byte("paid"), nil
+			}
+			res, err := s.Do(ctx, "order-1", nil, fn)
+			if runs.Load() != 1 {
+				t.Fatalf("fn runs %d, want 1", runs.Load())
+			}
+			degraded := degradedCount(t, reg, "idempotency")
+			if tc.policy == instrument.FailClosed {
+				if err == nil || res.Degraded || degraded != 0 {
+					t.Fatalf("fail closed, result not stored: %+v, %v, degraded %v; want the store's error", res, err, degraded)
+				}
+				return
+			}
+			if err != nil || !res.Degraded || string(res.Body) != "paid" || degraded != 1 {
+				t.Fatalf("fail open, result not stored after the caller's deadline: %+v, %v, degraded %v; want fn's result, Degraded, counted once",
+					res, err, degraded)
+			}
+		})
+	}
+}
