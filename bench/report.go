@@ -145,6 +145,25 @@ func (r *results) targets() []target {
 					t.context += fmt.Sprintf("; the raw pair in the same two spans: %s", t.fmt(v))
 				}
 			}
+			// The target with the spans taken out, and what the spans cost Govern and the raw
+			// pair in the same rounds: a miss Govern without a tracer does not share is the
+			// spans', and a span cost Govern shares with the raw pair is the SDK's.
+			if nt := r.lockRowFor(nameGovNoTr, 16); nt != nil {
+				if v, ok := pairRatio(nt.rounds, b.rounds, f); ok {
+					t.context += fmt.Sprintf("; Govern without a tracer: %s", t.fmt(v))
+				}
+				raw, sp := r.lockRowFor(nameRaw, 16), r.lockRowFor(nameRawSpans, 16)
+				gv, gok := pairRatio(a.rounds, nt.rounds, f)
+				if raw != nil && sp != nil && gok {
+					if rv, ok := pairRatio(sp.rounds, raw.rounds, f); ok {
+						what := "throughput"
+						if t.atMost {
+							what = "CPU per pair"
+						}
+						t.context += fmt.Sprintf("; with the spans Govern's %s is %.2fx its own without them, the raw pair's %.2fx", what, gv, rv)
+					}
+				}
+			}
 		}
 		ts = append(ts, t)
 	}

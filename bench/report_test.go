@@ -124,3 +124,40 @@ func TestTargets_GovernIsReadAgainstTheRawPairInSpans(t *testing.T) {
 		}
 	}
 }
+
+// TestTargets_GovernIsReadWithoutItsSpans: an uncontended target's context gives Govern
+// without a tracer against the same peer, and what the spans cost Govern and the raw pair,
+// each a ratio inside the same rounds.
+func TestTargets_GovernIsReadWithoutItsSpans(t *testing.T) {
+	row := func(name string, perS ...float64) lockRow {
+		rs := make([]lockRound, len(perS))
+		for i, v := range perS {
+			rs[i] = lockRound{opsPerS: v}
+		}
+		return lockRow{name: name, goroutines: 16, opsPerSec: perS[0], rounds: rs}
+	}
+	r := &results{uncontended: []lockRow{
+		row(nameGoverned, 8000, 16000, 12000),
+		row(nameGovNoTr, 10000, 20000, 15000),
+		row(nameBSM, 10000, 19000, 14000),
+		row(nameRaw, 10000, 20000, 15000),
+		row(nameRawSpans, 9000, 17000, 12000),
+	}}
+	want := map[string]string{
+		"uncontended, 16 goroutines: Govern throughput / bsm/redislock >= 1.0x": "Govern without a tracer: 1.05x; with the spans Govern's throughput is 0.80x its own without them, the raw pair's 0.85x",
+		"uncontended, 16 goroutines: Govern throughput / raw floor >= 0.85x":    "Govern without a tracer: 1.00x; with the spans Govern's throughput is 0.80x",
+	}
+	for _, tg := range r.targets() {
+		w, ok := want[tg.what]
+		if !ok {
+			continue
+		}
+		delete(want, tg.what)
+		if !strings.Contains(tg.context, w) {
+			t.Errorf("%s: context %q lacks %q", tg.what, tg.context, w)
+		}
+	}
+	for what := range want {
+		t.Errorf("no target %q", what)
+	}
+}
