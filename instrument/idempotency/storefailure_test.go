@@ -151,18 +151,23 @@ func TestStoreFailure_RedisKilled(t *testing.T) {
 	}
 }
 
+// proxiedStore is a Store with policy on a Redis behind the fault proxy,
+// through a client whose reads and writes time out after 300 ms and that
+// never retries, and the registry it counts on.
+func proxiedStore(t *testing.T, policy instrument.StoreFailurePolicy) (*idempotency.Store, *redis.Client, *testenv.Proxy, *prometheus.Registry) {
+	t.Helper()
+	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
+	c := testenv.NewDeadlineClient(t, p.Addr(), 300*time.Millisecond)
+	reg := prometheus.NewPedanticRegistry()
+	return newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(policy)), c, p, reg
+}
+
 // TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot: a Redis
 // that stops answering (blackholed behind the fault proxy) makes the
 // client's read time out, and fail open runs fn; a caller whose own
 // context ends first gets its error and fn does not run.
 func TestStoreFailure_TimeoutDegradesButAnEndedCallerContextDoesNot(t *testing.T) {
-	r := testenv.NewRedis(t)
-	p := testenv.NewProxy(t, r.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
-	reg := prometheus.NewPedanticRegistry()
-	s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(instrument.FailOpen))
+	s, c, p, reg := proxiedStore(t, instrument.FailOpen)
 	ctx := timeout(t, time.Minute)
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -217,13 +222,7 @@ func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *te
 		policy instrument.StoreFailurePolicy
 	}{{"fail-open", instrument.FailOpen}, {"fail-closed", instrument.FailClosed}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := testenv.NewRedis(t)
-			p := testenv.NewProxy(t, r.Addr())
-			c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
-				ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-			t.Cleanup(func() { _ = c.Close() })
-			reg := prometheus.NewPedanticRegistry()
-			s := newStore(t, c, idempotency.WithRegisterer(reg), idempotency.WithStoreFailure(tc.policy))
+			s, _, p, reg := proxiedStore(t, tc.policy)
 			parent := timeout(t, time.Minute)
 			ctx, cancel := context.WithTimeout(parent, 2*time.Second)
 			defer cancel()
