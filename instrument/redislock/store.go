@@ -253,12 +253,15 @@ func runRelease(ctx context.Context, c redis.UniversalClient, r *request, handof
 
 func (node) drift(ttl time.Duration) time.Duration { return leasecore.Drift(ttl) }
 
-// maxTombstoneTTL bounds a tombstone's life whatever the context: go-redis
-// stops retrying a command long before (its retries are counted, and each
-// is bounded by the client's timeouts), so a tombstone kept longer only
-// holds memory. Without the bound, a release under an hour-long context
-// left every token's tombstone for an hour: a million keys at 300 releases
-// a second.
+// maxTombstoneTTL bounds a tombstone's life whatever the context. go-redis's
+// retries are counted (MaxRetries) and each waits at most the client's
+// timeouts, so with its defaults a retry of a release runs within seconds
+// of the first try, unless new connections fail to dial for tens of
+// seconds in between; a minute covers that. A retry later still finds no
+// tombstone and reports the lock not held (ErrNotHeld): a false report of
+// a loss, never a second release, since release.lua checks the token.
+// Without the bound, a release under an hour-long context left every
+// token's tombstone for an hour: a million keys at 300 releases a second.
 const maxTombstoneTTL = time.Minute
 
 // tombstoneTTL is how long a release's tombstone lives, in milliseconds:
