@@ -14,6 +14,9 @@
 // completed (result and fingerprint kept for the result TTL; finish.lua),
 // or released when fn returns an error (finish.lua), so the next attempt
 // runs fn. The record is one hash under one hash tag, so it is Cluster-safe.
+// Each change is safe to resend: go-redis resends a command whose reply was
+// lost, and a resent finish.lua finds the record its first try finished
+// (the owner token stays in it) and reports success, not a lost lease.
 //
 // # Guarantees
 //

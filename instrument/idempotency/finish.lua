@@ -12,10 +12,19 @@
 -- Returns 1, or 0 when the attempt no longer owns the key (a successor
 -- claimed it after the lease ran out): its result is dropped, since the
 -- successor's is the one replayed.
-if redis.call('HGET', KEYS[1], 'st') ~= 'running' or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+--
+-- The owner token stays in the record after the attempt ends, so that a
+-- resend of this call (go-redis resends a command whose reply was lost)
+-- finds its own finished record and returns 1 again instead of reporting
+-- the lease lost. A successor's begin.lua replaces the token.
+local st = redis.call('HGET', KEYS[1], 'st')
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
 	return 0
 end
-redis.call('HDEL', KEYS[1], 'owner', 'until')
+if st ~= 'running' then
+	return 1 -- an earlier try of this call finished it
+end
+redis.call('HDEL', KEYS[1], 'until')
 if ARGV[2] == 'done' then
 	redis.call('HSET', KEYS[1], 'st', 'done', 'body', ARGV[3], 'big', ARGV[4])
 	redis.call('PEXPIRE', KEYS[1], ARGV[5])

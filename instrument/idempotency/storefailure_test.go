@@ -251,3 +251,41 @@ func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *te
 		})
 	}
 }
+
+// TestStoreFailure_FinishWhoseReplyIsLostIsNotALoss: the script that stores
+// fn's result runs, its reply is lost, and go-redis resends it on another
+// connection. The resend finds the record already done by this attempt: Do
+// must return fn's result, not ErrLeaseLost, and a retry must replay it.
+func TestStoreFailure_FinishWhoseReplyIsLostIsNotALoss(t *testing.T) {
+	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c)
+	ctx := timeout(t, time.Minute)
+	// Load the scripts: the dropped reply must be finish.lua's, not a
+	// NOSCRIPT that go-redis answers with EVAL.
+	if _, err := s.Do(ctx, "warm", nil, func(context.Context, idempotency.Attempt) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	var dropped <-chan struct{}
+	fn := func(context.Context, idempotency.Attempt) ([]byte, error) {
+		runs.Add(1)
+		dropped = p.DropNextReply() // the next command is finish.lua
+		return []byte("paid"), nil
+	}
+	res, err := s.Do(ctx, "order-1", nil, fn)
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("no reply was dropped: the scenario did not happen")
+	}
+	if err != nil || string(res.Body) != "paid" || res.Replayed {
+		t.Fatalf("Do after the result's reply was lost: %+v, %v; want fn's result", res, err)
+	}
+	res, err = s.Do(ctx, "order-1", nil, fn)
+	if err != nil || string(res.Body) != "paid" || !res.Replayed || runs.Load() != 1 {
+		t.Fatalf("retry: %+v, %v, fn runs %d; want the stored result replayed", res, err, runs.Load())
+	}
+}
