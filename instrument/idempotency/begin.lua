@@ -31,6 +31,12 @@ if st then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if st == 'running' and redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
+	-- An earlier try of this call claimed the key (go-redis resent it
+	-- after its reply was lost): run, with the same attempt number.
+	redis.call('HSET', KEYS[1], 'until', now + tonumber(ARGV[2]))
+	return {'run', tonumber(redis.call('HGET', KEYS[1], 'n'))}
+end
 if st == 'running' then
 	local left = tonumber(redis.call('HGET', KEYS[1], 'until')) - now
 	if left > 0 then

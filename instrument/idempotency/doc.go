@@ -15,8 +15,10 @@
 // or released when fn returns an error (finish.lua), so the next attempt
 // runs fn. The record is one hash under one hash tag, so it is Cluster-safe.
 // Each change is safe to resend: go-redis resends a command whose reply was
-// lost, and a resent finish.lua finds the record its first try finished
-// (the owner token stays in it) and reports success, not a lost lease.
+// lost, and a resent begin.lua finds the key claimed by its own owner token
+// and runs fn at once with the same attempt number, and a resent finish.lua
+// finds the record its first try finished (the owner token stays in it) and
+// reports success, not a lost lease.
 //
 // # Guarantees
 //

@@ -289,3 +289,39 @@ func TestStoreFailure_FinishWhoseReplyIsLostIsNotALoss(t *testing.T) {
 		t.Fatalf("retry: %+v, %v, fn runs %d; want the stored result replayed", res, err, runs.Load())
 	}
 }
+
+// TestStoreFailure_BeginWhoseReplyIsLostRunsAtOnce: begin.lua claims the
+// key, its reply is lost, and go-redis resends it. The resend finds the key
+// claimed by this same attempt: it must run fn now, once, not wait out its
+// own lease as if another owner held the key.
+func TestStoreFailure_BeginWhoseReplyIsLostRunsAtOnce(t *testing.T) {
+	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, idempotency.WithLease(time.Minute))
+	ctx := timeout(t, time.Minute)
+	if _, err := s.Do(ctx, "warm", nil, func(context.Context, idempotency.Attempt) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	dropped := p.DropNextReply() // the next command is begin.lua
+	// Far less than the lease: a Do that waits for its own claim fails.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := s.Do(dctx, "order-1", nil, func(_ context.Context, a idempotency.Attempt) ([]byte, error) {
+		runs.Add(1)
+		if a.N != 1 {
+			t.Errorf("attempt %d, want 1: the resend claimed the key again", a.N)
+		}
+		return []byte("paid"), nil
+	})
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("no reply was dropped: the scenario did not happen")
+	}
+	if err != nil || string(res.Body) != "paid" || runs.Load() != 1 {
+		t.Fatalf("Do after begin's reply was lost: %+v, %v, fn runs %d; want one run", res, err, runs.Load())
+	}
+}
