@@ -91,16 +91,9 @@ func TestDeadlineAttack_BlackholedRedisDegradesOnlyCallersWithTimeLeft(t *testin
 	}
 	results := make([]result, n)
 	var wg sync.WaitGroup
+	budgets := testenv.DeadlineBudgets(n, attackReadTimeout)
 	for i := range n {
-		var budget time.Duration
-		switch i % 3 {
-		case 0: // at most the read timeout: the caller's own deadline ends it
-			budget = 20*time.Millisecond + time.Duration(i)*attackReadTimeout/n
-		case 1: // just past the read timeout: either outcome
-			budget = attackReadTimeout + time.Millisecond + time.Duration(i)*(200*time.Millisecond)/n
-		case 2: // plenty of time left after the store failed
-			budget = 10 * time.Second
-		}
+		budget := budgets[i]
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), budget)
 			defer cancel()
@@ -143,7 +136,7 @@ func TestDeadlineAttack_BlackholedRedisDegradesOnlyCallersWithTimeLeft(t *testin
 		case r.budget <= attackReadTimeout && (r.granted || r.ran || r.err == nil):
 			t.Errorf("caller %d (deadline %s, read timeout %s): granted %v, fn ran %v, err %v; its deadline was taken for a store failure",
 				i, r.budget, attackReadTimeout, r.granted, r.ran, r.err)
-		case r.budget == 10*time.Second && !r.granted:
+		case r.budget == testenv.TimeLeft && !r.granted:
 			t.Errorf("caller %d (deadline %s): %v; Redis did not answer within the read timeout and the caller had time: want a degraded grant", i, r.budget, r.err)
 		}
 	}

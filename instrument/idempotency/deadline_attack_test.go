@@ -45,19 +45,11 @@ func TestDeadlineAttack_BlackholedRedisRunsDegradedOnlyForCallersWithTimeLeft(t 
 	wg.Wait()
 
 	p.Blackhole(true)
-	budgets := make([]time.Duration, n)
+	budgets := testenv.DeadlineBudgets(n, readTimeout)
 	results := make([]idempotency.Result, n)
 	errs := make([]error, n)
 	runs := make([]atomic.Int64, n)
 	for i := range n {
-		switch i % 3 {
-		case 0:
-			budgets[i] = 20*time.Millisecond + time.Duration(i)*readTimeout/n
-		case 1:
-			budgets[i] = readTimeout + time.Millisecond + time.Duration(i)*(200*time.Millisecond)/n
-		case 2:
-			budgets[i] = 10 * time.Second
-		}
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(context.Background(), budgets[i])
 			defer cancel()
@@ -83,7 +75,7 @@ func TestDeadlineAttack_BlackholedRedisRunsDegradedOnlyForCallersWithTimeLeft(t 
 			t.Errorf("caller %d: fn ran with Redis blackholed but Do returned %+v, %v; want a degraded result", i, res, err)
 		case budgets[i] <= readTimeout && (ran != 0 || res.Degraded || err == nil):
 			t.Errorf("caller %d (deadline %s, read timeout %s): fn runs %d, %+v, %v; the caller's deadline was taken for a store failure", i, budgets[i], readTimeout, ran, res, err)
-		case budgets[i] == 10*time.Second && ran != 1:
+		case budgets[i] == testenv.TimeLeft && ran != 1:
 			t.Errorf("caller %d (deadline %s): fn runs %d, %+v, %v; want a degraded run", i, budgets[i], ran, res, err)
 		}
 	}

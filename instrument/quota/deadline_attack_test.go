@@ -56,18 +56,10 @@ func TestDeadlineAttack_BlackholedRedisReachesTheFallbackOnlyForCallersWithTimeL
 	wg.Wait()
 
 	p.Blackhole(true)
-	budgets := make([]time.Duration, n)
+	budgets := testenv.DeadlineBudgets(n, readTimeout)
 	rems := make([]int64, n)
 	errs := make([]error, n)
 	for i := range n {
-		switch i % 3 {
-		case 0:
-			budgets[i] = 20*time.Millisecond + time.Duration(i)*readTimeout/n
-		case 1:
-			budgets[i] = readTimeout + time.Millisecond + time.Duration(i)*(200*time.Millisecond)/n
-		case 2:
-			budgets[i] = 10 * time.Second
-		}
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(context.Background(), budgets[i])
 			defer cancel()
@@ -86,7 +78,7 @@ func TestDeadlineAttack_BlackholedRedisReachesTheFallbackOnlyForCallersWithTimeL
 			t.Errorf("%s: fallback called %d times for one deduction", key, calls)
 		case budgets[i] <= readTimeout && (calls != 0 || errs[i] == nil):
 			t.Errorf("%s (deadline %s, read timeout %s): fallback calls %d, err %v; the caller's deadline was taken for a store failure", key, budgets[i], readTimeout, calls, errs[i])
-		case budgets[i] == 10*time.Second && (calls != 1 || errs[i] != nil || rems[i] != 7):
+		case budgets[i] == testenv.TimeLeft && (calls != 1 || errs[i] != nil || rems[i] != 7):
 			t.Errorf("%s (deadline %s): fallback calls %d, %d, %v; want the fallback's answer", key, budgets[i], calls, rems[i], errs[i])
 		case calls == 1 && (errs[i] != nil || rems[i] != 7):
 			t.Errorf("%s: the fallback decided but Deduct returned %d, %v", key, rems[i], errs[i])

@@ -25,3 +25,27 @@ type deadlinePassed struct {
 }
 
 func (c deadlinePassed) Deadline() (time.Time, bool) { return c.at, true }
+
+// TimeLeft is the deadline DeadlineBudgets gives its third tier: seconds
+// left after a store that stopped answering has failed the call.
+const TimeLeft = 10 * time.Second
+
+// DeadlineBudgets returns n caller deadlines for attacks on a client whose
+// reads time out after readTimeout (NewDeadlineClient), in three tiers by
+// i%3: at most readTimeout (the caller's own deadline ends its call, so it
+// must never get a degraded answer), just past readTimeout (either
+// outcome), and TimeLeft (it must get one).
+func DeadlineBudgets(n int, readTimeout time.Duration) []time.Duration {
+	b := make([]time.Duration, n)
+	for i := range b {
+		switch i % 3 {
+		case 0:
+			b[i] = 20*time.Millisecond + time.Duration(i)*readTimeout/time.Duration(n)
+		case 1:
+			b[i] = readTimeout + time.Millisecond + time.Duration(i)*(200*time.Millisecond)/time.Duration(n)
+		case 2:
+			b[i] = TimeLeft
+		}
+	}
+	return b
+}
