@@ -211,8 +211,9 @@ func TestStoreFailure_ACallerPastItsDeadlineDoesNotRunDegraded(t *testing.T) {
 }
 
 // TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded:
-// fn runs past the caller's deadline and Redis stops answering meanwhile,
-// so the result cannot be stored. fn's effect happened, and the write ran
+// the caller's context ends while fn runs (its deadline, or a cancel) and Redis
+// stops answering meanwhile, so the result cannot be stored. fn's effect
+// happened, and the write ran
 // under a context of its own: fail open returns fn's result, Degraded, and
 // counts it, as it does for a caller with time left, instead of an error
 // that invites a retry that runs fn again. Fail closed returns the error.
@@ -223,14 +224,16 @@ func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *te
 	}{{"fail-open", instrument.FailOpen}, {"fail-closed", instrument.FailClosed}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _, p, reg := proxiedStore(t, tc.policy)
-			parent := timeout(t, time.Minute)
-			ctx, cancel := context.WithTimeout(parent, 2*time.Second)
+			// The caller's context ends while fn runs: cancelled from fn,
+			// so that no timing decides the order (storefail.Ended reads a
+			// cancel as it reads a passed deadline).
+			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
 			defer cancel()
 			var runs atomic.Int64
-			fn := func(fctx context.Context, _ idempotency.Attempt) ([]byte, error) {
+			fn := func(context.Context, idempotency.Attempt) ([]byte, error) {
 				runs.Add(1)
 				p.Blackhole(true)
-				<-fctx.Done() // the caller's deadline passes while fn runs
+				cancel()
 				return []byte("paid"), nil
 			}
 			res, err := s.Do(ctx, "order-1", nil, fn)
