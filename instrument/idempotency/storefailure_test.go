@@ -211,12 +211,12 @@ func TestStoreFailure_ACallerPastItsDeadlineDoesNotRunDegraded(t *testing.T) {
 }
 
 // TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded:
-// the caller's context ends while fn runs (its deadline, or a cancel) and Redis
-// stops answering meanwhile, so the result cannot be stored. fn's effect
-// happened, and the write ran
-// under a context of its own: fail open returns fn's result, Degraded, and
-// counts it, as it does for a caller with time left, instead of an error
-// that invites a retry that runs fn again. Fail closed returns the error.
+// the caller's context ends while fn runs (its deadline, or a cancel) and
+// Redis stops answering meanwhile, so the result cannot be stored. fn's
+// effect happened, and the write ran under a context of its own: fail open
+// returns fn's result, Degraded, and counts it, as it does for a caller with
+// time left, instead of an error that invites a retry that runs fn again.
+// Fail closed returns the error.
 func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
