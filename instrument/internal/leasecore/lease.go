@@ -116,6 +116,10 @@ type Lease struct {
 	maxHeld     bool // the watchdog stopped at max hold
 	stopRenew   bool // Release started or StopWatchdog: schedule nothing more
 	endedCause  error
+	// cleanup is Track's, stopped when the lease ends (tracked says it is
+	// set and not stopped yet): see Track.
+	cleanup runtime.Cleanup
+	tracked bool
 }
 
 // New starts the lifecycle of a lease the store granted: the expiry timer
@@ -191,8 +195,23 @@ func (c *Lease) tick() {
 // unreachable while held (a caller that dropped it without Release). handle
 // must not be reachable from the Lease or from anything the backend's
 // callbacks reference.
+//
+// The cleanup is stopped when the lease ends (released, lost or expired),
+// since it would do nothing then. That matters for speed, not just tidiness:
+// the runtime keeps a span's cleanups in a list that AddCleanup walks, and a
+// cleanup left on every ended handle until the collector frees it kept that
+// list long and made the collector queue one call per handle. Measured with
+// bench/'s uncontended pairs (16 goroutines, both versions in one process,
+// 20 alternating rounds): client CPU per bare pair 53.9 -> 48.0 µs; under
+// contention, AddCleanup on the handoff path took 5-11 µs before and 2 µs
+// after (BenchmarkTrack shows the same in isolation).
 func Track[H any](handle *H, c *Lease) {
-	runtime.AddCleanup(handle, (*Lease).leaked, c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return // ended before the caller got the handle: nothing to release
+	}
+	c.cleanup, c.tracked = runtime.AddCleanup(handle, (*Lease).leaked, c), true
 }
 
 // Context ends when the lease ends, with cause ErrReleased or an error
@@ -304,7 +323,12 @@ func (c *Lease) end(cause error, lost bool) bool {
 	held := c.held
 	c.timer.Stop()
 	c.renewAt = time.Time{}
+	cleanup, tracked := c.cleanup, c.tracked
+	c.tracked = false
 	c.mu.Unlock()
+	if tracked {
+		cleanup.Stop()
+	}
 	if lost && held && c.cfg.Events != nil {
 		c.cfg.Events.Lost(cause)
 	}

@@ -286,6 +286,59 @@ func TestLease_DroppedHandleIsReleased(t *testing.T) {
 	}
 }
 
+// TestLease_EndStopsTheCleanup: a lease that ends (released, or lost) takes
+// its handle's cleanup off the runtime's list at once, instead of leaving it
+// for the collector to queue and run for nothing (see Track).
+func TestLease_EndStopsTheCleanup(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(*Lease)
+	}{
+		{"released", func(c *Lease) { _ = c.Release(context.Background()) }},
+		{"lost", func(c *Lease) { c.Lose(ErrLockLost) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Release: func(context.Context) error { return nil }})
+			h := &handle{c}
+			Track(h, c)
+			if !c.tracked {
+				t.Fatal("Track registered no cleanup for a held lease")
+			}
+			tc.end(c)
+			if c.tracked {
+				t.Fatal("the cleanup is still registered after the lease ended")
+			}
+			runtime.KeepAlive(h)
+		})
+	}
+	t.Run("tracked after it ended", func(t *testing.T) {
+		c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Release: func(context.Context) error { return nil }})
+		_ = c.Release(context.Background())
+		h := &handle{c}
+		Track(h, c)
+		if c.tracked {
+			t.Fatal("Track registered a cleanup for a lease that had ended")
+		}
+	})
+}
+
+// BenchmarkTrack is a lease's life as a backend runs it (New, Track,
+// Release) while the handles of the last 4096 leases are still uncollected,
+// as they are between two collections of a busy process.
+func BenchmarkTrack(b *testing.B) {
+	var recent [4096]*handle
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: time.Now(), Release: func(context.Context) error { return nil }})
+		h := &handle{c}
+		Track(h, c)
+		_ = c.Release(context.Background())
+		recent[i%len(recent)] = h
+		i++
+	}
+}
+
 // TestLease_RefreshPastTheCallersDeadlineIsNoFailedRenewal: a manual Refresh
 // whose caller's deadline has passed (the timer that ends its context not yet
 // fired) fails with the client's own timeout. That is the caller giving up,
