@@ -1,38 +1,12 @@
 package workerid_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/snowflake/workerid"
 )
-
-// replayOnce runs the next script call twice while armed, the first reply thrown away:
-// what the server sees when go-redis retries an EVALSHA whose reply timed out.
-type replayOnce struct{ armed, replayed atomic.Bool }
-
-func (*replayOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*replayOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *replayOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
-			lost := redis.NewCmd(ctx, cmd.Args()...)
-			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				h.armed.Store(false)
-				h.replayed.Store(true)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
 
 // TestClaim_RetriedClaimKeepsThePreviousHoldersFloor: when the claim script runs twice
 // for one Claim (a retry after a lost reply), the second run finds the slot already held by
@@ -42,7 +16,7 @@ func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redisClient(r.Addr())
 	t.Cleanup(func() { _ = c.Close() })
-	h := &replayOnce{}
+	h := &replay{}
 	c.AddHook(h)
 	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
 	if err != nil {

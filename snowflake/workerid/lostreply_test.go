@@ -1,0 +1,139 @@
+package workerid_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/snowflake/workerid"
+)
+
+// replay runs the next script call twice while armed, the first reply thrown away: what
+// the server sees when go-redis retries an EVALSHA whose reply timed out. between, when
+// set, runs between the two: another process acting while the reply was lost.
+type replay struct {
+	armed, replayed atomic.Bool
+	between         func()
+}
+
+func (*replay) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*replay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *replay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
+			lost := redis.NewCmd(ctx, cmd.Args()...)
+			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				h.armed.Store(false)
+				h.replayed.Store(true)
+				if h.between != nil {
+					h.between()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRenew_RetriedRenewalKeepsTheLease: a renewal whose reply was lost runs again; the
+// second run finds the slot still this lease's and renews it again. The lease stays
+// valid and the generator keeps issuing.
+func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redisClient(r.Addr())
+	t.Cleanup(func() { _ = c.Close() })
+	h := &replay{}
+	c.AddHook(h)
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	l := claim(t, reg, "auth")
+	g := bound(t, l)
+	before := l.ExpiresAt()
+	h.armed.Store(true) // the next script call is the watchdog's renewal
+	testenv.WaitFor(t, 10*time.Second, "a renewal run twice", func() bool {
+		return h.replayed.Load() && l.ExpiresAt().After(before)
+	})
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease error after a retried renewal: %v", err)
+	}
+	if _, err := g.NextID(ctx); err != nil {
+		t.Fatalf("NextID after a retried renewal: %v", err)
+	}
+	if ttl := c.PTTL(ctx, "lockgov:workerid:{2}").Val(); ttl <= 0 {
+		t.Fatalf("slot PTTL %v after a retried renewal, want the slot held", ttl)
+	}
+}
+
+// TestRelease_RetriedReleaseLeavesTheSuccessorAlone: a release whose reply was lost runs
+// again after another process claimed the freed slot. The second run must find the slot
+// not this lease's and change nothing: the successor keeps its slot and its high-water
+// reservation (a retried release that deleted the slot, or lowered the mark to this
+// lease's last millisecond, would let a third process reuse the WorkerID under the
+// successor).
+func TestRelease_RetriedReleaseLeavesTheSuccessorAlone(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redisClient(r.Addr())
+	t.Cleanup(func() { _ = c.Close() })
+	other := redisClient(r.Addr())
+	t.Cleanup(func() { _ = other.Close() })
+	h := &replay{}
+	c.AddHook(h)
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	succReg, err := workerid.NewRedis(other, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	l := claim(t, reg, "auth")
+	if _, err := bound(t, l).NextN(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+
+	var succ *workerid.Lease
+	var succErr error
+	h.between = func() { succ, succErr = succReg.Claim(ctx, "auth") }
+	h.armed.Store(true)
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("retried release: %v", err)
+	}
+	if !h.replayed.Load() {
+		t.Fatal("the release script was not run twice")
+	}
+	if succErr != nil {
+		t.Fatalf("the successor's claim between the two runs: %v", succErr)
+	}
+	t.Cleanup(func() { _ = succ.Release(context.Background()) })
+	if succ.WorkerID() != l.WorkerID() {
+		t.Fatalf("successor claimed worker id %d, want the released %d", succ.WorkerID(), l.WorkerID())
+	}
+	st := succ.State()
+	if err := succ.Err(); err != nil {
+		t.Fatalf("successor's lease after the retried release: %v", err)
+	}
+	held, err := c.Exists(ctx, "lockgov:workerid:{2}").Result()
+	if err != nil || held != 1 {
+		t.Fatalf("successor's slot exists = %d (%v) after the retried release, want 1", held, err)
+	}
+	hw, err := c.Get(ctx, "lockgov:workerid:{2}:hw").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hw < st.LimitUnixMilli {
+		t.Fatalf("high-water mark %d after the retried release, below the successor's reservation %d", hw, st.LimitUnixMilli)
+	}
+	if _, err := bound(t, succ).NextID(ctx); err != nil {
+		t.Fatalf("successor's NextID: %v", err)
+	}
+}
