@@ -18,6 +18,16 @@
 //     (WithRequestTTL, 24h by default) changes nothing and returns the
 //     first answer, ErrInsufficient included; the same id with another
 //     amount is ErrRequestIDReused.
+//   - One effect per call where there is no request id: go-redis resends
+//     a command whose reply was lost (a read timeout, a reset connection)
+//     on another connection, after the script may have run. Add's credits
+//     and Rebalance's takes and credits each carry a random record, so a
+//     resend finds the first run's record and changes nothing: an Add is
+//     credited once, and Rebalance neither loses the units of a take it
+//     did not hear (they would be taken twice and credited once) nor
+//     credits a shard twice (units that were never there, an oversell). A
+//     caller's own retry of Add is a new call; Set is absolute, so a resend
+//     sets the same balance again.
 //   - Hot keys scale: WithShards(n) keeps a key in n buckets, each in its
 //     own Cluster hash slot. A deduction starts at a shard chosen from its
 //     request id (no global lock) and falls back across every shard before
@@ -83,5 +93,7 @@
 //     is a new request. A different WithShards or WithPrefix for the same
 //     key reads other buckets.
 //   - Every record costs memory until its TTL: size the TTL to the retry
-//     window of your clients.
+//     window of your clients. Add and Rebalance leave one record per shard
+//     they touch, living until the caller's deadline plus a second (the
+//     request TTL when the context has no deadline): give them a deadline.
 package quota

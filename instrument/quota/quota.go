@@ -2,11 +2,14 @@ package quota
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -127,8 +130,10 @@ func (q *Quota) Set(ctx context.Context, key string, amount int64) error {
 }
 
 // Add credits amount (> 0) to key, split evenly over the shards in sharded
-// mode. It is not idempotent: use Refund with a request id for a credit
-// that may be retried.
+// mode. Each shard's credit applies once even when go-redis resends it
+// after a lost reply (a random record per call, see credit.lua), but a
+// caller's own retry of Add is a second Add: use Refund with a request id
+// for a credit that may be retried.
 func (q *Quota) Add(ctx context.Context, key string, amount int64) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -140,7 +145,7 @@ func (q *Quota) Add(ctx context.Context, key string, amount int64) error {
 		if a == 0 {
 			continue
 		}
-		if _, _, err := q.credit(ctx, q.bucket(key, i), "", a); err != nil {
+		if err := q.creditCall(ctx, q.bucket(key, i), a); err != nil {
 			return fmt.Errorf("quota: add %q: %w", key, err)
 		}
 	}
@@ -247,7 +252,7 @@ func (q *Quota) refund(ctx context.Context, key string, amount int64, requestID 
 		return 0, false, err
 	}
 	b := q.bucket(key, q.shardOf(requestID))
-	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, amount)
+	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, q.ttlMS, amount)
 	if err != nil {
 		return 0, false, fmt.Errorf("quota: refund %q: %w", key, err)
 	}
@@ -312,7 +317,8 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 		if v <= target[i] {
 			continue
 		}
-		took, err := takeScript.Run(ctx, q.c, []string{q.bucket(key, i)}, v-target[i]).Int64()
+		b := q.bucket(key, i)
+		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], resendTTL(ctx, q.cfg.requestTTL)).Int64()
 		if err != nil {
 			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
 		}
@@ -326,27 +332,23 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 			continue
 		}
 		give := min(target[i]-v, pool)
-		if _, _, err := q.credit(ctx, q.bucket(key, i), "", give); err != nil {
+		if err := q.creditCall(ctx, q.bucket(key, i), give); err != nil {
 			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
 		}
 		pool -= give
 	}
 	if pool > 0 { // deductions emptied shards meanwhile: the rest goes to the first
-		if _, _, err := q.credit(ctx, q.bucket(key, 0), "", pool); err != nil {
+		if err := q.creditCall(ctx, q.bucket(key, 0), pool); err != nil {
 			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
 		}
 	}
 	return nil
 }
 
-func (q *Quota) credit(ctx context.Context, bucket, record string, amount int64) (int64, bool, error) {
-	keys := []string{bucket}
-	args := []any{amount, int64(MaxAmount)}
-	if record != "" {
-		keys = append(keys, record)
-		args = append(args, q.ttlMS)
-	}
-	res, err := creditScript.Run(ctx, q.c, keys, args...).Int64Slice()
+// credit runs credit.lua: amount onto bucket, at most once per record,
+// which lives ttlMS.
+func (q *Quota) credit(ctx context.Context, bucket, record string, ttlMS any, amount int64) (int64, bool, error) {
+	res, err := creditScript.Run(ctx, q.c, []string{bucket, record}, amount, int64(MaxAmount), ttlMS).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr(err)
 	}
@@ -470,3 +472,34 @@ func newMetrics(reg prometheus.Registerer) (*telemetry.Children[string, deductCo
 }
 
 func (m *deductCounters) count(result string) { (*m)[result].Inc() }
+
+// creditCall credits amount onto bucket once for this call (Add and
+// Rebalance, which have no request id), a resend after a lost reply
+// included.
+func (q *Quota) creditCall(ctx context.Context, bucket string, amount int64) error {
+	_, _, err := q.credit(ctx, bucket, bucket+":c:"+callID(), resendTTL(ctx, q.cfg.requestTTL), amount)
+	return err
+}
+
+// callID names one call of a script that has no request id of its own (Add's
+// and Rebalance's steps), so that its record tells a resend of that call
+// from a new one: 128 random bits, hex.
+func callID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// resendTTL is how long the record of a call with no request id lives, in
+// milliseconds: as long as go-redis may resend the call, which is until the
+// caller's context ends (it sleeps between tries on that context), plus a
+// second for a resend still in flight then, and never more than the request
+// TTL. Without a deadline it is the request TTL: the retry window the
+// caller sized it for (WithRequestTTL).
+func resendTTL(ctx context.Context, requestTTL time.Duration) int64 {
+	d := requestTTL
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(max(time.Until(dl), 0)+time.Second, d)
+	}
+	return max(d.Milliseconds(), 1)
+}
