@@ -40,9 +40,13 @@
 // Put the read and the write in one statement or script when that matters
 // (as instrument/quota does).
 //
-// Equal fences are refused too: a lease writes a key once, or the caller
-// treats a StaleFenceError with Stored == Offered as "this lease's earlier
-// write is the one stored" (a retry of a write whose reply was lost).
+// Equal fences are refused too: a lease writes a key once. Redis tells the
+// same write sent again (go-redis resends a command whose reply was lost)
+// from a second write: an equal fence with the stored value reports written
+// and changes nothing, an equal fence with another value is refused. SQL
+// refuses every equal fence: a caller that retries an Update whose outcome
+// was unknown treats a StaleFenceError with Stored == Offered as "this
+// lease's earlier write is the one stored".
 //
 // etcd: a write applies only while the lease's queue entry exists, which is
 // stronger (the holder, not only an older holder, is checked) and allows
@@ -52,7 +56,8 @@
 //
 // A write whose outcome is unknown (a timeout, a reset connection) returns
 // the transport error; it may or may not have been applied, and the fence
-// makes a retry safe: a retry either applies or reports Stored == Offered.
+// makes a retry safe: a retry either applies, or reports written (Redis,
+// same value) or Stored == Offered (SQL).
 // Fences beyond math.MaxInt64 cannot be stored in a BIGINT column and are
 // refused by SQL. Fence 0 means a lease without a fence and is refused
 // everywhere.

@@ -18,9 +18,13 @@
 //
 // # Failure modes
 //
-// A Set whose reply is lost returns the transport error; retrying with the
-// same fence either writes or returns a StaleFenceError with Stored ==
-// Offered (the first attempt was applied). A Redis that lost writes (a
+// go-redis resends a Set whose reply was lost (a read timeout, a reset
+// connection) on another connection, after it may have run: a resend finds
+// its own fence and value stored and reports written, so Set returns nil
+// for a write that was applied. A Set that still fails returns the
+// transport error; retrying it with the same fence and value either writes
+// or reports written, the same fence with another value is refused
+// (StaleFenceError with Stored == Offered). A Redis that lost writes (a
 // failover to a replica that missed them, a restart without persistence)
 // lost the stored fence with them: a stale holder can then write once more
 // until a newer holder writes again. Keep fenced data where writes are not
@@ -85,7 +89,8 @@ func FenceKey(key string) (string, error) {
 }
 
 // Set writes value to key with fence f if f is above the fence stored with
-// key (none stored counts as below every fence). ttl > 0 expires the value
+// key (none stored counts as below every fence), or reports written without
+// writing when f and value are the ones stored (the same write again). ttl > 0 expires the value
 // and its fence together; 0 keeps both. It returns nil when written, a
 // *fence.StaleFenceError when refused, and the transport error when the
 // outcome is unknown.

@@ -207,3 +207,39 @@ func TestSet_ConcurrentWritersOnlyTheHighestFenceWins(t *testing.T) {
 		t.Fatalf("Get = %q %d %v, want fence 32's value", v, f, err)
 	}
 }
+
+// TestSet_ResentAfterALostReplyReportsWritten: the script ran, its reply was
+// lost, and go-redis resent it on another connection. The resend finds this
+// fence and value stored: Set must return nil, not a StaleFenceError that
+// would tell the holder its write was refused (and have it undo work whose
+// write is the one stored). Another value under the same fence is still
+// refused.
+func TestSet_ResentAfterALostReplyReportsWritten(t *testing.T) {
+	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	w := newWriter(t, c)
+	ctx := timeout(t, 30*time.Second)
+	// Load the script: the dropped reply must be set.lua's, not a NOSCRIPT
+	// that go-redis answers with EVAL.
+	if err := w.Set(ctx, "warm", "x", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Set(ctx, "stock:{sku-1}", "10", 100, 0); err != nil {
+		t.Fatal(err)
+	}
+	dropped := p.DropNextReply()
+	if err := w.Set(ctx, "stock:{sku-1}", "9", 101, 0); err != nil {
+		t.Fatalf("Set whose reply was lost and resent: %v, want nil (it was applied)", err)
+	}
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("no reply was dropped: the scenario did not happen")
+	}
+	if v, f, err := w.Get(ctx, "stock:{sku-1}"); err != nil || v != "9" || f != 101 {
+		t.Fatalf("Get = %q %d %v, want 9 101", v, f, err)
+	}
+	wantStale(t, w.Set(ctx, "stock:{sku-1}", "8", 101, 0), 101, 101)
+}

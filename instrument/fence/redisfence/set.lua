@@ -7,7 +7,12 @@
 -- ARGV[2]  the offered fence: decimal, no sign, no leading zeros, not "0"
 -- ARGV[3]  TTL in milliseconds for both keys, "0" for none
 --
--- Returns {1, offered} when written, {0, stored} when refused.
+-- Returns {1, offered} when written, {0, stored} when refused. An offered
+-- fence equal to the stored one is refused (a lease writes a key once),
+-- unless the stored value is this value: that is the same write sent again
+-- (go-redis resends a command whose reply was lost, after it ran), and it
+-- answers written without changing anything, so that the write it already
+-- made is not reported refused.
 --
 -- Fences are compared as decimal strings (longer is larger, then byte
 -- order), not as Lua numbers: Lua numbers are doubles, exact only to 2^53,
@@ -15,7 +20,13 @@
 local stored = redis.call('GET', KEYS[2])
 local offered = ARGV[2]
 if stored then
-  if #offered < #stored or (#offered == #stored and offered <= stored) then
+  if #offered < #stored or (#offered == #stored and offered < stored) then
+    return {0, stored}
+  end
+  if offered == stored then
+    if redis.call('GET', KEYS[1]) == ARGV[1] then
+      return {1, offered}
+    end
     return {0, stored}
   end
 end
