@@ -59,7 +59,10 @@
 //     deletes only a lock without a TTL, and only if the lock's value (etcd:
 //     the entry's revision and value) is still the one it read, so a lock
 //     taken by a new holder meanwhile is never deleted. Each deletion is
-//     logged with the key, pattern and holder.
+//     logged with the key, pattern and holder. A lock found gone by the
+//     delete itself answers 410 and is logged too: on Redis that is also
+//     what a resent delete sees after its first run deleted the lock (its
+//     reply lost), so the audit log misses no deletion.
 //
 // # Failure modes
 //

@@ -141,6 +141,13 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
 	case errors.Is(err, errNotImmortal):
 		writeJSON(w, http.StatusConflict, apiError{err.Error()})
+	case errors.Is(err, errGone):
+		// Possibly this request's own deletion (a resent script): logged
+		// as the audit line of a deletion that may have happened.
+		a.log.Warn("agent: remediation: the immortal lock is gone, deleted by this request or released by its holder meanwhile",
+			"store", s.name, "key", key, "key_pattern", l.Pattern,
+			"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)
+		writeJSON(w, http.StatusGone, apiError{err.Error()})
 	case err != nil:
 		writeJSON(w, http.StatusBadGateway, apiError{err.Error()})
 	case !deleted:
@@ -157,6 +164,7 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 var (
 	errNoLock      = errors.New("no such lock")
 	errNotImmortal = errors.New("the lock has a TTL: it expires by itself, and remediation deletes only locks without one")
+	errGone        = errors.New("the lock is gone: this request deleted it (its reply was lost and the command resent) or its holder released it meanwhile")
 )
 
 func (a *Agent) storeNamed(name string) (*store, error) {
@@ -196,6 +204,9 @@ func (a *Agent) deleteImmortal(ctx context.Context, s *store, key string) (Lock,
 		return l, false, errNotImmortal
 	}
 	n, err := remediateScript.Run(ctx, s.redis, []string{key}, raw).Int()
+	if err == nil && n == -1 {
+		return l, false, errGone
+	}
 	return l, n == 1, err
 }
 

@@ -149,3 +149,47 @@ func TestRemediation_Etcd_DeletesAnEntryWithoutLeaseOnly(t *testing.T) {
 		t.Error("the entry without lease is still there")
 	}
 }
+
+// TestRemediation_ResentDeleteIsStillLogged: the delete script ran, its reply
+// was lost, and go-redis resent it. The resend finds the lock gone: the agent
+// must not answer "changed, not deleted" (409) and log nothing for a lock
+// that this request deleted. It answers 410 and writes the audit line.
+func TestRemediation_ResentDeleteIsStillLogged(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Set(ctx, "lock:order:2", "tok-immortal 7 {\"service\":\"billing\",\"pid\":1}", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	cfg := testConfig("agent-on")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = "s3cr3t-remediation"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	a := start(t, cfg)
+	h := &testenv.ResendOnce{SHA: remediateScript.Hash()}
+	a.stores[0].redis.AddHook(h)
+	// Load the script first, so that the resent call is the script itself,
+	// not the NOSCRIPT that go-redis answers with EVAL.
+	if err := remediateScript.Load(ctx, a.stores[0].redis).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.Arm()
+	code, body := del(t, a, "key=lock:order:2", cfg.RemediationToken)
+	if !h.Resent() {
+		t.Fatal("the delete script was not run twice: the scenario did not happen")
+	}
+	if code != http.StatusGone || !strings.Contains(body, "deleted it") {
+		t.Fatalf("resent delete: %d %s, want 410 saying this request may have deleted it", code, body)
+	}
+	if n, _ := c.Exists(ctx, "lock:order:2").Result(); n != 0 {
+		t.Fatal("the immortal lock is still there")
+	}
+	if !strings.Contains(logs.String(), "the immortal lock is gone, deleted by this request") || !strings.Contains(logs.String(), "lock:order:2") {
+		t.Fatalf("the deletion left no audit line:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "tok-immortal") {
+		t.Fatalf("the owner token is in the log:\n%s", logs.String())
+	}
+}

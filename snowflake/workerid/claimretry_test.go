@@ -16,8 +16,7 @@ func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redisClient(r.Addr())
 	t.Cleanup(func() { _ = c.Close() })
-	h := &replay{}
-	c.AddHook(h)
+	h := resendOf(t, c, "claim.lua")
 	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
 	if err != nil {
 		t.Fatal(err)
@@ -36,9 +35,9 @@ func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.armed.Store(true)
+	h.Arm()
 	l := claim(t, reg, "auth")
-	if !h.replayed.Load() {
+	if !h.Resent() {
 		t.Fatal("the claim script was not run twice")
 	}
 	if _, err := bound(t, l).NextID(ctx); err != nil {

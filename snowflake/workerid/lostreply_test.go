@@ -2,7 +2,7 @@ package workerid_test
 
 import (
 	"context"
-	"sync/atomic"
+	"os"
 	"testing"
 	"time"
 
@@ -12,33 +12,21 @@ import (
 	"github.com/lockgov/lockgov/snowflake/workerid"
 )
 
-// replay runs the next script call twice while armed, the first reply thrown away: what
-// the server sees when go-redis retries an EVALSHA whose reply timed out. between, when
-// set, runs between the two: another process acting while the reply was lost.
-type replay struct {
-	armed, replayed atomic.Bool
-	between         func()
-}
-
-func (*replay) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*replay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *replay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); h.armed.Load() && (n == "evalsha" || n == "eval") {
-			lost := redis.NewCmd(ctx, cmd.Args()...)
-			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				h.armed.Store(false)
-				h.replayed.Store(true)
-				if h.between != nil {
-					h.between()
-				}
-			}
-		}
-		return next(ctx, cmd)
+// resendOf adds to c a ResendOnce for the script in file (this package's
+// source), loaded so that its first call is not a NOSCRIPT: other scripts
+// the registry runs meanwhile are not resent.
+func resendOf(t *testing.T, c *redis.Client, file string) *testenv.ResendOnce {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := c.ScriptLoad(context.Background(), string(src)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := &testenv.ResendOnce{SHA: testenv.ScriptSHA(string(src))}
+	c.AddHook(h)
+	return h
 }
 
 // TestRenew_RetriedRenewalKeepsTheLease: a renewal whose reply was lost runs again; the
@@ -48,8 +36,7 @@ func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redisClient(r.Addr())
 	t.Cleanup(func() { _ = c.Close() })
-	h := &replay{}
-	c.AddHook(h)
+	h := resendOf(t, c, "renew.lua")
 	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +45,9 @@ func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
 	l := claim(t, reg, "auth")
 	g := bound(t, l)
 	before := l.ExpiresAt()
-	h.armed.Store(true) // the next script call is the watchdog's renewal
+	h.Arm() // the watchdog's next renewal
 	testenv.WaitFor(t, 10*time.Second, "a renewal run twice", func() bool {
-		return h.replayed.Load() && l.ExpiresAt().After(before)
+		return h.Resent() && l.ExpiresAt().After(before)
 	})
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease error after a retried renewal: %v", err)
@@ -85,8 +72,7 @@ func TestRelease_RetriedReleaseLeavesTheSuccessorAlone(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	other := redisClient(r.Addr())
 	t.Cleanup(func() { _ = other.Close() })
-	h := &replay{}
-	c.AddHook(h)
+	h := resendOf(t, c, "release.lua")
 	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
 	if err != nil {
 		t.Fatal(err)
@@ -103,12 +89,12 @@ func TestRelease_RetriedReleaseLeavesTheSuccessorAlone(t *testing.T) {
 
 	var succ *workerid.Lease
 	var succErr error
-	h.between = func() { succ, succErr = succReg.Claim(ctx, "auth") }
-	h.armed.Store(true)
+	h.Between = func() { succ, succErr = succReg.Claim(ctx, "auth") }
+	h.Arm()
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("retried release: %v", err)
 	}
-	if !h.replayed.Load() {
+	if !h.Resent() {
 		t.Fatal("the release script was not run twice")
 	}
 	if succErr != nil {

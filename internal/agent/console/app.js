@@ -61,6 +61,7 @@
       }).then(function (r) {
         return r.json().then(function (body) {
           if (r.ok) { sessionStorage.setItem("lockgov-token", token); window.alert("Deleted " + key); refresh(); return; }
+          if (r.status === 410) { window.alert(body.error); refresh(); return; }
           if (r.status === 401) sessionStorage.removeItem("lockgov-token");
           window.alert("Not deleted: " + (body.error || r.status));
         });

@@ -1,0 +1,59 @@
+package testenv
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ResendOnce is a go-redis hook (client.AddHook) that, once armed, runs the
+// next call of script SHA (EVALSHA) twice and throws the first reply away:
+// what redis-server sees when go-redis resends a command whose reply was lost
+// after it ran. Between, when set, runs between the two runs: another
+// process acting while the reply was lost. Load the script before arming
+// (a call answered NOSCRIPT is not resent). SHA names the script so that
+// other scripts the client runs meanwhile (a watchdog's renewal, a
+// heartbeat) are left alone; ScriptSHA gives it for a script's source.
+type ResendOnce struct {
+	SHA     string
+	Between func()
+
+	armed, resent atomic.Bool
+}
+
+// Arm makes the next script call run twice.
+func (h *ResendOnce) Arm() { h.resent.Store(false); h.armed.Store(true) }
+
+// Resent reports whether a script call ran twice since Arm.
+func (h *ResendOnce) Resent() bool { return h.resent.Load() }
+
+func (*ResendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*ResendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *ResendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); h.armed.Load() && cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.SHA {
+			lost := redis.NewCmd(ctx, cmd.Args()...)
+			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				h.armed.Store(false)
+				h.resent.Store(true)
+				if h.Between != nil {
+					h.Between()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ScriptSHA is the SHA1 that EVALSHA names src by.
+func ScriptSHA(src string) string {
+	sum := sha1.Sum([]byte(src))
+	return hex.EncodeToString(sum[:])
+}
