@@ -261,9 +261,7 @@ func TestStoreFailure_ResultUnstoredAfterTheCallersDeadlineIsStillDegraded(t *te
 // must return fn's result, not ErrLeaseLost, and a retry must replay it.
 func TestStoreFailure_FinishWhoseReplyIsLostIsNotALoss(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := testenv.NewLostReplyClient(t, p.Addr())
 	s := newStore(t, c)
 	ctx := timeout(t, time.Minute)
 	// Load the scripts: the dropped reply must be finish.lua's, not a
@@ -299,9 +297,7 @@ func TestStoreFailure_FinishWhoseReplyIsLostIsNotALoss(t *testing.T) {
 // own lease as if another owner held the key.
 func TestStoreFailure_BeginWhoseReplyIsLostRunsAtOnce(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := testenv.NewLostReplyClient(t, p.Addr())
 	s := newStore(t, c, idempotency.WithLease(time.Minute))
 	ctx := timeout(t, time.Minute)
 	if _, err := s.Do(ctx, "warm", nil, func(context.Context, idempotency.Attempt) ([]byte, error) { return nil, nil }); err != nil {

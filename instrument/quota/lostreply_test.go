@@ -61,9 +61,7 @@ func lostReplyQuota(t *testing.T, shards int) (*quota.Quota, *dropScriptReply, *
 	t.Helper()
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := testenv.NewLostReplyClient(t, p.Addr())
 	h := &dropScriptReply{p: p}
 	c.AddHook(h)
 	q := newQuota(t, c, quota.WithShards(shards))

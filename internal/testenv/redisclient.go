@@ -36,6 +36,19 @@ func NewRedisClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
+// NewLostReplyClient returns a client on addr, a Proxy's, for tests of a
+// reply lost after the command ran (Proxy.DropNextReply): with 300 ms read
+// and write timeouts and two retries, go-redis notices the lost reply and
+// resends the command on another connection within the test, as it would in
+// production after its own timeouts. The test closes it when it ends.
+func NewLostReplyClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: 2,
+		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Client returns a client on this server that the test closes when it ends.
 // With WithRedisTLS or WithRedisACLUser it connects over TLS with the client
 // certificate and as testenv's administrator (every command and key).

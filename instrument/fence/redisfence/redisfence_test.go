@@ -216,9 +216,7 @@ func TestSet_ConcurrentWritersOnlyTheHighestFenceWins(t *testing.T) {
 // refused.
 func TestSet_ResentAfterALostReplyReportsWritten(t *testing.T) {
 	p := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	t.Cleanup(func() { _ = c.Close() })
+	c := testenv.NewLostReplyClient(t, p.Addr())
 	w := newWriter(t, c)
 	ctx := timeout(t, 30*time.Second)
 	// Load the script: the dropped reply must be set.lua's, not a NOSCRIPT
