@@ -24,7 +24,7 @@ type ResendOnce struct {
 	armed, resent atomic.Bool
 }
 
-// Arm makes the next script call run twice.
+// Arm makes the next call of the script run twice.
 func (h *ResendOnce) Arm() { h.resent.Store(false); h.armed.Store(true) }
 
 // Resent reports whether a script call ran twice since Arm.
@@ -38,10 +38,11 @@ func (*ResendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 func (h *ResendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); h.armed.Load() && cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.SHA {
-			lost := redis.NewCmd(ctx, cmd.Args()...)
-			if err := next(ctx, lost); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-				h.armed.Store(false)
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.SHA && h.armed.CompareAndSwap(true, false) {
+			lost := redis.NewCmd(ctx, args...)
+			if err := next(ctx, lost); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				h.armed.Store(true) // not run: the next call is the one
+			} else {
 				h.resent.Store(true)
 				if h.Between != nil {
 					h.Between()
