@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -318,7 +317,7 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 			continue
 		}
 		b := q.bucket(key, i)
-		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], resendTTL(ctx, q.cfg.requestTTL)).Int64()
+		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], storefail.ResendWindow(ctx, q.cfg.requestTTL).Milliseconds()).Int64()
 		if err != nil {
 			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
 		}
@@ -477,7 +476,7 @@ func (m *deductCounters) count(result string) { (*m)[result].Inc() }
 // Rebalance, which have no request id), a resend after a lost reply
 // included.
 func (q *Quota) creditCall(ctx context.Context, bucket string, amount int64) error {
-	_, _, err := q.credit(ctx, bucket, bucket+":c:"+callID(), resendTTL(ctx, q.cfg.requestTTL), amount)
+	_, _, err := q.credit(ctx, bucket, bucket+":c:"+callID(), storefail.ResendWindow(ctx, q.cfg.requestTTL).Milliseconds(), amount)
 	return err
 }
 
@@ -488,18 +487,4 @@ func callID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-// resendTTL is how long the record of a call with no request id lives, in
-// milliseconds: as long as go-redis may resend the call, which is until the
-// caller's context ends (it sleeps between tries on that context), plus a
-// second for a resend still in flight then, and never more than the request
-// TTL. Without a deadline it is the request TTL: the retry window the
-// caller sized it for (WithRequestTTL).
-func resendTTL(ctx context.Context, requestTTL time.Duration) int64 {
-	d := requestTTL
-	if dl, ok := ctx.Deadline(); ok {
-		d = min(max(time.Until(dl), 0)+time.Second, d)
-	}
-	return max(d.Milliseconds(), 1)
 }

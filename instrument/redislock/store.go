@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument/internal/leasecore"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
 // store is how a Locker takes, keeps and gives up a lock in one mode: on one
@@ -265,13 +266,8 @@ func (node) drift(ttl time.Duration) time.Duration { return leasecore.Drift(ttl)
 const maxTombstoneTTL = time.Minute
 
 // tombstoneTTL is how long a release's tombstone lives, in milliseconds:
-// as long as the call can be retried, which is until its context ends, plus
-// a second for a retry still in flight then, and never more than
-// maxTombstoneTTL.
+// as long as the call can be retried (storefail.ResendWindow), and never
+// more than maxTombstoneTTL.
 func tombstoneTTL(ctx context.Context) int64 {
-	d := maxTombstoneTTL
-	if dl, ok := ctx.Deadline(); ok {
-		d = min(max(time.Until(dl), 0)+time.Second, d)
-	}
-	return d.Milliseconds()
+	return storefail.ResendWindow(ctx, maxTombstoneTTL).Milliseconds()
 }

@@ -1,6 +1,8 @@
 // Package storefail is what instrument, idempotency and quota share about a
-// store that cannot be reached: which errors say so (Unavailable), and the
-// count and log line of every decision taken without the store (Reporter).
+// store that cannot be reached: which errors say so (Unavailable), the
+// count and log line of every decision taken without the store (Reporter),
+// and how long a command whose reply was lost can still be resent
+// (ResendWindow).
 //
 // Only transport failures degrade: a refused or reset connection, a
 // timeout, a server that says it is not serving (LOADING, CLUSTERDOWN,
@@ -149,4 +151,19 @@ func (r *Reporter) Degraded(err error) {
 	}
 	r.logger.Warn("lockgov: store unreachable, deciding without it (fail open)",
 		"component", r.component, "decisions", n, "error", cause)
+}
+
+// ResendWindow is how long a record that lets a script recognise a resend of
+// its own call must live: go-redis resends a command whose reply was lost
+// (a read timeout, a reset connection) until the caller's context ends (it
+// sleeps between tries on that context), so the context's time left plus a
+// second for a resend still in flight then, never more than limit; limit
+// when the context has no deadline. At least a millisecond, so that it can
+// be a PX.
+func ResendWindow(ctx context.Context, limit time.Duration) time.Duration {
+	d := limit
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(max(time.Until(dl), 0)+time.Second, d)
+	}
+	return max(d, time.Millisecond)
 }

@@ -103,3 +103,32 @@ func TestEnded_ADeadlineThatPassedEndsTheContextBeforeItsTimerFires(t *testing.T
 		t.Fatalf("cancelled: Ended = %v, want its cause", err)
 	}
 }
+
+// TestResendWindow_TheCallersTimeLeftPlusASecondBoundedByTheLimit: the
+// bounds come from the test's own clock around the call, so a stall of the
+// machine cannot make it fail.
+func TestResendWindow_TheCallersTimeLeftPlusASecondBoundedByTheLimit(t *testing.T) {
+	if got := ResendWindow(context.Background(), time.Minute); got != time.Minute {
+		t.Errorf("no deadline: %v, want the limit 1m0s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	before := time.Until(dl)
+	got := ResendWindow(ctx, time.Minute)
+	after := time.Until(dl)
+	if got > before+time.Second || got < after+time.Second {
+		t.Errorf("5 s deadline: %v, want its time left (%v..%v) plus 1s", got, after, before)
+	}
+	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLong()
+	if got := ResendWindow(long, time.Minute); got != time.Minute {
+		t.Errorf("an hour's deadline: %v, want the limit 1m0s", got)
+	}
+	if got := ResendWindow(testenv.DeadlinePassed(t, context.Background(), time.Minute), time.Minute); got != time.Second {
+		t.Errorf("a passed deadline: %v, want 1s for a resend still in flight", got)
+	}
+	if got := ResendWindow(context.Background(), 0); got != time.Millisecond {
+		t.Errorf("a zero limit: %v, want 1ms (a valid PX)", got)
+	}
+}
