@@ -1,9 +1,8 @@
 package quota_test
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
+	"os"
 	"testing"
 	"time"
 
@@ -13,59 +12,24 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// dropScriptReply makes the proxy drop the reply to the n-th script call
-// (EVALSHA) after it is armed: the script ran, its client never hears, and
-// go-redis resends it on another connection, as it does after any read
-// timeout. dropped is closed once a reply was dropped.
-type dropScriptReply struct {
-	p       *testenv.Proxy
-	n       atomic.Int64 // script calls left before the one to drop; 0: disarmed
-	dropped atomic.Pointer[<-chan struct{}]
-}
-
-func (*dropScriptReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*dropScriptReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *dropScriptReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "evalsha" && h.n.Load() > 0 && h.n.Add(-1) == 0 {
-			ch := h.p.DropNextReply()
-			h.dropped.Store(&ch)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *dropScriptReply) arm(n int64) { h.dropped.Store(nil); h.n.Store(n) }
-
-func (h *dropScriptReply) wasDropped() bool {
-	ch := h.dropped.Load()
-	if ch == nil {
-		return false
-	}
-	select {
-	case <-*ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// lostReplyQuota is a Quota whose client goes through a fault proxy, with
-// timeouts short enough for go-redis to resend within the test, and its
-// scripts loaded (a dropped reply must be the script's, not a NOSCRIPT that
-// go-redis answers with EVAL).
-func lostReplyQuota(t *testing.T, shards int) (*quota.Quota, *dropScriptReply, *redis.Client) {
+// lostReplyQuota is a Quota on its own redis-server with its scripts loaded,
+// and a ResendOnce on its client for the script in file (this package's
+// source): armed, the next call of that script runs twice, its first reply
+// lost, as when go-redis resends it after a read timeout.
+func lostReplyQuota(t *testing.T, shards int, file string) (*quota.Quota, *testenv.ResendOnce, *redis.Client) {
 	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := testenv.NewRedis(t)
-	p := testenv.NewProxy(t, r.Addr())
-	c := testenv.NewLostReplyClient(t, p.Addr())
-	h := &dropScriptReply{p: p}
+	c := r.Client(t)
+	h := &testenv.ResendOnce{SHA: testenv.ScriptSHA(string(src))}
 	c.AddHook(h)
 	q := newQuota(t, c, quota.WithShards(shards))
 	ctx := timeout(t, time.Minute)
+	// Every script runs once first, so that the call run twice is the script
+	// and not a NOSCRIPT.
 	if err := q.Set(ctx, "warm", 10); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +42,7 @@ func lostReplyQuota(t *testing.T, shards int) (*quota.Quota, *dropScriptReply, *
 	if err := q.Rebalance(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	return q, h, r.Client(t)
+	return q, h, c
 }
 
 // TestLostReply_AddCreditsOnce: Add's script runs, its reply is lost and
@@ -88,17 +52,17 @@ func lostReplyQuota(t *testing.T, shards int) (*quota.Quota, *dropScriptReply, *
 func TestLostReply_AddCreditsOnce(t *testing.T) {
 	for _, shards := range []int{1, 4} {
 		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
-			q, h, _ := lostReplyQuota(t, shards)
+			q, h, _ := lostReplyQuota(t, shards, "credit.lua")
 			ctx := timeout(t, time.Minute)
 			if err := q.Set(ctx, "stock", 10); err != nil {
 				t.Fatal(err)
 			}
-			h.arm(1)
+			h.Arm()
 			if err := q.Add(ctx, "stock", 8); err != nil {
 				t.Fatalf("Add with its reply lost: %v", err)
 			}
-			if !h.wasDropped() {
-				t.Fatal("no reply was dropped: the scenario did not happen")
+			if !h.Resent() {
+				t.Fatal("no credit was resent: the scenario did not happen")
 			}
 			if got, err := q.Remaining(ctx, "stock"); err != nil || got != 18 {
 				t.Fatalf("Remaining after Add(8) to 10 = %d, %v; want 18", got, err)
@@ -114,14 +78,13 @@ func TestLostReply_AddCreditsOnce(t *testing.T) {
 // a credit run twice creates units, which is an oversell.
 func TestLostReply_RebalanceConservesUnits(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		nth  int64 // script call of Rebalance whose reply is lost
+		name, script string // Rebalance's step whose reply is lost
 	}{
-		{"take", 1},
-		{"credit", 2},
+		{"take", "take.lua"},
+		{"credit", "credit.lua"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q, h, direct := lostReplyQuota(t, 4)
+			q, h, direct := lostReplyQuota(t, 4, tc.script)
 			ctx := timeout(t, time.Minute)
 			if err := q.Set(ctx, "stock", 40); err != nil { // 10 per shard
 				t.Fatal(err)
@@ -131,12 +94,12 @@ func TestLostReply_RebalanceConservesUnits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h.arm(tc.nth)
+			h.Arm()
 			if err := q.Rebalance(ctx, "stock"); err != nil {
 				t.Fatalf("Rebalance with a reply lost: %v", err)
 			}
-			if !h.wasDropped() {
-				t.Fatal("no reply was dropped: the scenario did not happen")
+			if !h.Resent() {
+				t.Fatal("no step was resent: the scenario did not happen")
 			}
 			var shards []int64
 			var sum int64
