@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/internal/testenv"
-	"github.com/lockgov/lockgov/snowflake/workerid"
 )
 
 // TestClaim_RetriedClaimKeepsThePreviousHoldersFloor: when the claim script runs twice
@@ -13,14 +12,8 @@ import (
 // the same token. It must return the floor the first run found, the previous holder's
 // mark, not read back the first run's own reservation: the generator issues at once.
 func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := redisClient(r.Addr())
-	t.Cleanup(func() { _ = c.Close() })
+	c, reg := auth2(t, testenv.NewRedis(t).Addr())
 	h := resendOf(t, c, "claim.lua")
-	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := ctxT(t, 10*time.Second)
 	// A previous holder released the slot: the mark is the last millisecond it used.
 	prev := claim(t, reg, "auth")

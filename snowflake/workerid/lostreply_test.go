@@ -29,18 +29,25 @@ func resendOf(t *testing.T, c *redis.Client, file string) *testenv.ResendOnce {
 	return h
 }
 
-// TestRenew_RetriedRenewalKeepsTheLease: a renewal whose reply was lost runs again; the
-// second run finds the slot still this lease's and renews it again. The lease stays
-// valid and the generator keeps issuing.
-func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := redisClient(r.Addr())
+// auth2 is a client on addr, closed when the test ends, and a Registry on it
+// whose identity (auth-2) claims WorkerID 2 of service "auth".
+func auth2(t *testing.T, addr string) (*redis.Client, *workerid.Registry) {
+	t.Helper()
+	c := redisClient(addr)
 	t.Cleanup(func() { _ = c.Close() })
-	h := resendOf(t, c, "renew.lua")
 	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, reg
+}
+
+// TestRenew_RetriedRenewalKeepsTheLease: a renewal whose reply was lost runs again; the
+// second run finds the slot still this lease's and renews it again. The lease stays
+// valid and the generator keeps issuing.
+func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
+	c, reg := auth2(t, testenv.NewRedis(t).Addr())
+	h := resendOf(t, c, "renew.lua")
 	ctx := ctxT(t, 20*time.Second)
 	l := claim(t, reg, "auth")
 	g := bound(t, l)
@@ -68,19 +75,9 @@ func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
 // successor).
 func TestRelease_RetriedReleaseLeavesTheSuccessorAlone(t *testing.T) {
 	r := testenv.NewRedis(t)
-	c := redisClient(r.Addr())
-	t.Cleanup(func() { _ = c.Close() })
-	other := redisClient(r.Addr())
-	t.Cleanup(func() { _ = other.Close() })
+	c, reg := auth2(t, r.Addr())
+	_, succReg := auth2(t, r.Addr())
 	h := resendOf(t, c, "release.lua")
-	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	succReg, err := workerid.NewRedis(other, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-2", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := ctxT(t, 20*time.Second)
 	l := claim(t, reg, "auth")
 	if _, err := bound(t, l).NextN(ctx, 10); err != nil {
