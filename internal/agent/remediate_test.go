@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +192,88 @@ func TestRemediation_ResentDeleteIsStillLogged(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "tok-immortal") {
 		t.Fatalf("the owner token is in the log:\n%s", logs.String())
+	}
+}
+
+// beforeScript runs do before the first call of script sha on the client.
+type beforeScript struct {
+	sha  string
+	do   func()
+	done atomic.Bool
+}
+
+func (*beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.sha && h.done.CompareAndSwap(false, true) {
+			h.do()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRemediation_LockChangedBeforeTheDelete: between the agent's read of
+// the immortal lock and its delete, the holder released it (the agent cannot
+// tell that from its own resent delete: 410, and the possible deletion is
+// logged), or a new holder took the key (409, and the new holder's lock is
+// not deleted). The delete never reports 200 for a lock it did not delete.
+func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		meanwhile func(ctx context.Context, c *redis.Client) error
+		code      int
+		body      string
+		left      int64 // keys named lock:order:3 after the delete
+	}{
+		{"released", func(ctx context.Context, c *redis.Client) error { return c.Del(ctx, "lock:order:3").Err() },
+			http.StatusGone, "released it meanwhile", 0},
+		{"taken by a new holder", func(ctx context.Context, c *redis.Client) error {
+			return c.Set(ctx, "lock:order:3", "tok-new 9 {\"service\":\"billing\",\"pid\":2}", 10*time.Second).Err()
+		}, http.StatusConflict, "the lock changed", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			c := r.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := c.Set(ctx, "lock:order:3", "tok-immortal 8 {\"service\":\"billing\",\"pid\":1}", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuf
+			cfg := testConfig("agent-on")
+			cfg.Redis = []string{"redis://" + r.Addr()}
+			cfg.RemediationToken = "s3cr3t-remediation"
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			a := start(t, cfg)
+			h := &beforeScript{sha: remediateScript.Hash(), do: func() {
+				if err := tc.meanwhile(ctx, c); err != nil {
+					t.Error(err)
+				}
+			}}
+			a.stores[0].redis.AddHook(h)
+			if err := remediateScript.Load(ctx, a.stores[0].redis).Err(); err != nil {
+				t.Fatal(err)
+			}
+			code, body := del(t, a, "key=lock:order:3", cfg.RemediationToken)
+			if !h.done.Load() {
+				t.Fatal("nothing happened before the delete: the scenario did not happen")
+			}
+			if code != tc.code || !strings.Contains(body, tc.body) {
+				t.Fatalf("delete: %d %s, want %d %q", code, body, tc.code, tc.body)
+			}
+			if n, _ := c.Exists(ctx, "lock:order:3").Result(); n != tc.left {
+				t.Fatalf("%d keys lock:order:3 after the delete, want %d", n, tc.left)
+			}
+			if tc.code == http.StatusGone && (!strings.Contains(logs.String(), "the immortal lock is gone") || !strings.Contains(logs.String(), "lock:order:3")) {
+				t.Fatalf("no audit line:\n%s", logs.String())
+			}
+			if strings.Contains(logs.String(), "deleted an immortal lock") {
+				t.Fatalf("a deletion logged for a lock the agent did not delete:\n%s", logs.String())
+			}
+		})
 	}
 }
