@@ -251,7 +251,7 @@ func (q *Quota) refund(ctx context.Context, key string, amount int64, requestID 
 		return 0, false, err
 	}
 	b := q.bucket(key, q.shardOf(requestID))
-	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, q.ttlMS, amount)
+	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, q.cfg.requestTTL.Milliseconds(), amount)
 	if err != nil {
 		return 0, false, fmt.Errorf("quota: refund %q: %w", key, err)
 	}
@@ -346,7 +346,7 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 
 // credit runs credit.lua: amount onto bucket, at most once per record,
 // which lives ttlMS.
-func (q *Quota) credit(ctx context.Context, bucket, record string, ttlMS any, amount int64) (int64, bool, error) {
+func (q *Quota) credit(ctx context.Context, bucket, record string, ttlMS, amount int64) (int64, bool, error) {
 	res, err := creditScript.Run(ctx, q.c, []string{bucket, record}, amount, int64(MaxAmount), ttlMS).Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr(err)
