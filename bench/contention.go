@@ -320,8 +320,60 @@ func giveUp(err error) bool {
 		errors.Is(err, instrument.ErrNotAcquired) || errors.As(err, new(*redsync.ErrTaken))
 }
 
-func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, error) {
+// roundTrips is what one round trip to redis-server costs on this machine, measured in the
+// contention rounds: PINGs sent back to back, and PINGs each sent right after the sender slept
+// for a hold, as a holder's release is (and as a waiter's process has slept when the handoff
+// reaches it). A handoff by notification is at least one such round trip: the release goes to
+// redis-server and the notification comes back to another idle process.
+type roundTrips struct {
+	hot, idle []time.Duration // sorted, all rounds
+	rounds    int
+}
+
+// pingsPerRound is how many PINGs of each kind a contention round sends (about 0.3 s).
+const pingsPerRound = 200
+
+// measureRoundTrips sends pingsPerRound PINGs back to back, then pingsPerRound PINGs each
+// after sleeping for hold, on a client of its own.
+func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
+	c := newRedis(e)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	for i := range 2 * pingsPerRound {
+		idle := i >= pingsPerRound
+		if idle {
+			time.Sleep(hold)
+		}
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		if d := time.Since(t0); idle {
+			rt.idle = append(rt.idle, d)
+		} else {
+			rt.hot = append(rt.hot, d)
+		}
+	}
+	rt.rounds++
+	return nil
+}
+
+// meanIdle is the mean round trip after a hold's sleep, in µs.
+func (rt *roundTrips) meanIdle() float64 { return us(mean(rt.idle)) }
+
+// busyAt is the busy a lock held hold ms on average reaches when each handoff costs exactly
+// one round trip after idle (its mean).
+func (rt *roundTrips) busyAt(holdMs float64) float64 {
+	return holdMs / (holdMs + rt.meanIdle()/1000)
+}
+
+func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, *roundTrips, error) {
 	impls := contImpls()
+	rt := &roundTrips{}
 	rows := make([]contRow, len(impls))
 	idx := map[string]int{}
 	for i, im := range impls {
@@ -330,11 +382,14 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 	}
 	for round := range rounds {
 		fmt.Fprintf(out, "  round %d: ", round+1)
+		if err := measureRoundTrips(ctx, e, rt); err != nil {
+			return nil, nil, fmt.Errorf("contention, round trips: %w", err)
+		}
 		for _, im := range rotate(impls, round) {
 			key := fmt.Sprintf("lock:bench:contended:%d:%d", idx[im.name], round)
 			r, err := contend(ctx, e, im, key, cfg.contDur)
 			if err != nil {
-				return nil, fmt.Errorf("contention, %s: %w", im.name, err)
+				return nil, nil, fmt.Errorf("contention, %s: %w", im.name, err)
 			}
 			rows[idx[im.name]].rounds = append(rows[idx[im.name]].rounds, r)
 			fmt.Fprintf(out, "%s %.0f/s busy %.0f%%  ", im.name, r.acqPerSec(), 100*float64(r.held)/float64(r.wall))
@@ -344,7 +399,9 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 	for i := range rows {
 		summarizeContRow(&rows[i])
 	}
-	return rows, nil
+	slices.Sort(rt.hot)
+	slices.Sort(rt.idle)
+	return rows, rt, nil
 }
 
 func summarizeContRow(r *contRow) {

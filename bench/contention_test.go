@@ -66,3 +66,24 @@ func TestTokenRing_AContenderThatNeverAsksStrandsNobody(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureRoundTrips_BothKindsPerRound: every round adds pingsPerRound round trips of each
+// kind, measured (non-zero), and counts itself.
+func TestMeasureRoundTrips_BothKindsPerRound(t *testing.T) {
+	r := testenv.NewRedis(t)
+	e := &env{redisAddr: r.Addr()}
+	var rt roundTrips
+	for range 2 {
+		if err := measureRoundTrips(context.Background(), e, &rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rt.rounds != 2 || len(rt.hot) != 2*pingsPerRound || len(rt.idle) != 2*pingsPerRound {
+		t.Fatalf("rounds %d, %d back-to-back and %d after-idle round trips; want 2, %d, %d", rt.rounds, len(rt.hot), len(rt.idle), 2*pingsPerRound, 2*pingsPerRound)
+	}
+	for _, d := range append(rt.hot, rt.idle...) {
+		if d <= 0 {
+			t.Fatalf("a round trip of %v", d)
+		}
+	}
+}

@@ -199,6 +199,10 @@ func (r *results) targets() []target {
 		vs, _ := pairRatio(row.rounds, floor.rounds, func(x contRound) float64 { return float64(x.held) / float64(x.wall) })
 		t.context = fmt.Sprintf("floor (token ring, no lock) %s, idle %.2f ms per handoff against lockgov's %.2f; lockgov / floor %.2fx in the same rounds; %s",
 			t.fmt(t.bound), floor.idle(), row.idle(), vs, t.context)
+		if rt := r.roundTrips; rt != nil && len(rt.idle) > 0 {
+			t.context += fmt.Sprintf("; one round trip after %v idle: %.2f ms (mean; back to back %.2f ms), a handoff of exactly that: busy %.0f%% at this row's mean hold",
+				hold, rt.meanIdle()/1000, us(mean(rt.hot))/1000, 100*rt.busyAt(row.meanHold))
+		}
 	}
 	pct("contended: lockgov default wait busy >= 85%", wait, busy, 85, false, "%", "%.0f")
 	withFloor(wait)
@@ -317,7 +321,7 @@ func renderSection(r *results) string {
 	}
 	if len(r.contended) > 0 {
 		w("### Locks: contention on one key\n\n")
-		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff in one round trip on loopback would be ~0.1 ms). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting). The floor row is no lock: the contenders pass a token in a ring, each release a script with a release's writes that publishes to the next contender's channel, each acquire one command to register and then the message; its idle per handoff is what a handoff by notification costs on this machine with nothing decided by a lock, and the busy targets are read against it.\n\n",
+		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff by notification is at least one round trip: the release to redis-server, the notification back to the waiter's process; see the round trips below the table). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting). The floor row is no lock: the contenders pass a token in a ring, each release a script with a release's writes that publishes to the next contender's channel, each acquire one command to register and then the message; its idle per handoff is what a handoff by notification costs on this machine with nothing decided by a lock, and the busy targets are read against it.\n\n",
 			contenders, hold, r.cfg.contDur)
 		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq | mean hold ms | idle per handoff ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.contended {
@@ -328,6 +332,11 @@ func renderSection(r *results) string {
 			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold, x.idle())
 		}
 		w("\n")
+		if rt := r.roundTrips; rt != nil && len(rt.idle) > 0 {
+			w("Round trips on this machine, measured in the same rounds (%d PINGs of each kind per round, %d rounds, one client of its own): back to back, p50 %.0f µs, mean %.0f µs; each sent right after sleeping %v, as a release is sent after a hold and as a waiter's process has slept when the notification reaches it, p50 %.0f µs, p90 %.0f µs, mean %.0f µs. A handoff by notification takes at least one round trip after idle; one costing exactly its mean would keep a lock held %s (lockgov default wait's mean hold) busy %.0f%%.\n\n",
+				pingsPerRound, rt.rounds, us(quantile(rt.hot, 0.5)), us(mean(rt.hot)), hold,
+				us(quantile(rt.idle, 0.5)), us(quantile(rt.idle, 0.9)), rt.meanIdle(), holdOf(r.contRowFor(nameWait)), 100*rt.busyAt(meanHoldOf(r.contRowFor(nameWait))))
+		}
 	}
 	if len(r.ids) > 0 {
 		w("### IDs\n\n")
@@ -451,3 +460,14 @@ func replaceSection(path, section string) error {
 	}
 	return os.Rename(tmp.Name(), path)
 }
+
+// meanHoldOf is row's mean hold in ms (the hold when row is nil).
+func meanHoldOf(row *contRow) float64 {
+	if row == nil || row.meanHold == 0 {
+		return ms(hold)
+	}
+	return row.meanHold
+}
+
+// holdOf formats meanHoldOf(row).
+func holdOf(row *contRow) string { return fmt.Sprintf("%.2f ms", meanHoldOf(row)) }

@@ -87,6 +87,46 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 	}
 }
 
+// TestTargets_BusyGivesTheRoundTripAfterIdle: with the round trips of the run, a busy
+// target's context gives the mean round trip after a hold's sleep and the busy a handoff of
+// exactly that reaches at the row's mean hold (hold / (hold + round trip)), and the
+// contention section prints the round trips.
+func TestTargets_BusyGivesTheRoundTripAfterIdle(t *testing.T) {
+	round := contRound{acq: 1000, wall: 2e9, held: 1.6e9}
+	rt := &roundTrips{rounds: 1,
+		hot:  []time.Duration{30 * time.Microsecond, 40 * time.Microsecond},
+		idle: []time.Duration{200 * time.Microsecond, 300 * time.Microsecond}}
+	r := &results{roundTrips: rt, cfg: config{contDur: time.Second}, contended: []contRow{
+		{name: nameFloorC, busy: 0.8, acqPerSec: 500, meanHold: 1.25, rounds: []contRound{round}},
+		{name: nameWait, busy: 0.8, acqPerSec: 500, meanHold: 1.25, rounds: []contRound{round}},
+	}}
+	var found bool
+	for _, tg := range r.targets() {
+		if tg.what != "contended: lockgov default wait busy >= 85%" {
+			continue
+		}
+		found = true
+		// 1.25 / (1.25 + 0.25) = 83%
+		want := "one round trip after 1ms idle: 0.25 ms (mean; back to back 0.04 ms), a handoff of exactly that: busy 83% at this row's mean hold"
+		if !strings.Contains(tg.context, want) {
+			t.Errorf("context %q lacks %q", tg.context, want)
+		}
+	}
+	if !found {
+		t.Fatal("no default-wait busy target")
+	}
+	section := renderSection(r)
+	if want := "each sent right after sleeping 1ms, as a release is sent after a hold and as a waiter's process has slept when the notification reaches it, p50 200 µs, p90 300 µs, mean 250 µs"; !strings.Contains(section, want) {
+		t.Errorf("the contention section lacks the round trips %q:\n%s", want, section)
+	}
+	r.roundTrips = nil
+	for _, tg := range r.targets() {
+		if strings.Contains(tg.context, "round trip after") {
+			t.Errorf("without round trips measured, %q still names one: %q", tg.what, tg.context)
+		}
+	}
+}
+
 // TestTargets_GovernIsReadAgainstTheRawPairInSpans: an uncontended target Govern misses says
 // whether the raw pair wrapped in the same two spans misses it too, from the same rounds.
 func TestTargets_GovernIsReadAgainstTheRawPairInSpans(t *testing.T) {

@@ -56,6 +56,7 @@ type results struct {
 	cfg         config
 	uncontended []lockRow
 	contended   []contRow
+	roundTrips  *roundTrips // measured in the contention rounds; nil when they did not run
 	ids         []idRow
 	sub         []subResult
 	notes       []string
@@ -103,11 +104,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				rounds = min(rounds, 5)
 			}
 			fmt.Fprintf(out, "== contention, 8 contenders on one key, 1 ms holds: %d rounds x %v per case\n", rounds, cfg.contDur)
-			rows, err := runContention(ctx, e, cfg, rounds, out)
+			rows, rt, err := runContention(ctx, e, cfg, rounds, out)
 			if err != nil {
 				return err
 			}
-			res.contended = rows
+			res.contended, res.roundTrips = rows, rt
 		}
 	}
 	if cfg.has("ids") {

@@ -54,3 +54,15 @@ func rotate[T any](xs []T, k int) []T {
 	k %= len(xs)
 	return append(slices.Clone(xs[k:]), xs[:k]...)
 }
+
+// mean of ds (0 for none).
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
