@@ -320,26 +320,29 @@ func giveUp(err error) bool {
 		errors.Is(err, instrument.ErrNotAcquired) || errors.As(err, new(*redsync.ErrTaken))
 }
 
-// roundTrips is what one round trip to redis-server costs on this machine, measured in the
-// contention rounds: PINGs sent back to back, and PINGs each sent right after the sender slept
-// for a hold, as a holder's release is (and as a waiter's process has slept when the handoff
-// reaches it). A handoff by notification is at least one such round trip: the release goes to
-// redis-server and the notification comes back to another idle process.
+// roundTrips is what the messages a handoff is made of cost on this machine, measured in the
+// contention rounds, each kind on clients of their own: PINGs sent back to back (a round trip
+// between busy processes); PINGs each sent right after the sender slept for a hold, as a
+// release is sent (redis-server has been idle too); and PUBLISHes each sent right after a
+// hold's sleep to a subscriber that has been waiting since the last one, timed to the
+// subscriber's goroutine holding the message. The last is a handoff by notification with
+// nothing else in it: no lock, no script, one command in and one message out, both processes
+// idle as a holder's and a waiter's are. No handoff by notification can be shorter on the
+// machine; the contention floor adds a lock's worth of writes and eight contenders to it.
 type roundTrips struct {
-	hot, idle []time.Duration // sorted, all rounds
-	rounds    int
+	hot, idle, notify []time.Duration // sorted, all rounds
+	rounds            int
 }
 
-// pingsPerRound is how many PINGs of each kind a contention round sends (about 0.3 s).
+// pingsPerRound is how many messages of each kind a contention round sends (about 0.5 s).
 const pingsPerRound = 200
 
-// measureRoundTrips sends pingsPerRound PINGs back to back, then pingsPerRound PINGs each
-// after sleeping for hold, on a client of its own.
+// measureRoundTrips adds pingsPerRound messages of each kind to rt.
 func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
-	c := newRedis(e)
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	c, sc := newRedis(e), newRedis(e)
+	defer func() { _ = c.Close(); _ = sc.Close() }()
 	if err := c.Ping(ctx).Err(); err != nil {
 		return err
 	}
@@ -358,17 +361,54 @@ func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
 			rt.hot = append(rt.hot, d)
 		}
 	}
+
+	const channel = "bench:roundtrips"
+	ps := sc.Subscribe(ctx, channel)
+	defer func() { _ = ps.Close() }()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		return err
+	}
+	heard := make(chan time.Time, 1)
+	recvErr := make(chan error, 1)
+	go func() {
+		for range pingsPerRound {
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				recvErr <- err
+				return
+			}
+			heard <- time.Now()
+		}
+		recvErr <- nil
+	}()
+	for range pingsPerRound {
+		time.Sleep(hold)
+		t0 := time.Now()
+		if err := c.Publish(ctx, channel, "x").Err(); err != nil {
+			return err
+		}
+		select {
+		case at := <-heard:
+			rt.notify = append(rt.notify, at.Sub(t0))
+		case err := <-recvErr:
+			return fmt.Errorf("subscriber: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := <-recvErr; err != nil {
+		return fmt.Errorf("subscriber: %w", err)
+	}
 	rt.rounds++
 	return nil
 }
 
-// meanIdle is the mean round trip after a hold's sleep, in µs.
-func (rt *roundTrips) meanIdle() float64 { return us(mean(rt.idle)) }
+// meanNotify is the mean notification after idle, in µs.
+func (rt *roundTrips) meanNotify() float64 { return us(mean(rt.notify)) }
 
-// busyAt is the busy a lock held hold ms on average reaches when each handoff costs exactly
-// one round trip after idle (its mean).
+// busyAt is the busy a lock held holdMs on average reaches when each handoff costs exactly
+// one notification after idle (its mean) and nothing else.
 func (rt *roundTrips) busyAt(holdMs float64) float64 {
-	return holdMs / (holdMs + rt.meanIdle()/1000)
+	return holdMs / (holdMs + rt.meanNotify()/1000)
 }
 
 func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, *roundTrips, error) {
@@ -401,6 +441,7 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 	}
 	slices.Sort(rt.hot)
 	slices.Sort(rt.idle)
+	slices.Sort(rt.notify)
 	return rows, rt, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -67,9 +68,9 @@ func TestTokenRing_AContenderThatNeverAsksStrandsNobody(t *testing.T) {
 	}
 }
 
-// TestMeasureRoundTrips_BothKindsPerRound: every round adds pingsPerRound round trips of each
-// kind, measured (non-zero), and counts itself.
-func TestMeasureRoundTrips_BothKindsPerRound(t *testing.T) {
+// TestMeasureRoundTrips_EveryKindPerRound: every round adds pingsPerRound messages of each
+// kind, measured (non-zero), and counts itself; the subscriber's goroutine ends with it.
+func TestMeasureRoundTrips_EveryKindPerRound(t *testing.T) {
 	r := testenv.NewRedis(t)
 	e := &env{redisAddr: r.Addr()}
 	var rt roundTrips
@@ -78,10 +79,10 @@ func TestMeasureRoundTrips_BothKindsPerRound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if rt.rounds != 2 || len(rt.hot) != 2*pingsPerRound || len(rt.idle) != 2*pingsPerRound {
-		t.Fatalf("rounds %d, %d back-to-back and %d after-idle round trips; want 2, %d, %d", rt.rounds, len(rt.hot), len(rt.idle), 2*pingsPerRound, 2*pingsPerRound)
+	if want := 2 * pingsPerRound; rt.rounds != 2 || len(rt.hot) != want || len(rt.idle) != want || len(rt.notify) != want {
+		t.Fatalf("rounds %d, %d back-to-back PINGs, %d after idle, %d notifications; want 2 and %d of each", rt.rounds, len(rt.hot), len(rt.idle), len(rt.notify), want)
 	}
-	for _, d := range append(rt.hot, rt.idle...) {
+	for _, d := range slices.Concat(rt.hot, rt.idle, rt.notify) {
 		if d <= 0 {
 			t.Fatalf("a round trip of %v", d)
 		}

@@ -199,9 +199,9 @@ func (r *results) targets() []target {
 		vs, _ := pairRatio(row.rounds, floor.rounds, func(x contRound) float64 { return float64(x.held) / float64(x.wall) })
 		t.context = fmt.Sprintf("floor (token ring, no lock) %s, idle %.2f ms per handoff against lockgov's %.2f; lockgov / floor %.2fx in the same rounds; %s",
 			t.fmt(t.bound), floor.idle(), row.idle(), vs, t.context)
-		if rt := r.roundTrips; rt != nil && len(rt.idle) > 0 {
-			t.context += fmt.Sprintf("; one round trip after %v idle: %.2f ms (mean; back to back %.2f ms), a handoff of exactly that: busy %.0f%% at this row's mean hold",
-				hold, rt.meanIdle()/1000, us(mean(rt.hot))/1000, 100*rt.busyAt(row.meanHold))
+		if rt := r.roundTrips; rt != nil && len(rt.notify) > 0 {
+			t.context += fmt.Sprintf("; a PUBLISH to a subscriber, both idle %v before it (a handoff with no lock in it): %.2f ms mean, a handoff of exactly that: busy %.0f%% at this row's mean hold",
+				hold, rt.meanNotify()/1000, 100*rt.busyAt(row.meanHold))
 		}
 	}
 	pct("contended: lockgov default wait busy >= 85%", wait, busy, 85, false, "%", "%.0f")
@@ -321,7 +321,7 @@ func renderSection(r *results) string {
 	}
 	if len(r.contended) > 0 {
 		w("### Locks: contention on one key\n\n")
-		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff by notification is at least one round trip: the release to redis-server, the notification back to the waiter's process; see the round trips below the table). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting). The floor row is no lock: the contenders pass a token in a ring, each release a script with a release's writes that publishes to the next contender's channel, each acquire one command to register and then the message; its idle per handoff is what a handoff by notification costs on this machine with nothing decided by a lock, and the busy targets are read against it.\n\n",
+		w("%d contenders, each with its own client, loop acquire, hold %v (`time.Sleep`), release, for %v per round; waits in flight at the end finish and count. Busy = sum of measured holds / wall time; \"mean hold\" shows how much longer than 1 ms a `time.Sleep(1ms)` took on this machine (scheduling delay from the load); \"idle per handoff\" = (wall time - holds) / acquisitions, the time the lock sits free between one release and the next acquisition (a handoff by notification is at least a message to redis-server and one from it to the waiter's process; see the messages below the table). Wait = from calling acquire to holding the lock (a strategy that gives up, like redsync after 32 tries, is called again and the wait keeps counting). The floor row is no lock: the contenders pass a token in a ring, each release a script with a release's writes that publishes to the next contender's channel, each acquire one command to register and then the message; its idle per handoff is what a handoff by notification costs on this machine with nothing decided by a lock, and the busy targets are read against it.\n\n",
 			contenders, hold, r.cfg.contDur)
 		w("| library | wait strategy | acq/s | busy | p50 wait ms | p99 wait ms | max wait ms | acquisitions per contender (min / max) | min/max | give-ups per acq | new redis connections per acq | mean hold ms | idle per handoff ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.contended {
@@ -332,10 +332,10 @@ func renderSection(r *results) string {
 			w("| %s | %s | %.0f | %.0f%% | %.2f | %.1f | %.1f | %.0f / %.0f | %.2f | %.2f | %s | %.2f | %.2f |\n", x.name, x.strategy, x.acqPerSec, 100*x.busy, x.p50, x.p99, x.maxW, x.minAcq, x.maxAcq, x.share, x.retries, dials, x.meanHold, x.idle())
 		}
 		w("\n")
-		if rt := r.roundTrips; rt != nil && len(rt.idle) > 0 {
-			w("Round trips on this machine, measured in the same rounds (%d PINGs of each kind per round, %d rounds, one client of its own): back to back, p50 %.0f µs, mean %.0f µs; each sent right after sleeping %v, as a release is sent after a hold and as a waiter's process has slept when the notification reaches it, p50 %.0f µs, p90 %.0f µs, mean %.0f µs. A handoff by notification takes at least one round trip after idle; one costing exactly its mean would keep a lock held %s (lockgov default wait's mean hold) busy %.0f%%.\n\n",
-				pingsPerRound, rt.rounds, us(quantile(rt.hot, 0.5)), us(mean(rt.hot)), hold,
-				us(quantile(rt.idle, 0.5)), us(quantile(rt.idle, 0.9)), rt.meanIdle(), holdOf(r.contRowFor(nameWait)), 100*rt.busyAt(meanHoldOf(r.contRowFor(nameWait))))
+		if rt := r.roundTrips; rt != nil && len(rt.notify) > 0 {
+			w("Messages on this machine, measured in the same rounds (%d of each kind per round, %d rounds, on clients of their own): a PING back to back, p50 %.0f µs, mean %.0f µs; a PING sent right after sleeping %v, as a release is sent after a hold, p50 %.0f µs, mean %.0f µs; a PUBLISH sent right after sleeping %v to a subscriber waiting since the last one, until the subscriber's goroutine has it, p50 %.0f µs, p90 %.0f µs, mean %.0f µs. The last is a handoff by notification with no lock in it (one command in, one message out, both processes idle as a holder's and a waiter's are): one that cost exactly its mean would keep a lock held %s (lockgov default wait's mean hold) busy %.0f%%.\n\n",
+				pingsPerRound, rt.rounds, us(quantile(rt.hot, 0.5)), us(mean(rt.hot)), hold, us(quantile(rt.idle, 0.5)), us(mean(rt.idle)),
+				hold, us(quantile(rt.notify, 0.5)), us(quantile(rt.notify, 0.9)), rt.meanNotify(), holdOf(r.contRowFor(nameWait)), 100*rt.busyAt(meanHoldOf(r.contRowFor(nameWait))))
 		}
 	}
 	if len(r.ids) > 0 {
