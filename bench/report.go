@@ -195,7 +195,7 @@ func (r *results) targets() []target {
 		if floor == nil || row == nil {
 			return
 		}
-		t.bound, t.boundName, t.boundWhy = 100*floor.busy, "the no-lock floor", "above what a handoff by notification reaches on this machine"
+		t.bound, t.boundName, t.boundWhy = 100*floor.busy, "the no-lock floor", "above what a handoff by notification reaches among eight contenders on this machine"
 		vs, _ := pairRatio(row.rounds, floor.rounds, func(x contRound) float64 { return float64(x.held) / float64(x.wall) })
 		t.context = fmt.Sprintf("floor (token ring, no lock) %s, idle %.2f ms per handoff against lockgov's %.2f; lockgov / floor %.2fx in the same rounds; %s",
 			t.fmt(t.bound), floor.idle(), row.idle(), vs, t.context)
