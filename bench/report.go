@@ -145,6 +145,14 @@ func (r *results) targets() []target {
 					t.context += fmt.Sprintf("; the raw pair in the same two spans: %s", t.fmt(v))
 				}
 			}
+			// Against a peer, the raw pair itself (no spans, the least Redis work, unbatched):
+			// a target it misses too asks more than any lock doing that work one command at a
+			// time reaches against this peer here.
+			if raw := r.lockRowFor(nameRaw, 16); raw != nil && b.name != nameRaw {
+				if v, ok := pairRatio(raw.rounds, b.rounds, f); ok {
+					t.context += fmt.Sprintf("; the raw pair itself, no spans: %s", t.fmt(v))
+				}
+			}
 			// The target with the spans taken out, and what the spans cost Govern and the raw
 			// pair in the same rounds: a miss Govern without a tracer does not share is the
 			// spans', and a span cost Govern shares with the raw pair is the SDK's.

@@ -166,6 +166,33 @@ func TestTargets_GovernIsReadAgainstTheRawPairInSpans(t *testing.T) {
 	}
 }
 
+// TestTargets_PeerTargetsGiveTheRawPairItself: a target against a peer gives the raw pair's
+// own ratio to that peer in the same rounds; the target against the raw pair does not.
+func TestTargets_PeerTargetsGiveTheRawPairItself(t *testing.T) {
+	row := func(name string, perS float64) lockRow {
+		return lockRow{name: name, goroutines: 16, opsPerSec: perS, rounds: []lockRound{{opsPerS: perS}}}
+	}
+	r := &results{uncontended: []lockRow{row(nameGoverned, 14000), row(nameRedsync, 13000), row(nameRaw, 15600)}}
+	var seen int
+	for _, tg := range r.targets() {
+		switch tg.what {
+		case "uncontended, 16 goroutines: Govern throughput / redsync >= 1.3x":
+			seen++
+			if want := "the raw pair itself, no spans: 1.20x"; !strings.Contains(tg.context, want) {
+				t.Errorf("context %q lacks %q", tg.context, want)
+			}
+		case "uncontended, 16 goroutines: Govern throughput / raw floor >= 0.85x":
+			seen++
+			if strings.Contains(tg.context, "the raw pair itself") {
+				t.Errorf("the raw-floor target reads the raw pair against itself: %q", tg.context)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("found %d of the two targets", seen)
+	}
+}
+
 // TestTargets_GovernIsReadWithoutItsSpans: an uncontended target's context gives Govern
 // without a tracer against the same peer, and what the spans cost Govern and the raw pair,
 // each a ratio inside the same rounds.
