@@ -116,6 +116,18 @@ func TestTargets_BusyGivesTheNotificationAfterIdle(t *testing.T) {
 	if !found {
 		t.Fatal("no default-wait busy target")
 	}
+	// 83% misses 85%: the result says the machine's handoff misses it too; at 1/(1+0.15) =
+	// 87% it does not.
+	if tg := busyTarget(t, r); !strings.Contains(tg.result(), "so does a handoff of exactly one PUBLISH between idle processes, no lock and no other contender (83%)") {
+		t.Errorf("result %q does not say the machine's handoff misses it too", tg.result())
+	}
+	r.roundTrips = &roundTrips{rounds: 1, hot: rt.hot, idle: rt.idle, notify: []time.Duration{150 * time.Microsecond}}
+	r.contended[1].meanHold = 1
+	if tg := busyTarget(t, r); strings.Contains(tg.result(), "so does") || tg.machine < 86.9 || tg.machine > 87.0 {
+		t.Errorf("at 87%% the result %q (machine %.2f) says the machine's handoff misses", tg.result(), tg.machine)
+	}
+	r.roundTrips = rt
+	r.contended[1].meanHold = 1.25
 	section := renderSection(r)
 	if want := "until the subscriber's goroutine has it, p50 200 µs, p90 300 µs, mean 250 µs"; !strings.Contains(section, want) {
 		t.Errorf("the contention section lacks the round trips %q:\n%s", want, section)
@@ -228,4 +240,16 @@ func TestTargets_GovernIsReadWithoutItsSpans(t *testing.T) {
 	for what := range want {
 		t.Errorf("no target %q", what)
 	}
+}
+
+// busyTarget is the default wait's busy target of r.
+func busyTarget(t *testing.T, r *results) target {
+	t.Helper()
+	for _, tg := range r.targets() {
+		if tg.what == "contended: lockgov default wait busy >= 85%" {
+			return tg
+		}
+	}
+	t.Fatal("no default-wait busy target")
+	return target{}
 }
