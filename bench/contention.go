@@ -364,13 +364,18 @@ func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
 
 	const channel = "bench:roundtrips"
 	ps := sc.Subscribe(ctx, channel)
-	defer func() { _ = ps.Close() }()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		_ = ps.Close()
 		return err
 	}
+	// The subscriber's goroutine reports each message's arrival on heard and a failed read
+	// on recvErr (nothing on success, so that the last arrival never races a nil there),
+	// and closes finished when it returns.
 	heard := make(chan time.Time, 1)
 	recvErr := make(chan error, 1)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		for range pingsPerRound {
 			if _, err := ps.ReceiveMessage(ctx); err != nil {
 				recvErr <- err
@@ -378,8 +383,9 @@ func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
 			}
 			heard <- time.Now()
 		}
-		recvErr <- nil
 	}()
+	// On every return: closing ps ends a read under way, and the goroutine is gone after.
+	defer func() { _ = ps.Close(); <-finished }()
 	for range pingsPerRound {
 		time.Sleep(hold)
 		t0 := time.Now()
@@ -394,9 +400,6 @@ func measureRoundTrips(ctx context.Context, e *env, rt *roundTrips) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-	if err := <-recvErr; err != nil {
-		return fmt.Errorf("subscriber: %w", err)
 	}
 	rt.rounds++
 	return nil
