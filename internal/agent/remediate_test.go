@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,40 +150,49 @@ func TestRemediation_Etcd_DeletesAnEntryWithoutLeaseOnly(t *testing.T) {
 	}
 }
 
+// immortalLockAgent starts redis-server with key held by an immortal lock
+// (no TTL) of value, and an agent with remediation on that logs to the
+// returned buffer, with hook on its Redis client and the remediation
+// script already loaded (so that the script's first call is an EVALSHA
+// that runs, not a NOSCRIPT answered by EVAL).
+func immortalLockAgent(t *testing.T, key, value string, hook redis.Hook) (*Agent, *redis.Client, *syncBuf, string) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Set(ctx, key, value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuf{}
+	cfg := testConfig("agent-on")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = "s3cr3t-remediation"
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	a := start(t, cfg)
+	a.stores[0].redis.AddHook(hook)
+	if err := remediateScript.Load(ctx, a.stores[0].redis).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return a, c, logs, cfg.RemediationToken
+}
+
 // TestRemediation_ResentDeleteIsStillLogged: the delete script ran, its reply
 // was lost, and go-redis resent it. The resend finds the lock gone: the agent
 // must not answer "changed, not deleted" (409) and log nothing for a lock
 // that this request deleted. It answers 410 and writes the audit line.
 func TestRemediation_ResentDeleteIsStillLogged(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := r.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.Set(ctx, "lock:order:2", "tok-immortal 7 {\"service\":\"billing\",\"pid\":1}", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuf
-	cfg := testConfig("agent-on")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "s3cr3t-remediation"
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	a := start(t, cfg)
 	h := &testenv.ResendOnce{SHA: remediateScript.Hash()}
-	a.stores[0].redis.AddHook(h)
-	// Load the script first, so that the resent call is the script itself,
-	// not the NOSCRIPT that go-redis answers with EVAL.
-	if err := remediateScript.Load(ctx, a.stores[0].redis).Err(); err != nil {
-		t.Fatal(err)
-	}
+	a, c, logs, token := immortalLockAgent(t, "lock:order:2", "tok-immortal 7 {\"service\":\"billing\",\"pid\":1}", h)
 	h.Arm()
-	code, body := del(t, a, "key=lock:order:2", cfg.RemediationToken)
+	code, body := del(t, a, "key=lock:order:2", token)
 	if !h.Resent() {
 		t.Fatal("the delete script was not run twice: the scenario did not happen")
 	}
 	if code != http.StatusGone || !strings.Contains(body, "deleted it") {
 		t.Fatalf("resent delete: %d %s, want 410 saying this request may have deleted it", code, body)
 	}
-	if n, _ := c.Exists(ctx, "lock:order:2").Result(); n != 0 {
+	if n, _ := c.Exists(context.Background(), "lock:order:2").Result(); n != 0 {
 		t.Fatal("the immortal lock is still there")
 	}
 	if !strings.Contains(logs.String(), "the immortal lock is gone, deleted by this request") || !strings.Contains(logs.String(), "lock:order:2") {
@@ -192,27 +200,6 @@ func TestRemediation_ResentDeleteIsStillLogged(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "tok-immortal") {
 		t.Fatalf("the owner token is in the log:\n%s", logs.String())
-	}
-}
-
-// beforeScript runs do before the first call of script sha on the client.
-type beforeScript struct {
-	sha  string
-	do   func()
-	done atomic.Bool
-}
-
-func (*beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.sha && h.done.CompareAndSwap(false, true) {
-			h.do()
-		}
-		return next(ctx, cmd)
 	}
 }
 
@@ -236,30 +223,18 @@ func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
 		}, http.StatusConflict, "the lock changed", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := testenv.NewRedis(t)
-			c := r.Client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := c.Set(ctx, "lock:order:3", "tok-immortal 8 {\"service\":\"billing\",\"pid\":1}", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			var logs syncBuf
-			cfg := testConfig("agent-on")
-			cfg.Redis = []string{"redis://" + r.Addr()}
-			cfg.RemediationToken = "s3cr3t-remediation"
-			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			a := start(t, cfg)
-			h := &beforeScript{sha: remediateScript.Hash(), do: func() {
+			var c *redis.Client // set before the hook can run: del comes after immortalLockAgent
+			h := &testenv.BeforeScript{SHA: remediateScript.Hash(), Do: func() {
 				if err := tc.meanwhile(ctx, c); err != nil {
 					t.Error(err)
 				}
 			}}
-			a.stores[0].redis.AddHook(h)
-			if err := remediateScript.Load(ctx, a.stores[0].redis).Err(); err != nil {
-				t.Fatal(err)
-			}
-			code, body := del(t, a, "key=lock:order:3", cfg.RemediationToken)
-			if !h.done.Load() {
+			a, client, logs, token := immortalLockAgent(t, "lock:order:3", "tok-immortal 8 {\"service\":\"billing\",\"pid\":1}", h)
+			c = client
+			code, body := del(t, a, "key=lock:order:3", token)
+			if !h.Done() {
 				t.Fatal("nothing happened before the delete: the scenario did not happen")
 			}
 			if code != tc.code || !strings.Contains(body, tc.body) {
