@@ -21,10 +21,13 @@
 // go-redis resends a Set whose reply was lost (a read timeout, a reset
 // connection) on another connection, after it may have run: a resend finds
 // its own fence and value stored and reports written, so Set returns nil
-// for a write that was applied. A Set that still fails returns the
-// transport error; retrying it with the same fence and value either writes
-// or reports written, the same fence with another value is refused
-// (StaleFenceError with Stored == Offered). A Redis that lost writes (a
+// for a write that was applied. A resend that comes after a newer holder
+// wrote is refused (StaleFenceError, Stored the newer fence) and leaves the
+// newer value: the first run applied, and the lease has moved on since. A
+// Set that still fails returns the transport error; retrying it with the
+// same fence and value either writes or reports written, the same fence
+// with another value is refused (StaleFenceError with Stored == Offered),
+// and after a newer holder's write it is refused as above. A Redis that lost writes (a
 // failover to a replica that missed them, a restart without persistence)
 // lost the stored fence with them: a stale holder can then write once more
 // until a newer holder writes again. Keep fenced data where writes are not

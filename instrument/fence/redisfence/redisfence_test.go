@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -240,4 +241,39 @@ func TestSet_ResentAfterALostReplyReportsWritten(t *testing.T) {
 		t.Fatalf("Get = %q %d %v, want 9 101", v, f, err)
 	}
 	wantStale(t, w.Set(ctx, "stock:{sku-1}", "8", 101, 0), 101, 101)
+}
+
+// TestSet_ResentAfterANewerHolderWroteIsRefused: the Set ran, its reply was
+// lost, a newer holder wrote under a higher fence, and then go-redis resent
+// the Set. The resend must not write the older value back over the newer
+// holder's: it is refused with the newer fence stored, and the newer value
+// stays. (The first run did apply; the caller's lease has moved on, which is
+// what the StaleFenceError tells it.)
+func TestSet_ResentAfterANewerHolderWroteIsRefused(t *testing.T) {
+	src, err := os.ReadFile("set.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testenv.NewRedis(t)
+	ctx := timeout(t, 30*time.Second)
+	newer := newWriter(t, r.Client(t))
+	c := r.Client(t)
+	h := &testenv.ResendOnce{SHA: testenv.ScriptSHA(string(src)), Between: func() {
+		if err := newer.Set(ctx, "stock:{sku-2}", "7", 102, 0); err != nil {
+			t.Errorf("the newer holder's Set: %v", err)
+		}
+	}}
+	c.AddHook(h)
+	w := newWriter(t, c)
+	if err := w.Set(ctx, "stock:{sku-2}", "10", 100, 0); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	h.Arm()
+	wantStale(t, w.Set(ctx, "stock:{sku-2}", "9", 101, 0), 102, 101)
+	if !h.Resent() {
+		t.Fatal("the Set was not run twice: the scenario did not happen")
+	}
+	if v, f, err := w.Get(ctx, "stock:{sku-2}"); err != nil || v != "7" || f != 102 {
+		t.Fatalf("Get = %q %d %v, want the newer holder's 7 102", v, f, err)
+	}
 }
