@@ -39,11 +39,15 @@
 // lease has ended (Release returns ErrNotHeld).
 //
 // Trace propagation: "acquire lock" and "release lock" spans are children of
-// the caller's span; renewals and loss are events on the caller's span; the
-// trace id (and whatever the configured propagators inject) is written into
-// the lock value so an operator can find the holder's trace; histograms carry
-// a trace_id exemplar when the caller's span is sampled (at most one per bucket
-// per second: Prometheus keeps only a bucket's latest). While the tracer
+// the caller's span; renewals and loss are events on the caller's span. The
+// acquire span of a lease ends when Acquire returns (its end timestamp) but
+// reaches the span processor with the release span, or at the lease's first
+// renewal or its end if that comes first: a batching processor's goroutine
+// is then woken once per lease, not twice (see leaseObserver.deferSpanEnd).
+// The trace id (and whatever the configured propagators inject) is written
+// into the lock value so an operator can find the holder's trace; histograms
+// carry a trace_id exemplar when the caller's span is sampled (at most one
+// per bucket per second: Prometheus keeps only a bucket's latest). While the tracer
 // provider is a no-op (noop.TracerProvider, or the otel global provider
 // before otel.SetTracerProvider) and the caller's span is not recording,
 // Govern starts no spans at all, since nothing would record them; the trace

@@ -252,8 +252,10 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 				attribute.Int64("lock.fence", int64(inner.Fence())),
 				attribute.Bool("lock.degraded", degraded),
 			)
+			obs.deferSpanEnd(span)
+		} else {
+			span.End()
 		}
-		span.End()
 	}
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
@@ -412,6 +414,13 @@ type leaseObserver struct {
 	key        string
 	holds      []string // keys the acquiring context already holds, for the heartbeat
 
+	// The acquire span of a lease, recording and not ended yet (see
+	// deferSpanEnd), and spanState: spanNone, spanKept (span and spanEnd
+	// are written) or spanEnded.
+	span      trace.Span
+	spanEnd   [1]trace.SpanEndOption
+	spanState atomic.Int32
+
 	// What the acquire hands the backend, kept here to save allocations.
 	cfg     AcquireConfig
 	opt     [1]AcquireOption
@@ -433,7 +442,48 @@ func (o *leaseObserver) Waiting(w bool) {
 	}
 }
 
+// deferSpanEnd keeps the acquire span of a lease open, stamped to end at
+// acquiredAt, until the lease ends or is first renewed, whichever comes
+// first (endSpan).
+//
+// Why: a span processor that batches (the SDK's BatchSpanProcessor, the
+// usual one) hands every ended span to a goroutine of its own, and a span
+// that ends while that goroutine sleeps wakes it: a thread wake-up, which
+// costs more than the rest of the span on a machine with idle cores
+// (docs/BENCHMARKS.md). The acquire span ending right next to the release
+// span wakes it once per lease instead of twice. The span's timestamps,
+// attributes and place in the trace are the same; only its export waits,
+// for at most the first renewal (a third of the TTL with the watchdog on),
+// so that a lock held for hours still shows its acquire within seconds.
+//
+// The backend's lease runs before Acquire returns: a renewal, a loss or a
+// leak may come first. Neither misses the span: end sets ended before it
+// calls endSpan, and deferSpanEnd looks at ended after keeping the span.
+func (o *leaseObserver) deferSpanEnd(span trace.Span) {
+	o.span = span
+	o.spanEnd[0] = trace.WithTimestamp(o.acquiredAt)
+	o.spanState.Store(spanKept)
+	if o.ended.Load() {
+		o.endSpan()
+	}
+}
+
+const (
+	spanNone int32 = iota
+	spanKept
+	spanEnded
+)
+
+// endSpan ends the acquire span deferSpanEnd kept open, once; before
+// deferSpanEnd, it does nothing.
+func (o *leaseObserver) endSpan() {
+	if o.spanState.CompareAndSwap(spanKept, spanEnded) {
+		o.span.End(o.spanEnd[:]...)
+	}
+}
+
 func (o *leaseObserver) Renewed(err error) {
+	o.endSpan()
 	switch {
 	case err == nil:
 		o.pm.renewOK.Inc()
@@ -477,4 +527,5 @@ func (o *leaseObserver) end() {
 		o.pm.held.Dec()
 		o.pm.hold.Observe(time.Since(o.acquiredAt), o.exemplar)
 	}
+	o.endSpan()
 }

@@ -2,6 +2,7 @@ package instrument_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -98,5 +99,113 @@ func TestGovern_GlobalTracerProviderSetAfterGovernRecordsSpans(t *testing.T) {
 	}
 	if len(names) != 2 || names[0] != "acquire lock" || names[1] != "release lock" {
 		t.Fatalf("spans %v, want [acquire lock release lock]", names)
+	}
+}
+
+// observerLocker hands out nopLeases and keeps the Observer Govern gave the
+// last Acquire; lost, when set, is reported to it before Acquire returns,
+// as a backend whose lease ends at once (a TTL shorter than the acquire's
+// round trip) reports it.
+type observerLocker struct {
+	obs  instrument.Observer
+	lost error
+}
+
+func (l *observerLocker) Acquire(_ context.Context, _ string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
+	cfg, err := instrument.ApplyAcquireOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	l.obs = cfg.Observer
+	if l.lost != nil {
+		cfg.Observer.Lost(l.lost)
+	}
+	return nopLease{ctx: context.Background()}, nil
+}
+
+func spanNamed(spans []sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
+	for _, s := range spans {
+		if s.Name() == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func governedWithRecorder(t *testing.T, l instrument.Locker) (*instrument.Governed, *tracetest.SpanRecorder) {
+	t.Helper()
+	spans := tracetest.NewSpanRecorder()
+	g, err := instrument.NewGoverned(l, instrument.WithRegisterer(prometheus.NewRegistry()),
+		instrument.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, spans
+}
+
+// The acquire span is handed to the span processor with the release span,
+// not while the lock is held, but its end is the acquire's: a trace shows
+// how long the acquire took, not the hold.
+func TestGovern_AcquireSpanEndsAtTheAcquireAndIsExportedWithTheRelease(t *testing.T) {
+	g, spans := governedWithRecorder(t, &observerLocker{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := g.Acquire(ctx, "lock:span")
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := time.Now()
+	if s := spanNamed(spans.Ended(), "acquire lock"); s != nil {
+		t.Fatalf("acquire span exported while the lock is held")
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ended := spans.Ended()
+	acq, rel := spanNamed(ended, "acquire lock"), spanNamed(ended, "release lock")
+	if acq == nil || rel == nil {
+		t.Fatalf("spans %v: want acquire lock and release lock", ended)
+	}
+	if acq.EndTime().After(returned) {
+		t.Errorf("acquire span ends %v after Acquire returned: it was stamped at the release", acq.EndTime().Sub(returned))
+	}
+	if acq.EndTime().After(rel.StartTime()) || acq.EndTime().Before(acq.StartTime()) {
+		t.Errorf("acquire span %v-%v, release span starts %v", acq.StartTime(), acq.EndTime(), rel.StartTime())
+	}
+	if len(acq.Attributes()) == 0 {
+		t.Error("acquire span has no attributes")
+	}
+}
+
+// A lock held for long is renewed by the watchdog: its acquire span is
+// exported at the first renewal, not at a release hours later.
+func TestGovern_AcquireSpanIsExportedAtTheFirstRenewal(t *testing.T) {
+	l := &observerLocker{}
+	g, spans := governedWithRecorder(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := g.Acquire(ctx, "lock:span")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lease.Release(ctx) }()
+	l.obs.Renewed(nil)
+	if s := spanNamed(spans.Ended(), "acquire lock"); s == nil {
+		t.Fatal("acquire span not exported after the first renewal, with the lock still held")
+	}
+}
+
+// A lease that ended before Acquire returned (lost at once) has its acquire
+// span exported by the time Acquire returns: nothing later would end it if
+// the caller never releases.
+func TestGovern_AcquireSpanOfALeaseLostBeforeAcquireReturnedIsExported(t *testing.T) {
+	g, spans := governedWithRecorder(t, &observerLocker{lost: errors.New("ttl ran out")})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := g.Acquire(ctx, "lock:span"); err != nil {
+		t.Fatal(err)
+	}
+	if s := spanNamed(spans.Ended(), "acquire lock"); s == nil {
+		t.Fatal("acquire span of a lease lost before Acquire returned was never exported")
 	}
 }
