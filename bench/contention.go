@@ -428,7 +428,7 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 		if err := measureRoundTrips(ctx, e, rt); err != nil {
 			return nil, nil, fmt.Errorf("contention, round trips: %w", err)
 		}
-		for _, im := range rotate(impls, round) {
+		for _, im := range roundOrder(impls, round) {
 			key := fmt.Sprintf("lock:bench:contended:%d:%d", idx[im.name], round)
 			r, err := contend(ctx, e, im, key, cfg.contDur)
 			if err != nil {

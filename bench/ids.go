@@ -188,7 +188,7 @@ func runIDs(ctx context.Context, cfg config, out io.Writer) ([]idRow, error) {
 		}
 		for round := range cfg.rounds {
 			got := map[string]idRound{}
-			for _, im := range rotate(impls, round) {
+			for _, im := range roundOrder(impls, round) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}

@@ -363,7 +363,7 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 		}
 		for round := range cfg.rounds {
 			got := map[string]lockRound{}
-			for _, im := range rotate(impls, round) {
+			for _, im := range roundOrder(impls, round) {
 				fs, cleanup, err := im.prepare(e, g)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", im.name, err)

@@ -10,9 +10,9 @@
 // It starts its own redis-server (PATH or /usr/bin, a free loopback port, a private temporary
 // directory) and an embedded etcd through lockgov's internal/testenv, which this module may
 // import because its path lies under github.com/lockgov/lockgov. Every ratio is computed round
-// by round inside this one run (each round runs every case once, in an order rotated by one
-// per round) and the table shows the medians over the rounds, since absolute times drift on a
-// shared machine.
+// by round inside this one run (each round runs every case once, in an order shuffled with the
+// round's fixed seed, so no case always follows the same one) and the table shows the medians
+// over the rounds, since absolute times drift on a shared machine.
 //
 // The Go benchmarks in snowflake_test.go measure the ID generators with testing.B:
 //

@@ -313,7 +313,7 @@ func renderSection(r *results) string {
 		}
 		w("Versions: lockgov from this tree; %s.\n\n", strings.Join(vs, ", "))
 	}
-	w("Ratios are computed pair by pair inside each round (every round runs every case once, the order rotated by one each round) and the tables show medians over the rounds: %d rounds for locks and IDs, %d under contention.\n\n",
+	w("Ratios are computed pair by pair inside each round (every round runs every case once, in an order shuffled each round with a fixed seed, so that no case always follows the same one) and the tables show medians over the rounds: %d rounds for locks and IDs, %d under contention.\n\n",
 		r.cfg.rounds, contRounds(r))
 
 	w("### Targets (issue 12)\n\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"time"
@@ -45,14 +46,17 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// rotate returns xs rotated left by k: round k of a benchmark starts with a different case,
-// so that no case always runs first (on a fresh server) or last (on a warm one).
-func rotate[T any](xs []T, k int) []T {
-	if len(xs) == 0 {
-		return nil
-	}
-	k %= len(xs)
-	return append(slices.Clone(xs[k:]), xs[:k]...)
+// roundOrder returns xs in the order round k of a benchmark runs them: a shuffle seeded by k,
+// the same in every run. Rotating the order (an earlier runner) moved which case ran first but
+// kept every case's predecessor, and a case's figures depend on the one before it: two
+// identical governed-lock cases, one always right after the other, differed by 5-10% in
+// pairs/s and client CPU (the one behind faster), whichever was which. Shuffling gives each
+// case different neighbours round to round, so the medians over rounds average that out.
+func roundOrder[T any](xs []T, k int) []T {
+	out := slices.Clone(xs)
+	r := rand.New(rand.NewPCG(uint64(k), 0x6c6f636b676f76)) // "lockgov"
+	r.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 // mean of ds (0 for none).
