@@ -34,10 +34,11 @@ type target struct {
 	// could pass it.
 	bound               float64
 	boundName, boundWhy string
-	// machine: the figure the least the target's mechanism needs would reach on this machine
-	// with nothing else in it (for the busy targets: handoffs costing exactly one PUBLISH
-	// between idle processes), named by machineName ("" when not measured). A target it
-	// misses is beyond the machine for that mechanism, whatever the lock does.
+	// machine: the figure the least the target's mechanism needs reaches in the same run, with
+	// nothing of a lock in it (for the busy targets: handoffs costing exactly one PUBLISH
+	// between idle processes; for the peer targets: the raw pair itself, one command at a
+	// time, no spans), named by machineName ("" when not measured). A target it misses is
+	// beyond the machine for that mechanism, whatever the lock does.
 	machine     float64
 	machineName string
 }
@@ -164,6 +165,7 @@ func (r *results) targets() []target {
 			if raw := r.lockRowFor(nameRaw, 16); raw != nil && b.name != nameRaw {
 				if v, ok := pairRatio(raw.rounds, b.rounds, f); ok {
 					t.context += fmt.Sprintf("; the raw pair itself, no spans: %s", t.fmt(v))
+					t.machine, t.machineName = v, "the raw pair itself, with no spans and no lock decisions"
 				}
 			}
 			// The target with the spans taken out, and what the spans cost Govern and the raw
