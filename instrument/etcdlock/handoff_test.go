@@ -14,9 +14,13 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// gatedWatcher holds back the events of every watch whose key pass refuses
-// until open is closed: a watch that is slow to deliver, as a paused
-// process or a busy client sees it.
+// gatedWatcher holds back every response of every watch whose key pass
+// refuses until open is closed: a watch that is slow to deliver, as a paused
+// process or a busy client sees it. That includes the created notification:
+// a lease's own-key watch reads its key when it sees that notification, so
+// one created after the test deleted the key (a loaded machine starts the
+// watch late) would otherwise find the deletion through that read, not
+// through the watches the test is about.
 type gatedWatcher struct {
 	clientv3.Watcher
 	pass func(key string) bool
@@ -32,12 +36,10 @@ func (w *gatedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.O
 	go func() {
 		defer close(out)
 		for wr := range in {
-			if len(wr.Events) > 0 {
-				select {
-				case <-w.open:
-				case <-ctx.Done():
-					continue
-				}
+			select {
+			case <-w.open:
+			case <-ctx.Done():
+				continue
 			}
 			select {
 			case out <- wr:
