@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -414,7 +415,115 @@ func (rt *roundTrips) busyAt(holdMs float64) float64 {
 	return holdMs / (holdMs + rt.meanNotify()/1000)
 }
 
-func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, *roundTrips, error) {
+// scriptTimes is redis-server's own time per handoff script under contention, from SLOWLOG:
+// the floor's script, and lockgov's release.lua (default wait), which hands the lock to the
+// next waiter. Both run on the handoff's path (the waiter hears of the handoff only after the
+// script ends), so their difference is server work a lockgov handoff adds to the floor's. It
+// is read in one extra pass of each of the two cases after the rounds, not in the rounds
+// themselves: logging costs the server a little per logged command.
+type scriptTimes struct {
+	floor, release    []time.Duration // sorted
+	floorAcq, waitAcq int             // acquisitions in the pass: how many scripts ran
+}
+
+// measured reports whether both scripts' times were read.
+func (st *scriptTimes) measured() bool { return st != nil && len(st.floor) > 0 && len(st.release) > 0 }
+
+// slowlogMinUs is the pass's slowlog-log-slower-than: under contention a script call takes
+// tens of µs and is nearly always logged, while the commands inside it (1-3 µs each) mostly
+// are not, so that logging them does not count inside the script's own time.
+const slowlogMinUs = 5
+
+// releaseKeys is how many keys lockgov's release.lua is sent with on one node (lock,
+// tombstone, queue, fence counter, waiter deadlines; store.go); its second key, and no other
+// script's, is a release's tombstone (keys.go names it "<base>:rel:<hash>").
+const (
+	releaseKeys = "5"
+	tombstoneIn = ":rel:"
+)
+
+// classifyScripts picks the floor's script calls (by digest) and lockgov's release calls (by
+// their keys: five, the second a tombstone) out of slowlog entries; everything else (other
+// scripts, commands inside scripts) is left out.
+func classifyScripts(entries []redis.SlowLog, floorSHA string) (floor, release []time.Duration) {
+	for _, e := range entries {
+		if len(e.Args) < 3 {
+			continue
+		}
+		switch strings.ToLower(e.Args[0]) {
+		case "evalsha":
+			if e.Args[1] == floorSHA {
+				floor = append(floor, e.Duration)
+				continue
+			}
+		case "eval":
+		default:
+			continue
+		}
+		if e.Args[2] == releaseKeys && len(e.Args) > 4 && strings.Contains(e.Args[4], tombstoneIn) {
+			release = append(release, e.Duration)
+		}
+	}
+	slices.Sort(floor)
+	slices.Sort(release)
+	return floor, release
+}
+
+// measureScriptTimes runs the floor and lockgov's default wait once more each for d with
+// every command of slowlogMinUs or more logged, and reads their handoff scripts' times.
+// The server's slowlog settings are restored after.
+func measureScriptTimes(ctx context.Context, e *env, impls []contImpl, d time.Duration) (*scriptTimes, error) {
+	admin := newRedis(e)
+	defer func() { _ = admin.Close() }()
+	saved, err := admin.ConfigGet(ctx, "slowlog-*").Result()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
+			if v, ok := saved[k]; ok {
+				_ = admin.ConfigSet(context.WithoutCancel(ctx), k, v).Err()
+			}
+		}
+	}()
+	const maxLen = 200000
+	st := &scriptTimes{}
+	for _, name := range []string{nameFloorC, nameWait} {
+		i := slices.IndexFunc(impls, func(im contImpl) bool { return im.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("script times: no case %q", name)
+		}
+		for k, v := range map[string]string{"slowlog-max-len": fmt.Sprint(maxLen), "slowlog-log-slower-than": fmt.Sprint(slowlogMinUs)} {
+			if err := admin.ConfigSet(ctx, k, v).Err(); err != nil {
+				return nil, err
+			}
+		}
+		if err := admin.SlowLogReset(ctx).Err(); err != nil {
+			return nil, err
+		}
+		r, err := contend(ctx, e, impls[i], fmt.Sprintf("lock:bench:scripts:%d", i), d)
+		if err != nil {
+			return nil, fmt.Errorf("script times, %s: %w", name, err)
+		}
+		// Stop logging before reading, so the read is not in the log it reads.
+		if err := admin.ConfigSet(ctx, "slowlog-log-slower-than", "-1").Err(); err != nil {
+			return nil, err
+		}
+		entries, err := admin.SlowLogGet(ctx, maxLen).Result()
+		if err != nil {
+			return nil, err
+		}
+		floor, release := classifyScripts(entries, handoffFloor.Hash())
+		if name == nameFloorC {
+			st.floor, st.floorAcq = floor, r.acq
+		} else {
+			st.release, st.waitAcq = release, r.acq
+		}
+	}
+	return st, nil
+}
+
+func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.Writer) ([]contRow, *roundTrips, *scriptTimes, error) {
 	impls := contImpls()
 	rt := &roundTrips{}
 	rows := make([]contRow, len(impls))
@@ -426,18 +535,23 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 	for round := range rounds {
 		fmt.Fprintf(out, "  round %d: ", round+1)
 		if err := measureRoundTrips(ctx, e, rt); err != nil {
-			return nil, nil, fmt.Errorf("contention, round trips: %w", err)
+			return nil, nil, nil, fmt.Errorf("contention, round trips: %w", err)
 		}
 		for _, im := range roundOrder(impls, round) {
 			key := fmt.Sprintf("lock:bench:contended:%d:%d", idx[im.name], round)
 			r, err := contend(ctx, e, im, key, cfg.contDur)
 			if err != nil {
-				return nil, nil, fmt.Errorf("contention, %s: %w", im.name, err)
+				return nil, nil, nil, fmt.Errorf("contention, %s: %w", im.name, err)
 			}
 			rows[idx[im.name]].rounds = append(rows[idx[im.name]].rounds, r)
 			fmt.Fprintf(out, "%s %.0f/s busy %.0f%%  ", im.name, r.acqPerSec(), 100*float64(r.held)/float64(r.wall))
 		}
 		fmt.Fprintln(out)
+	}
+	fmt.Fprintf(out, "  script times (SLOWLOG): %s and %s, %v each\n", nameFloorC, nameWait, cfg.contDur)
+	st, err := measureScriptTimes(ctx, e, impls, cfg.contDur)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	for i := range rows {
 		summarizeContRow(&rows[i])
@@ -445,7 +559,7 @@ func runContention(ctx context.Context, e *env, cfg config, rounds int, out io.W
 	slices.Sort(rt.hot)
 	slices.Sort(rt.idle)
 	slices.Sort(rt.notify)
-	return rows, rt, nil
+	return rows, rt, st, nil
 }
 
 func summarizeContRow(r *contRow) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -85,6 +87,74 @@ func TestMeasureRoundTrips_EveryKindPerRound(t *testing.T) {
 	for _, d := range slices.Concat(rt.hot, rt.idle, rt.notify) {
 		if d <= 0 {
 			t.Fatalf("a round trip of %v", d)
+		}
+	}
+}
+
+// TestClassifyScripts_FloorByDigestReleaseByKeyCount: the floor's calls are told by their
+// digest, lockgov's release by its five keys with a tombstone second (as EVALSHA or as the
+// EVAL fallback after a NOSCRIPT); the queued acquire (four keys), another script with five
+// keys, other scripts and the commands logged from inside scripts are left out.
+func TestClassifyScripts_FloorByDigestReleaseByKeyCount(t *testing.T) {
+	floorSHA := handoffFloor.Hash()
+	entries := []redis.SlowLog{
+		{Args: []string{"evalsha", floorSHA, "4", "k"}, Duration: 30 * time.Microsecond},
+		{Args: []string{"EVALSHA", "aaaa", "5", "lock", "{lock}:rel:0a1b", "{lock}:queue"}, Duration: 60 * time.Microsecond},
+		{Args: []string{"eval", "local cur = ... (2000 more bytes)", "5", "lock", "{lock}:rel:2c3d", "{lock}:queue"}, Duration: 90 * time.Microsecond},
+		{Args: []string{"evalsha", "bbbb", "4", "lock", "{lock}:fence"}, Duration: 50 * time.Microsecond}, // queued acquire
+		{Args: []string{"evalsha", "cccc", "5", "lock", "{lock}:queue"}, Duration: 40 * time.Microsecond}, // five keys, no tombstone
+		{Args: []string{"evalsha", "dddd", "5"}, Duration: 40 * time.Microsecond},                         // truncated
+		{Args: []string{"SET", "k", "v"}, Duration: 7 * time.Microsecond},
+		{Args: []string{"evalsha", floorSHA, "4", "k"}, Duration: 20 * time.Microsecond},
+		{Args: []string{"ping"}, Duration: 6 * time.Microsecond},
+	}
+	floor, release := classifyScripts(entries, floorSHA)
+	if want := []time.Duration{20 * time.Microsecond, 30 * time.Microsecond}; !slices.Equal(floor, want) {
+		t.Errorf("floor = %v, want %v", floor, want)
+	}
+	if want := []time.Duration{60 * time.Microsecond, 90 * time.Microsecond}; !slices.Equal(release, want) {
+		t.Errorf("release = %v, want %v", release, want)
+	}
+}
+
+// TestMeasureScriptTimes_ReadsEveryReleaseOfTheRealLibrary runs the pass briefly against a
+// real redis-server: lockgov's releases are found by their key count (so a change to
+// release.lua's keys that would make the doc's reading silently empty fails here), the
+// floor's by digest, and the server's slowlog settings are back as they were.
+func TestMeasureScriptTimes_ReadsEveryReleaseOfTheRealLibrary(t *testing.T) {
+	r := testenv.NewRedis(t)
+	e := &env{redisAddr: r.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := newRedis(e)
+	defer func() { _ = admin.Close() }()
+	before, err := admin.ConfigGet(ctx, "slowlog-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := measureScriptTimes(ctx, e, contImpls(), 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.measured() {
+		t.Fatalf("nothing read: %d floor scripts, %d releases", len(st.floor), len(st.release))
+	}
+	// Each acquisition but the first of the pass follows a release; the last release of the
+	// pass may come after the count. Scripts faster than the threshold are not logged, so
+	// allow some below, but a key count that no longer matches reads none.
+	if len(st.release) < st.waitAcq/2 || len(st.release) > st.waitAcq {
+		t.Errorf("%d releases read for %d acquisitions", len(st.release), st.waitAcq)
+	}
+	if len(st.floor) < st.floorAcq/2 || len(st.floor) > st.floorAcq {
+		t.Errorf("%d floor scripts read for %d acquisitions", len(st.floor), st.floorAcq)
+	}
+	after, err := admin.ConfigGet(ctx, "slowlog-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
+		if before[k] != after[k] {
+			t.Errorf("%s = %s after the pass, was %s", k, after[k], before[k])
 		}
 	}
 }

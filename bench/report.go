@@ -227,6 +227,10 @@ func (r *results) targets() []target {
 				hold, rt.meanNotify()/1000, 100*rt.busyAt(row.meanHold))
 			t.machine, t.machineName = 100*rt.busyAt(row.meanHold), "a handoff of exactly one PUBLISH between idle processes, no lock and no other contender"
 		}
+		if st := r.scripts; row == wait && st.measured() {
+			t.context += fmt.Sprintf("; redis-server's time per handoff script under the same contention (SLOWLOG, p50): lockgov's release %.0f µs, the floor's %.0f µs",
+				us(quantile(st.release, 0.5)), us(quantile(st.floor, 0.5)))
+		}
 	}
 	pct("contended: lockgov default wait busy >= 85%", wait, busy, 85, false, "%", "%.0f")
 	withFloor(wait)
@@ -360,6 +364,12 @@ func renderSection(r *results) string {
 			w("Messages on this machine, measured in the same rounds (%d of each kind per round, %d rounds, on clients of their own): a PING back to back, p50 %.0f µs, mean %.0f µs; a PING sent right after sleeping %v, as a release is sent after a hold, p50 %.0f µs, mean %.0f µs; a PUBLISH sent right after sleeping %v to a subscriber waiting since the last one, until the subscriber's goroutine has it, p50 %.0f µs, p90 %.0f µs, mean %.0f µs. The last is a handoff by notification with no lock in it (one command in, one message out, both processes idle as a holder's and a waiter's are): one that cost exactly its mean would keep a lock held %s (lockgov default wait's mean hold) busy %.0f%%.\n\n",
 				pingsPerRound, rt.rounds, us(quantile(rt.hot, 0.5)), us(mean(rt.hot)), hold, us(quantile(rt.idle, 0.5)), us(mean(rt.idle)),
 				hold, us(quantile(rt.notify, 0.5)), us(quantile(rt.notify, 0.9)), rt.meanNotify(), holdOf(r.contRowFor(nameWait)), 100*rt.busyAt(meanHoldOf(r.contRowFor(nameWait))))
+		}
+		if st := r.scripts; st.measured() {
+			w("redis-server's own time per handoff script, under the same contention: one more pass of the floor and of lockgov's default wait after the rounds (%v each, not in the table), with every command of %d µs or more in SLOWLOG (%d of the floor's %d scripts and %d of lockgov's %d releases were logged; the commands inside a script take 1-3 µs and mostly are not). The floor's script: p50 %.0f µs, p90 %.0f µs. lockgov's release.lua, which checks the owner, leaves the tombstone, pops the queue, checks the waiter's deadline, takes a fence and writes the waiter's lock value before it publishes: p50 %.0f µs, p90 %.0f µs. A waiter hears of a handoff only when the script has ended, so the difference, %.0f µs at p50, is on every handoff's path.\n\n",
+				r.cfg.contDur, slowlogMinUs, len(st.floor), st.floorAcq, len(st.release), st.waitAcq,
+				us(quantile(st.floor, 0.5)), us(quantile(st.floor, 0.9)), us(quantile(st.release, 0.5)), us(quantile(st.release, 0.9)),
+				us(quantile(st.release, 0.5))-us(quantile(st.floor, 0.5)))
 		}
 	}
 	if len(r.ids) > 0 {

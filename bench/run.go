@@ -56,7 +56,8 @@ type results struct {
 	cfg         config
 	uncontended []lockRow
 	contended   []contRow
-	roundTrips  *roundTrips // measured in the contention rounds; nil when they did not run
+	roundTrips  *roundTrips  // measured in the contention rounds; nil when they did not run
+	scripts     *scriptTimes // measured after the contention rounds; nil when they did not run
 	ids         []idRow
 	sub         []subResult
 	notes       []string
@@ -104,11 +105,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 				rounds = min(rounds, 5)
 			}
 			fmt.Fprintf(out, "== contention, 8 contenders on one key, 1 ms holds: %d rounds x %v per case\n", rounds, cfg.contDur)
-			rows, rt, err := runContention(ctx, e, cfg, rounds, out)
+			rows, rt, st, err := runContention(ctx, e, cfg, rounds, out)
 			if err != nil {
 				return err
 			}
-			res.contended, res.roundTrips = rows, rt
+			res.contended, res.roundTrips, res.scripts = rows, rt, st
 		}
 	}
 	if cfg.has("ids") {
