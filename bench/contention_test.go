@@ -118,9 +118,11 @@ func TestClassifyScripts_FloorByDigestReleaseByKeyCount(t *testing.T) {
 }
 
 // TestMeasureScriptTimes_ReadsEveryReleaseOfTheRealLibrary runs the pass briefly against a
-// real redis-server: lockgov's releases are found by their key count (so a change to
-// release.lua's keys that would make the doc's reading silently empty fails here), the
-// floor's by digest, and the server's slowlog settings are back as they were.
+// real redis-server with every command logged (threshold 0, so that no script is left out for
+// being fast on a fast machine): every one of lockgov's releases is found by its keys (so a
+// change to release.lua's keys that would make the doc's reading silently empty or wrong
+// fails here), every floor script by its digest, and the server's slowlog settings are back
+// as they were.
 func TestMeasureScriptTimes_ReadsEveryReleaseOfTheRealLibrary(t *testing.T) {
 	r := testenv.NewRedis(t)
 	e := &env{redisAddr: r.Addr()}
@@ -132,20 +134,20 @@ func TestMeasureScriptTimes_ReadsEveryReleaseOfTheRealLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := measureScriptTimes(ctx, e, contImpls(), 300*time.Millisecond)
+	st, err := measureScriptTimes(ctx, e, contImpls(), 300*time.Millisecond, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !st.measured() {
 		t.Fatalf("nothing read: %d floor scripts, %d releases", len(st.floor), len(st.release))
 	}
-	// Each acquisition but the first of the pass follows a release; the last release of the
-	// pass may come after the count. Scripts faster than the threshold are not logged, so
-	// allow some below, but a key count that no longer matches reads none.
-	if len(st.release) < st.waitAcq/2 || len(st.release) > st.waitAcq {
+	// Every acquisition of the pass is released once, by one script call: a release with
+	// nobody queued runs release.lua with the same five keys, and the floor releases through
+	// its script every time.
+	if len(st.release) != st.waitAcq {
 		t.Errorf("%d releases read for %d acquisitions", len(st.release), st.waitAcq)
 	}
-	if len(st.floor) < st.floorAcq/2 || len(st.floor) > st.floorAcq {
+	if len(st.floor) != st.floorAcq {
 		t.Errorf("%d floor scripts read for %d acquisitions", len(st.floor), st.floorAcq)
 	}
 	after, err := admin.ConfigGet(ctx, "slowlog-*").Result()
