@@ -75,6 +75,15 @@ func (t target) result() string {
 		b.got = t.bound
 		if !b.pass() {
 			miss += fmt.Sprintf("; %s misses it too (%s): %s", t.boundName, t.fmt(t.bound), t.boundWhy)
+			// The bound missing does not excuse a subject that falls short of the bound as
+			// well: that distance is the subject's own work, and the result says so.
+			short := t.bound - t.got
+			if t.atMost {
+				short = -short
+			}
+			if t.fmt(short) != t.fmt(0) && short > 0 {
+				miss += fmt.Sprintf("; lockgov is %s short of it in the same run, and that part is lockgov's own", t.fmt(short))
+			}
 		}
 	}
 	if t.machineName != "" {

@@ -55,10 +55,13 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 		name          string
 		lockgov, fl   float64
 		pass, blameVM bool
+		own           string // lockgov's own distance below a floor that misses too ("": none said)
 	}{
-		{"both below 85%", 0.77, 0.80, false, true},
-		{"the floor reaches it, lockgov does not", 0.77, 0.88, false, false},
-		{"lockgov reaches it", 0.86, 0.88, true, false},
+		{"both below 85%", 0.77, 0.80, false, true, "lockgov is 3% short of it in the same run, and that part is lockgov's own"},
+		{"both below 85%, lockgov at the floor", 0.80, 0.80, false, true, ""},
+		{"both below 85%, lockgov above the floor", 0.82, 0.80, false, true, ""},
+		{"the floor reaches it, lockgov does not", 0.77, 0.88, false, false, ""},
+		{"lockgov reaches it", 0.86, 0.88, true, false, ""},
 	} {
 		r := &results{contended: []contRow{
 			{name: nameFloorC, busy: tc.fl, acqPerSec: 500, rounds: []contRound{round(tc.fl)}},
@@ -75,6 +78,11 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 			}
 			if got := strings.Contains(tg.result(), "above what a handoff by notification reaches"); got != tc.blameVM {
 				t.Errorf("%s: result %q: says the floor misses too: %v, want %v", tc.name, tg.result(), got, tc.blameVM)
+			}
+			if got := strings.Contains(tg.result(), "lockgov's own"); tc.own == "" && got {
+				t.Errorf("%s: result %q blames lockgov's own work", tc.name, tg.result())
+			} else if tc.own != "" && !strings.Contains(tg.result(), tc.own) {
+				t.Errorf("%s: result %q lacks %q", tc.name, tg.result(), tc.own)
 			}
 			want := fmt.Sprintf("lockgov / floor %.2fx", tc.lockgov/tc.fl)
 			if !strings.Contains(tg.context, want) || !strings.Contains(tg.context, "floor (token ring, no lock)") {
