@@ -199,7 +199,9 @@ func (a *acquirer) attempted(ok bool) {
 // in it: it is the key's create_revision, which etcd stores with every key.
 func (a *acquirer) value(queuedAt, acquiredAt time.Time) string {
 	var b strings.Builder
-	a.l.value.Begin(&b, lockvalue.Call{TraceID: a.cfg.TraceID, Labels: a.cfg.Meta, TTL: a.cfg.TTL})
+	call := lockvalue.Call{TraceID: a.cfg.TraceID, Labels: a.cfg.Meta, TTL: a.cfg.TTL}
+	b.Grow(a.l.value.Size(call, 2) + 1) // and the closing brace
+	a.l.value.Begin(&b, call)
 	lockvalue.AppendTime(&b, lockvalue.QueuedAt, queuedAt)
 	if !acquiredAt.IsZero() {
 		lockvalue.AppendTime(&b, lockvalue.AcquiredAt, acquiredAt)

@@ -144,3 +144,44 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A builder grown by Size never grows again while the value is written:
+// every acquire would otherwise copy its value into a second buffer.
+func TestSize_CoversWhatBeginAndAppendTimeWrite(t *testing.T) {
+	named, err := NewWriter("billing", "pod-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.UnixMilli(1764590000012)
+	for _, tc := range []struct {
+		name  string
+		w     Writer
+		c     Call
+		times int
+	}{
+		{"zero writer, nothing else", Writer{}, Call{}, 0},
+		{"zero writer, one time", Writer{}, Call{TTL: time.Second}, 1},
+		{"trace and ttl, one time", named, Call{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", TTL: 30 * time.Second}, 1},
+		{"everything, two times", named, Call{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Labels: map[string]string{"order": "o-1", "tenant": "t"}, TTL: time.Hour}, 2},
+		{"longest ttl", named, Call{TTL: time.Duration(1<<63 - 1)}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			b.Grow(tc.w.Size(tc.c, tc.times))
+			grown := b.Cap()
+			tc.w.Begin(&b, tc.c)
+			for range tc.times {
+				AppendTime(&b, AcquiredAt, at)
+			}
+			if b.Len() > tc.w.Size(tc.c, tc.times) {
+				t.Errorf("Size %d, below the %d bytes written", tc.w.Size(tc.c, tc.times), b.Len())
+			}
+			if b.Cap() != grown {
+				t.Errorf("Size %d, wrote %d bytes: the builder grew from %d to %d", tc.w.Size(tc.c, tc.times), b.Len(), grown, b.Cap())
+			}
+			if slack := tc.w.Size(tc.c, tc.times) - b.Len(); slack > 64 {
+				t.Errorf("Size %d for %d bytes: %d bytes of slack on every acquire", tc.w.Size(tc.c, tc.times), b.Len(), slack)
+			}
+		})
+	}
+}

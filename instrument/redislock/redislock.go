@@ -260,8 +260,9 @@ func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) 
 // process's wall clock when it sent the request.
 func (l *Locker) meta(cfg *instrument.AcquireConfig) string {
 	var b strings.Builder
-	b.Grow(160)
-	l.value.Begin(&b, lockvalue.Call{TraceID: cfg.TraceID, Labels: cfg.Meta, TTL: cfg.TTL})
+	call := lockvalue.Call{TraceID: cfg.TraceID, Labels: cfg.Meta, TTL: cfg.TTL}
+	b.Grow(l.value.Size(call, 1))
+	l.value.Begin(&b, call)
 	lockvalue.AppendTime(&b, lockvalue.AcquiredAt, time.Now())
 	return b.String()
 }
