@@ -143,8 +143,18 @@ func New(cfg Config) *Lease {
 		c.heldAt = cfg.Start
 	}
 	c.mu.Lock() // the timer may fire before AfterFunc has returned
-	c.timer = time.AfterFunc(time.Until(c.expires.Add(-c.drift)), c.tick)
-	c.scheduleRenewLocked(cfg.TTL / 3)
+	// The timer is armed once, for what comes first (see armLocked): arming
+	// it for the deadline and then again for the first renewal put it into
+	// the runtime's timer heap twice on every acquire.
+	now := time.Now()
+	next := c.expires.Add(-c.drift)
+	if c.renewsLocked() {
+		c.renewAt = now.Add(cfg.TTL / 3)
+		if c.renewAt.Before(next) {
+			next = c.renewAt
+		}
+	}
+	c.timer = time.AfterFunc(next.Sub(now), c.tick)
 	c.mu.Unlock()
 	return c
 }
@@ -352,9 +362,12 @@ func (c *Lease) Ended() bool {
 	return c.ended
 }
 
+// renewsLocked says the watchdog may schedule a renewal.
+func (c *Lease) renewsLocked() bool { return c.cfg.Watchdog && !c.ended && !c.stopRenew }
+
 // scheduleRenewLocked arms the watchdog to renew after d.
 func (c *Lease) scheduleRenewLocked(d time.Duration) {
-	if !c.cfg.Watchdog || c.ended || c.stopRenew {
+	if !c.renewsLocked() {
 		return
 	}
 	c.renewAt = time.Now().Add(d)
