@@ -183,11 +183,12 @@ func (w Writer) Begin(b *strings.Builder, c Call) {
 	}
 }
 
-// Size is how many bytes Begin writes for c, and AppendTime for each of
+// Size bounds how many bytes Begin writes for c, and AppendTime for each of
 // times members, so that a caller sizes its builder once: a value that
 // outgrows its first buffer is copied into a second, twice the garbage on
-// every acquire. Exact except for labels and for strings JSON must escape,
-// which it estimates.
+// every acquire. It counts every number at its longest, so it is a few
+// bytes above the exact size, and it can fall short only for labels or a
+// trace id that JSON must escape (the builder then grows, as without it).
 func (w Writer) Size(c Call, times int) int {
 	n := len(w.head)
 	if n == 0 {
