@@ -34,10 +34,10 @@ type pairFunc func(ctx context.Context) error
 // goroutine, each on its own key, sharing one client (as one service instance would), and a
 // cleanup.
 type lockImpl struct {
-	name     string
-	floor    bool // the raw pair the others are compared with
-	embedded bool // the server runs in this process (etcd): no separate server CPU
-	prepare  func(e *env, n int) ([]pairFunc, func(), error)
+	name    string
+	floor   bool // the raw pair the others are compared with
+	etcd    bool // the server is etcd (its CPU from the etcd child), not redis-server
+	prepare func(e *env, n int) ([]pairFunc, func(), error)
 }
 
 // rawRelease is the compare-and-delete every blog post shows.
@@ -221,7 +221,7 @@ func lockImpls() []lockImpl {
 			}
 			return fs, func() { _ = c.Close() }, nil
 		}},
-		{name: nameEtcdMu, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+		{name: nameEtcdMu, etcd: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			s, closeSession, err := e.etcdSession()
 			if err != nil {
 				return nil, nil, err
@@ -238,7 +238,7 @@ func lockImpls() []lockImpl {
 			}
 			return fs, closeSession, nil
 		}},
-		{name: nameEtcdlock, embedded: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
+		{name: nameEtcdlock, etcd: true, prepare: func(e *env, n int) ([]pairFunc, func(), error) {
 			cli, err := e.etcdClient()
 			if err != nil {
 				return nil, nil, err
@@ -262,8 +262,8 @@ type lockRow struct {
 	p50, p99   float64 // µs
 	allocs     float64 // per pair, whole process
 	cpu        float64 // µs per pair, whole process
-	server     float64 // µs per pair, redis-server's CPU (0 for embedded servers)
-	embedded   bool
+	server     float64 // µs per pair, the server's CPU (redis-server's or the etcd child's)
+	etcd       bool
 	ratio      float64 // throughput / the floor's, in the same round
 	cpuRatio   float64 // cpu / the floor's, in the same round
 	rounds     []lockRound
@@ -342,7 +342,7 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 	impls := lockImpls()
 	admin := redis.NewClient(&redis.Options{Addr: e.redisAddr})
 	defer admin.Close()
-	var infoErr error
+	var infoErr, etcdErr error
 	serverCPU := func() time.Duration {
 		d, err := testenv.RedisCPU(ctx, admin)
 		if err != nil && infoErr == nil {
@@ -350,11 +350,21 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 		}
 		return d
 	}
+	etcdCPU := func() time.Duration {
+		if e.etcdCPU == nil {
+			return 0 // etcd in this process (tests): its CPU is in the client's
+		}
+		d, err := e.etcdCPU()
+		if err != nil && etcdErr == nil {
+			etcdErr = err
+		}
+		return d
+	}
 	var rows []lockRow
 	for _, g := range []int{1, 16} {
 		byName := map[string]*lockRow{}
 		for _, im := range impls {
-			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor, embedded: im.embedded})
+			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor, etcd: im.etcd})
 		}
 		for i := range rows {
 			if rows[i].goroutines == g {
@@ -369,8 +379,8 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 					return nil, fmt.Errorf("%s: %w", im.name, err)
 				}
 				srv := serverCPU
-				if im.embedded {
-					srv = func() time.Duration { return 0 }
+				if im.etcd {
+					srv = etcdCPU
 				}
 				r, err := measurePairs(ctx, fs, cfg.lockDur, srv)
 				cleanup()
@@ -398,6 +408,9 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 	}
 	if infoErr != nil {
 		return nil, fmt.Errorf("redis-server CPU (INFO cpu): %w", infoErr)
+	}
+	if etcdErr != nil {
+		return nil, etcdErr
 	}
 	for i := range rows {
 		summarizeLockRow(&rows[i])

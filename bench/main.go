@@ -9,7 +9,9 @@
 //
 // It starts its own redis-server (PATH or /usr/bin, a free loopback port, a private temporary
 // directory) and an embedded etcd through lockgov's internal/testenv, which this module may
-// import because its path lies under github.com/lockgov/lockgov. Every ratio is computed round
+// import because its path lies under github.com/lockgov/lockgov; the etcd runs in a child
+// process (this binary again, see etcdChild), so that neither server shares the runner's heap,
+// collector or scheduler with the clients it measures. Every ratio is computed round
 // by round inside this one run (each round runs every case once, in an order shuffled with the
 // round's fixed seed, so no case always follows the same one) and the table shows the medians
 // over the rounds, since absolute times drift on a shared machine.

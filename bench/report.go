@@ -315,7 +315,7 @@ func renderSection(r *results) string {
 	}
 	w("\n\n")
 	m := r.machine
-	w("Run %s UTC, %v in all. Machine: %s, nproc %d (GOMAXPROCS %d), load average %s at the start and %s at the end; %s; redis-server %s (its own process, loopback, started by the runner); etcd embedded in the runner's process.",
+	w("Run %s UTC, %v in all. Machine: %s, nproc %d (GOMAXPROCS %d), load average %s at the start and %s at the end; %s; redis-server %s (its own process, loopback, started by the runner); etcd embedded (go.etcd.io/etcd/server/v3/embed) in a child process of the runner.",
 		r.start.Format("2006-01-02 15:04"), r.elapsed, m.cpu, m.nproc, m.gomaxprocs, m.loadStart, m.loadEnd, m.goVersion, orUnknown(m.redis))
 	if r.cfg.note != "" {
 		w(" %s", r.cfg.note)
@@ -345,13 +345,10 @@ func renderSection(r *results) string {
 
 	if len(r.uncontended) > 0 {
 		w("### Locks: uncontended acquire + release\n\n")
-		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole process's (getrusage RUSAGE_SELF) per pair: redis-server is another process, but the embedded etcd server runs in this one, so the etcd rows include the server's work. lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost. \"raw pair + two OTel SDK spans\" wraps the raw pair in the same two spans on the same kind of provider, with as many attributes, without lockgov: its distance from raw is what the SDK costs anyone who records those spans. The last column is redis-server's own CPU per pair (INFO cpu, a process of its own): on two cores the client and the server share, throughput follows the sum of the two CPU columns.\n\n", r.cfg.lockDur)
-		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw | redis-server CPU µs/pair |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("Each goroutine takes and releases its own key in a loop for %v per round; the goroutines share one client (one service instance). \"vs raw\" is throughput relative to the raw go-redis pair in the same round. Allocations and CPU are the whole runner process's (getrusage RUSAGE_SELF) per pair, the client's work alone: both servers run in processes of their own (the embedded etcd in a child of the runner). lockgov + Govern has spans on (an SDK tracer provider, always sampled, a batch processor) and metrics on a registry, and its heartbeat running; the \"no tracer\" row is the same with the global (no-op) tracer provider, so the difference between the two is what recording spans cost. \"raw pair + two OTel SDK spans\" wraps the raw pair in the same two spans on the same kind of provider, with as many attributes, without lockgov: its distance from raw is what the SDK costs anyone who records those spans. The last column is the server's own CPU per pair (redis-server's from INFO cpu, the etcd child's from /proc/<pid>/stat): on two cores the client and the server share, throughput follows the sum of the two CPU columns.\n\n", r.cfg.lockDur)
+		w("| library | goroutines | pairs/s | vs raw | p50 µs | p99 µs | allocs/pair | CPU µs/pair | CPU vs raw | server CPU µs/pair |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.uncontended {
 			srv := fmt.Sprintf("%.1f", x.server)
-			if x.embedded {
-				srv = "in CPU µs/pair"
-			}
 			w("| %s | %d | %s | %.2f | %.0f | %.0f | %.0f | %.1f | %.2f | %s |\n", x.name, x.goroutines, thousands(x.opsPerSec), x.ratio, x.p50, x.p99, x.allocs, x.cpu, x.cpuRatio, srv)
 		}
 		w("\n")

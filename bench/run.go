@@ -24,6 +24,9 @@ type env struct {
 	redisAddr string
 	etcd      []string
 	dials     atomic.Int64 // TCP connections opened to redis-server by every client of the run
+	// etcdCPU is the etcd server's CPU time so far (the runner's etcd child); nil when etcd
+	// runs in this process (tests), whose server CPU is then not separated.
+	etcdCPU func() (time.Duration, error)
 }
 
 func (e *env) etcdClient() (*clientv3.Client, error) {
@@ -85,12 +88,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 		defer r.Close()
 		res.machine.redis = redisVersion()
-		et, err := testenv.StartEtcd()
+		et, err := startEtcdChild()
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
 		defer et.Close()
-		e := &env{redisAddr: r.Addr(), etcd: et.Endpoints()}
+		e := &env{redisAddr: r.Addr(), etcd: et.endpoints, etcdCPU: et.cpu}
 		if cfg.has("locks") {
 			fmt.Fprintf(out, "== uncontended acquire+release: %d rounds x %v per case\n", cfg.rounds, cfg.lockDur)
 			rows, err := runUncontended(ctx, e, cfg, out)

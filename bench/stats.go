@@ -9,9 +9,9 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// cpuTime is this process's user+system CPU time (getrusage RUSAGE_SELF). The servers run in
-// other processes (redis-server) or are excluded by measuring only client work (embedded etcd
-// shares the process: its CPU counts, and the table says so).
+// cpuTime is this process's user+system CPU time (getrusage RUSAGE_SELF): the client's work
+// alone, since both servers run in processes of their own (redis-server, and the embedded
+// etcd in the runner's etcd child).
 var cpuTime = testenv.ProcessCPU
 
 // mallocs is the process's cumulative heap allocation count.
