@@ -480,9 +480,12 @@ func measureScriptTimes(ctx context.Context, e *env, impls []contImpl, d time.Du
 		return nil, err
 	}
 	defer func() {
+		// Restored even when ctx has ended (an interrupted run), within a bound of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
 		for _, k := range []string{"slowlog-log-slower-than", "slowlog-max-len"} {
 			if v, ok := saved[k]; ok {
-				_ = admin.ConfigSet(context.WithoutCancel(ctx), k, v).Err()
+				_ = admin.ConfigSet(rctx, k, v).Err()
 			}
 		}
 	}()

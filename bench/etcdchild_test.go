@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,14 @@ func TestParseStatCPU(t *testing.T) {
 		if _, err := parseStatCPU(bad); err == nil {
 			t.Errorf("parseStatCPU(%q): no error", bad)
 		}
+	}
+}
+
+// The uncontended section refuses an env without the etcd server's CPU reader, by name,
+// rather than reporting the etcd rows' server CPU as zero.
+func TestRunUncontended_NeedsTheEtcdCPUReader(t *testing.T) {
+	_, err := runUncontended(context.Background(), &env{}, withDefaults(config{quick: true}, 0, 0, 0, 0), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "etcd server's CPU") {
+		t.Fatalf("err = %v, want one naming the etcd server's CPU reader", err)
 	}
 }

@@ -263,7 +263,6 @@ type lockRow struct {
 	allocs     float64 // per pair, whole process
 	cpu        float64 // µs per pair, whole process
 	server     float64 // µs per pair, the server's CPU (redis-server's or the etcd child's)
-	etcd       bool
 	ratio      float64 // throughput / the floor's, in the same round
 	cpuRatio   float64 // cpu / the floor's, in the same round
 	rounds     []lockRound
@@ -339,6 +338,9 @@ func measurePairs(ctx context.Context, fs []pairFunc, d time.Duration, serverCPU
 }
 
 func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]lockRow, error) {
+	if e.etcdCPU == nil {
+		return nil, errors.New("uncontended: no reader of the etcd server's CPU (run starts etcd in a child process and sets one)")
+	}
 	impls := lockImpls()
 	admin := redis.NewClient(&redis.Options{Addr: e.redisAddr})
 	defer admin.Close()
@@ -351,9 +353,6 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 		return d
 	}
 	etcdCPU := func() time.Duration {
-		if e.etcdCPU == nil {
-			return 0 // etcd in this process (tests): its CPU is in the client's
-		}
 		d, err := e.etcdCPU()
 		if err != nil && etcdErr == nil {
 			etcdErr = err
@@ -364,7 +363,7 @@ func runUncontended(ctx context.Context, e *env, cfg config, out io.Writer) ([]l
 	for _, g := range []int{1, 16} {
 		byName := map[string]*lockRow{}
 		for _, im := range impls {
-			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor, etcd: im.etcd})
+			rows = append(rows, lockRow{name: im.name, goroutines: g, floor: im.floor})
 		}
 		for i := range rows {
 			if rows[i].goroutines == g {

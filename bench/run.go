@@ -24,8 +24,8 @@ type env struct {
 	redisAddr string
 	etcd      []string
 	dials     atomic.Int64 // TCP connections opened to redis-server by every client of the run
-	// etcdCPU is the etcd server's CPU time so far (the runner's etcd child); nil when etcd
-	// runs in this process (tests), whose server CPU is then not separated.
+	// etcdCPU is the etcd server's CPU time so far (the runner's etcd child); the uncontended
+	// section needs it, the contention section does not.
 	etcdCPU func() (time.Duration, error)
 }
 
