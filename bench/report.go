@@ -66,9 +66,9 @@ func (t target) result() string {
 	}
 	var miss string
 	if t.atMost {
-		miss = fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.fmt(t.got-t.want))
+		miss = fmt.Sprintf("**MISS** by %s (%s over)", percent((t.got/t.want-1)*100), t.diff(t.got-t.want))
 	} else {
-		miss = fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.fmt(t.want-t.got))
+		miss = fmt.Sprintf("**MISS** by %s (%s short)", percent((1-t.got/t.want)*100), t.diff(t.want-t.got))
 	}
 	if t.boundName != "" {
 		b := t
@@ -81,8 +81,8 @@ func (t target) result() string {
 			if t.atMost {
 				short = -short
 			}
-			if t.fmt(short) != t.fmt(0) && short > 0 {
-				miss += fmt.Sprintf("; lockgov is %s short of it in the same run, and that part is lockgov's own", t.fmt(short))
+			if t.diff(short) != t.diff(0) && short > 0 {
+				miss += fmt.Sprintf("; lockgov is %s short of it in the same run, and that part is lockgov's own", t.diff(short))
 			}
 		}
 	}
@@ -105,6 +105,16 @@ func percent(p float64) string {
 }
 
 func (t target) fmt(v float64) string { return fmt.Sprintf(t.format, v) + t.unit }
+
+// diff shows a distance between two of the target's figures. For a figure in percent the
+// distance is in percentage points, with a decimal (a busy share of 79.9% against 80% is
+// 0.1 points short, which "0% short" hid, and "7% short" read as a relative miss).
+func (t target) diff(v float64) string {
+	if t.unit == "%" {
+		return fmt.Sprintf("%.1f points", v)
+	}
+	return t.fmt(v)
+}
 
 func (r *results) lockRowFor(name string, g int) *lockRow {
 	for i := range r.uncontended {

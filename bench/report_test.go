@@ -57,7 +57,7 @@ func TestTargets_BusyIsReadAgainstTheFloor(t *testing.T) {
 		pass, blameVM bool
 		own           string // lockgov's own distance below a floor that misses too ("": none said)
 	}{
-		{"both below 85%", 0.77, 0.80, false, true, "lockgov is 3% short of it in the same run, and that part is lockgov's own"},
+		{"both below 85%", 0.77, 0.80, false, true, "lockgov is 3.0 points short of it in the same run, and that part is lockgov's own"},
 		{"both below 85%, lockgov at the floor", 0.80, 0.80, false, true, ""},
 		{"both below 85%, lockgov above the floor", 0.82, 0.80, false, true, ""},
 		{"the floor reaches it, lockgov does not", 0.77, 0.88, false, false, ""},
@@ -270,4 +270,27 @@ func busyTarget(t *testing.T, r *results) target {
 	}
 	t.Fatal("no default-wait busy target")
 	return target{}
+}
+
+// TestResult_PercentMissesReadInPoints: a share that misses its target by a fraction of a
+// point says by how many points, never "0% short", and a percent target's distance is never
+// read as a relative one.
+func TestResult_PercentMissesReadInPoints(t *testing.T) {
+	for _, tc := range []struct {
+		got  float64
+		want string
+	}{
+		{79.9, "**MISS** by 0.1% (0.1 points short)"},
+		{78, "**MISS** by 2.5% (2.0 points short)"},
+		{81, "**PASS**"},
+	} {
+		tg := target{what: "busy >= 80%", want: 80, unit: "%", format: "%.0f", got: tc.got, measured: true}
+		if got := tg.result(); got != tc.want {
+			t.Errorf("busy %v: result %q, want %q", tc.got, got, tc.want)
+		}
+	}
+	x := target{what: "ratio >= 1.3x", want: 1.3, unit: "x", format: "%.2f", got: 1.2, measured: true}
+	if got, want := x.result(), "**MISS** by 7.7% (0.10x short)"; got != want {
+		t.Errorf("ratio: result %q, want %q", got, want)
+	}
 }
