@@ -104,7 +104,19 @@ func percent(p float64) string {
 	return fmt.Sprintf("%.0f%%", p)
 }
 
-func (t target) fmt(v float64) string { return fmt.Sprintf(t.format, v) + t.unit }
+// fmt shows a figure of the target's kind. A figure that would print as the target itself
+// without being it gets one more decimal: a floor at 84.9% that misses 85% must not read
+// "misses it too (85%)".
+func (t target) fmt(v float64) string {
+	s := fmt.Sprintf(t.format, v)
+	if v != t.want && s == fmt.Sprintf(t.format, t.want) {
+		var prec int
+		if _, err := fmt.Sscanf(t.format, "%%.%df", &prec); err == nil {
+			s = fmt.Sprintf("%.*f", prec+1, v)
+		}
+	}
+	return s + t.unit
+}
 
 // diff shows a distance between two of the target's figures. For a figure in percent the
 // distance is in percentage points, with a decimal (a busy share of 79.9% against 80% is

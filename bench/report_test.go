@@ -294,3 +294,32 @@ func TestResult_PercentMissesReadInPoints(t *testing.T) {
 		t.Errorf("ratio: result %q, want %q", got, want)
 	}
 }
+
+// TestFmt_AFigureThatRoundsToTheTargetShowsWhichSide: 84.9% against 85% reads 84.9%, not
+// 85% beside a MISS; figures that do not round to the target keep the target's format.
+func TestFmt_AFigureThatRoundsToTheTargetShowsWhichSide(t *testing.T) {
+	busy := target{want: 85, unit: "%", format: "%.0f"}
+	ratio := target{want: 1.3, unit: "x", format: "%.2f"}
+	for _, tc := range []struct {
+		t    target
+		v    float64
+		want string
+	}{
+		{busy, 84.9, "84.9%"},
+		{busy, 85.04, "85.0%"},
+		{busy, 85, "85%"},
+		{busy, 80.2, "80%"},
+		{ratio, 1.2996, "1.300x"},
+		{ratio, 1.2, "1.20x"},
+	} {
+		if got := tc.t.fmt(tc.v); got != tc.want {
+			t.Errorf("fmt(%v) against %v = %q, want %q", tc.v, tc.t.want, got, tc.want)
+		}
+	}
+	tg := busy
+	tg.got, tg.measured = 79.8, true
+	tg.bound, tg.boundName, tg.boundWhy = 84.9, "the floor", "the machine"
+	if got := tg.result(); !strings.Contains(got, "the floor misses it too (84.9%)") {
+		t.Errorf("result %q: the floor's figure should read 84.9%%", got)
+	}
+}
