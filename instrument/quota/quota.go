@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -197,7 +198,7 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 	// visits them in the first call's order and finds its records.
 	for j := range n {
 		b := q.bucket(key, (start+j)%n)
-		res, err := deductScript.Run(ctx, q.c, []string{b, b + ":d:" + requestID}, a, q.ttlMS).Int64Slice()
+		res, err := deductScript.Run(ctx, q.c, []string{b, record(b, 'd', requestID)}, a, q.ttlMS).Int64Slice()
 		if err != nil {
 			if q.cfg.fallback != nil && storefail.Ended(ctx) == nil && storefail.Unavailable(err) {
 				q.degraded.Degraded(err)
@@ -251,7 +252,7 @@ func (q *Quota) refund(ctx context.Context, key string, amount int64, requestID 
 		return 0, false, err
 	}
 	b := q.bucket(key, q.shardOf(requestID))
-	rem, replayed, err := q.credit(ctx, b, b+":r:"+requestID, q.cfg.requestTTL.Milliseconds(), amount)
+	rem, replayed, err := q.credit(ctx, b, record(b, 'r', requestID), q.cfg.requestTTL.Milliseconds(), amount)
 	if err != nil {
 		return 0, false, fmt.Errorf("quota: refund %q: %w", key, err)
 	}
@@ -384,6 +385,22 @@ func (q *Quota) bucket(key string, i int) string {
 		return q.cfg.prefix + "{" + key + "}"
 	}
 	return q.cfg.prefix + "{" + key + "#" + strconv.Itoa(i) + "}"
+}
+
+// record is the key of the request-id record of kind ('d' deduction, 'r'
+// refund) for requestID in bucket: bucket + ":d:" + id. An id holding '}'
+// goes in as its SHA-256 instead, after ":d#": a bucket ends in '}' and the
+// rest of a record then holds none, so a record's last '}' ends its bucket
+// and no two (bucket, kind, id) share a record. Before, key "a}:d:b" with
+// id "c" and key "a" with id "b}:d:c" both made "...{a}:d:b}:d:c", and the
+// second Deduct replayed the first one's answer without taking anything.
+// Ids without '}' keep the record they always had.
+func record(bucket string, kind byte, requestID string) string {
+	if !strings.Contains(requestID, "}") {
+		return bucket + ":" + string(kind) + ":" + requestID
+	}
+	sum := sha256.Sum256([]byte(requestID))
+	return bucket + ":" + string(kind) + "#" + hex.EncodeToString(sum[:])
 }
 
 func (q *Quota) shardOf(requestID string) int {
