@@ -94,6 +94,9 @@
 //     key reads other buckets.
 //   - Every record costs memory until its TTL: size the TTL to the retry
 //     window of your clients. Add and Rebalance leave one record per shard
-//     they touch, living until the caller's deadline plus a second (the
+//     they touch, living until the caller's deadline plus a minute (the
 //     request TTL when the context has no deadline): give them a deadline.
+//     The minute is for a resend go-redis sent before the deadline that a
+//     stalled redis-server runs late: a server stalled for longer than that
+//     with such a resend in its input buffer runs it as a new call.
 package quota

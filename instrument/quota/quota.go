@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -318,7 +319,7 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 			continue
 		}
 		b := q.bucket(key, i)
-		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], storefail.ResendWindow(ctx, q.cfg.requestTTL).Milliseconds()).Int64()
+		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], callRecordTTL(ctx, q.cfg.requestTTL)).Int64()
 		if err != nil {
 			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
 		}
@@ -493,13 +494,27 @@ func (m *deductCounters) count(result string) { (*m)[result].Inc() }
 // Rebalance, which have no request id), a resend after a lost reply
 // included.
 func (q *Quota) creditCall(ctx context.Context, bucket string, amount int64) error {
-	_, _, err := q.credit(ctx, bucket, bucket+":c:"+callID(), storefail.ResendWindow(ctx, q.cfg.requestTTL).Milliseconds(), amount)
+	_, _, err := q.credit(ctx, bucket, bucket+":c:"+callID(), callRecordTTL(ctx, q.cfg.requestTTL), amount)
 	return err
 }
 
 // callID names one call of a script that has no request id of its own (Add's
 // and Rebalance's steps), so that its record tells a resend of that call
 // from a new one: 128 random bits, hex.
+// stallMargin is how long after the caller's deadline Add's and Rebalance's
+// call records live: a resend that go-redis sent before the deadline runs
+// when redis-server reads it, which a stalled server (a fork, a slow
+// command, a paused VM) does late. With a second of margin, a 3 s stall
+// after a lost reply credited an Add twice and took a Rebalance's units
+// twice (found by a review on real servers).
+const stallMargin = time.Minute
+
+// callRecordTTL is the lifetime in milliseconds of a call record (Add,
+// Rebalance): the caller's time left plus stallMargin, at most limit.
+func callRecordTTL(ctx context.Context, limit time.Duration) int64 {
+	return storefail.ResendWindowAfter(ctx, stallMargin, limit).Milliseconds()
+}
+
 func callID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)

@@ -161,9 +161,19 @@ func (r *Reporter) Degraded(err error) {
 // when the context has no deadline. At least a millisecond, so that it can
 // be a PX.
 func ResendWindow(ctx context.Context, limit time.Duration) time.Duration {
+	return ResendWindowAfter(ctx, time.Second, limit)
+}
+
+// ResendWindowAfter is ResendWindow with margin in place of its second: how
+// long after the caller's deadline a resend sent before it may still run.
+// A resend waits in the server's input buffer while the server stalls (a
+// fork, a slow command, a paused VM), and runs when the stall ends; a record
+// gone by then lets it apply again. Callers for whom a second run creates or
+// loses units give it a margin that covers such stalls.
+func ResendWindowAfter(ctx context.Context, margin, limit time.Duration) time.Duration {
 	d := limit
 	if dl, ok := ctx.Deadline(); ok {
-		d = min(max(time.Until(dl), 0)+time.Second, d)
+		d = min(max(time.Until(dl), 0)+margin, d)
 	}
 	return max(d, time.Millisecond)
 }
