@@ -280,7 +280,23 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 			}
 		}
 	}()
+	// fn may end its goroutine instead of returning (runtime.Goexit, as
+	// t.FailNow does): stop the renewal and release the key then too, or
+	// the renewal would hold the key for as long as the process lives.
+	exited := true
+	defer func() {
+		if !exited {
+			return
+		}
+		close(stop)
+		<-renewed
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
+		defer wcancel()
+		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
+		s.outcome["error"].Inc()
+	}()
 	body, panicked, ferr := call(fctx, fn, Attempt{N: int(n), Fence: uint64(n)})
+	exited = false
 	close(stop)
 	<-renewed
 	lost := errors.Is(context.Cause(fctx), ErrLeaseLost)
