@@ -272,7 +272,7 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 			case <-t.C:
 			}
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease/3)
-			ok, err := renewScript.Run(rctx, s.c, []string{rec}, owner, s.leaseMS).Int()
+			ok, err := renewScript.Run(rctx, s.c, []string{rec}, owner, s.leaseMS, s.ttlMS).Int()
 			rcancel()
 			if err == nil && ok == 0 {
 				cancel(ErrLeaseLost)
