@@ -215,7 +215,15 @@ type recorder struct {
 
 func (r *recorder) Header() http.Header { return r.header }
 
+// WriteHeader keeps the first final status. An informational one (1xx but
+// 101, as net/http counts them: 103 Early Hints) is not the response: it
+// is dropped, since nothing reaches the client before fn returns. Kept as
+// the status, a 103 before a 201 was answered and replayed as 200, and a
+// 103 before a 500 was stored as a success instead of released.
 func (r *recorder) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		return
+	}
 	if !r.wroteHeader {
 		r.status, r.wroteHeader = code, true
 	}
