@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -170,7 +171,9 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 			attribute.String("db.system.name", "redis"),
 		)
 		if err != nil {
-			span.RecordError(err)
+			// Do's errors name the key (%q) for the caller; the span
+			// records them with the key left out (see the package doc).
+			span.RecordError(errors.New(strings.ReplaceAll(err.Error(), strconv.Quote(key), "<key>")))
 			span.SetStatus(codes.Error, outcome)
 		}
 	}

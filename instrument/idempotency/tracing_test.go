@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,23 @@ func TestDo_SpansAreChildrenOfTheCallerWithTheOutcome(t *testing.T) {
 		}
 		if wantErr := len(got) == 3; (sp.Status().Code == codes.Error) != wantErr {
 			t.Fatalf("span %d status %v", len(got), sp.Status())
+		}
+		// The error event says what failed, without the key: errors
+		// name it for the caller, and RecordError used to copy it into
+		// exception.message.
+		var message string
+		for _, ev := range sp.Events() {
+			for _, kv := range ev.Attributes {
+				if strings.Contains(kv.Value.Emit(), "order-secret-7") {
+					t.Fatalf("span event %q attribute %s carries the key: %q", ev.Name, kv.Key, kv.Value.Emit())
+				}
+				if kv.Key == "exception.message" {
+					message = kv.Value.AsString()
+				}
+			}
+		}
+		if len(got) == 3 && !strings.Contains(message, "key reused") {
+			t.Fatalf("mismatch span: exception.message %q, want the error without the key", message)
 		}
 	}
 	if len(got) != 3 || got[0] != "first" || got[1] != "replay" || got[2] != "mismatch" {
