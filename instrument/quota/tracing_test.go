@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +65,43 @@ func TestDeductRefund_SpansCarryThePatternNotTheKey(t *testing.T) {
 	if len(names) != 3 || names[0] != "quota deduct" || names[2] != "quota refund" ||
 		len(results) != 2 || results[0] != "ok" || results[1] != "insufficient" {
 		t.Fatalf("spans %v results %v; want two deducts (ok, insufficient) and a refund", names, results)
+	}
+}
+
+// TestDeduct_AnErrorSpanLeavesTheKeyOut: an error's span event says what
+// failed without the key, which the error itself names for the caller
+// (span.RecordError used to copy it into exception.message).
+func TestDeduct_AnErrorSpanLeavesTheKeyOut(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	q := newQuota(t, single(t), quota.WithTracerProvider(tp), quota.WithPolicy(skuPolicy(t)))
+	ctx := timeout(t, time.Minute)
+	const key = "stock:sku-secret-9"
+	if err := q.Set(ctx, key, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Deduct(ctx, key, 1, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := q.Deduct(ctx, key, 2, "r1")
+	if !errors.Is(err, quota.ErrRequestIDReused) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("the same id with another amount: %v; want ErrRequestIDReused naming the key", err)
+	}
+	var message string
+	for _, sp := range rec.Ended() {
+		for _, ev := range sp.Events() {
+			for _, kv := range ev.Attributes {
+				if strings.Contains(kv.Value.Emit(), key) {
+					t.Fatalf("span %s event %q attribute %s carries the key: %q", sp.Name(), ev.Name, kv.Key, kv.Value.Emit())
+				}
+				if kv.Key == "exception.message" {
+					message = kv.Value.AsString()
+				}
+			}
+		}
+	}
+	if !strings.Contains(message, "<key>") {
+		t.Fatalf("exception.message %q, want the error with the key left out", message)
 	}
 }
