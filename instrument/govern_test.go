@@ -479,3 +479,38 @@ patterns:
 		t.Fatal(err)
 	}
 }
+
+// TestGovern_AnErrorSpanLeavesTheRawKeyOut: a backend's error names the key
+// for the caller; the span's exception event must not (span.RecordError
+// used to copy it into exception.message, next to attributes that carry
+// only the key's pattern).
+func TestGovern_AnErrorSpanLeavesTheRawKeyOut(t *testing.T) {
+	f := newFixture(t, instrument.WithPolicy(quotaPolicy(t, "enforce")))
+	ctx := withTimeout(t, 5*time.Second)
+	const key = "lock:quota:987654"
+	held, err := f.locker.Acquire(ctx, key, instrument.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+	_, err = f.locker.Acquire(ctx, key, instrument.WithTTL(5*time.Second), instrument.FailFast())
+	if !errors.Is(err, instrument.ErrNotAcquired) || !strings.Contains(err.Error(), "987654") {
+		t.Fatalf("a second Acquire of a held key: %v; want ErrNotAcquired naming the key", err)
+	}
+	var message string
+	for _, s := range f.spans.Ended() {
+		for _, ev := range s.Events() {
+			for _, kv := range ev.Attributes {
+				if strings.Contains(kv.Value.Emit(), "987654") {
+					t.Errorf("span %s event %q attribute %s carries the raw key: %q", s.Name(), ev.Name, kv.Key, kv.Value.Emit())
+				}
+				if kv.Key == "exception.message" {
+					message = kv.Value.AsString()
+				}
+			}
+		}
+	}
+	if !strings.Contains(message, "<key>") {
+		t.Fatalf("exception.message %q, want the error with the key left out", message)
+	}
+}

@@ -97,7 +97,7 @@ func (l *governedLease) drop(ctx context.Context) error {
 	err := l.inner.Release(ctx)
 	l.obs.end()
 	if err != nil {
-		span.RecordError(err)
+		span.RecordError(keyless(err, l.inner.Key()))
 		span.SetStatus(codes.Error, "release failed")
 	}
 	return err
