@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
+	"github.com/lockgov/lockgov/internal/telemetry"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -232,7 +231,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 			pm.durFailed.Observe(dur, obs.exemplar)
 		}
 		if span != nil {
-			span.RecordError(keyless(err, key))
+			span.RecordError(telemetry.Keyless(err, key))
 			span.SetStatus(codes.Error, "lock not acquired")
 			span.End()
 		}
@@ -530,11 +529,4 @@ func (o *leaseObserver) end() {
 		o.pm.hold.Observe(time.Since(o.acquiredAt), o.exemplar)
 	}
 	o.endSpan()
-}
-
-// keyless is err as a span records it: backends' errors name the key (%q)
-// for the caller, and spans carry the key's pattern, never the raw key (see
-// the package doc).
-func keyless(err error, key string) error {
-	return errors.New(strings.ReplaceAll(err.Error(), strconv.Quote(key), "<key>"))
 }

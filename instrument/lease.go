@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+
+	"github.com/lockgov/lockgov/internal/telemetry"
 )
 
 // governedLease wraps a backend lease: it counts re-entrant holds, emits the
@@ -97,7 +99,7 @@ func (l *governedLease) drop(ctx context.Context) error {
 	err := l.inner.Release(ctx)
 	l.obs.end()
 	if err != nil {
-		span.RecordError(keyless(err, l.inner.Key()))
+		span.RecordError(telemetry.Keyless(err, l.inner.Key()))
 		span.SetStatus(codes.Error, "release failed")
 	}
 	return err

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,7 +172,7 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 		if err != nil {
 			// Do's errors name the key (%q) for the caller; the span
 			// records them with the key left out (see the package doc).
-			span.RecordError(errors.New(strings.ReplaceAll(err.Error(), strconv.Quote(key), "<key>")))
+			span.RecordError(telemetry.Keyless(err, key))
 			span.SetStatus(codes.Error, outcome)
 		}
 	}

@@ -178,7 +178,7 @@ func (q *Quota) Deduct(ctx context.Context, key string, amount int64, requestID 
 			attribute.String("db.system.name", "redis"),
 		)
 		if err != nil && result != "insufficient" && result != "replay_insufficient" {
-			span.RecordError(keyless(err, key))
+			span.RecordError(telemetry.Keyless(err, key))
 			span.SetStatus(codes.Error, result)
 		}
 	}
@@ -241,7 +241,7 @@ func (q *Quota) Refund(ctx context.Context, key string, amount int64, requestID 
 			attribute.String("db.system.name", "redis"),
 		)
 		if err != nil {
-			span.RecordError(keyless(err, key))
+			span.RecordError(telemetry.Keyless(err, key))
 			span.SetStatus(codes.Error, "refund failed")
 		}
 	}
@@ -513,12 +513,6 @@ const stallMargin = time.Minute
 // Rebalance): the caller's time left plus stallMargin, at most limit.
 func callRecordTTL(ctx context.Context, limit time.Duration) int64 {
 	return storefail.ResendWindowAfter(ctx, stallMargin, limit).Milliseconds()
-}
-
-// keyless is err for a span: its errors name the key (%q) for the caller,
-// and spans carry the key's pattern (quota.key_pattern), never the key.
-func keyless(err error, key string) error {
-	return errors.New(strings.ReplaceAll(err.Error(), strconv.Quote(key), "<key>"))
 }
 
 func callID() string {

@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"regexp"
@@ -205,5 +207,19 @@ func TestTimed_OneExemplarPerBucketPerInterval(t *testing.T) {
 	}
 	if got := m.GetHistogram().GetSampleCount(); got != 5 {
 		t.Fatalf("%d samples, want 5: a gated exemplar must still count", got)
+	}
+}
+
+// TestKeyless_TheQuotedKeyGoesTheRestStays: a key named with %q in an error
+// is replaced, wherever it is wrapped; the same characters unquoted (a
+// pattern, a substring of a word) are left alone.
+func TestKeyless_TheQuotedKeyGoesTheRestStays(t *testing.T) {
+	err := fmt.Errorf("outer: %w", fmt.Errorf("acquire %q: %w", `lock:order:"42"`, errors.New("lock not acquired")))
+	got := Keyless(err, `lock:order:"42"`).Error()
+	if want := "outer: acquire <key>: lock not acquired"; got != want {
+		t.Errorf("Keyless = %q, want %q", got, want)
+	}
+	if got := Keyless(errors.New(`order of "a" in lock:a`), "a").Error(); got != `order of <key> in lock:a` {
+		t.Errorf("Keyless of a one-letter key = %q", got)
 	}
 }
