@@ -49,7 +49,8 @@
 // response's status, headers (Date included) and body are stored and
 // replayed byte for byte; 409 while the first request is in progress
 // (NoWait), 422 for a key reused with another request, 400 for a
-// malformed key or, with RequireKey, a missing one; 5xx responses are not
+// malformed key, one too long together with its principal or, with
+// RequireKey, a missing one; 5xx responses are not
 // stored (the key is released, a retry runs the handler), 4xx are. When
 // the store fails the middleware follows the Store's policy: 503 with
 // Retry-After (fail closed, the default) or the handler's response

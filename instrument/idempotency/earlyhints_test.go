@@ -63,3 +63,19 @@ func TestMiddleware_AnInformationalStatusIsNotTheResponse(t *testing.T) {
 		t.Errorf("retry after 103 then 500: %d, handler runs %d; want the handler run again (5xx not stored)", got, runs.Load()-before)
 	}
 }
+
+// TestMiddleware_AKeyTooLongForItsPrincipalIsABadRequest: a valid header key
+// whose scoped form (with a long principal) is over MaxKeyBytes can never be
+// stored; it used to be answered 503 with Retry-After, inviting retries that
+// all fail the same way.
+func TestMiddleware_AKeyTooLongForItsPrincipalIsABadRequest(t *testing.T) {
+	long := strings.Repeat("p", idempotency.MaxKeyBytes)
+	srv := newServer(t, idempotency.WithPrincipal(func(*http.Request) string { return long }))
+	resp := srv.do(t, "POST", "/pay", strings.Repeat("k", idempotency.MaxHeaderKeyBytes), "", "x")
+	if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("status %d, Retry-After %q; want 400 without Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if n := srv.runs.Load(); n != 0 {
+		t.Errorf("handler ran %d times for a key that cannot be stored", n)
+	}
+}

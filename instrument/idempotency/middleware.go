@@ -80,7 +80,7 @@ var errServerError = errors.New("idempotency: handler answered 5xx")
 // while the key's record lives. It answers 409 while the first request
 // with the key is in progress, 422 when the key is reused with another
 // method, path or body, 400 when the key is malformed (or missing, with
-// RequireKey), and 503 with Retry-After when the Store fails (fail
+// RequireKey, or too long together with the principal), and 503 with Retry-After when the Store fails (fail
 // closed). A 5xx response is not stored, so a retry runs the handler
 // again; 4xx responses are stored.
 func Middleware(s *Store, opts ...MiddlewareOption) func(http.Handler) http.Handler {
@@ -143,6 +143,11 @@ func Middleware(s *Store, opts ...MiddlewareOption) func(http.Handler) http.Hand
 				http.Error(w, "a request with this Idempotency-Key is in progress", http.StatusConflict)
 			case errors.Is(err, ErrFingerprintMismatch):
 				http.Error(w, "Idempotency-Key reused with another request", http.StatusUnprocessableEntity)
+			case errors.Is(err, ErrInvalid):
+				// The scoped key (principal and Idempotency-Key) is over
+				// MaxKeyBytes: no retry of this request can succeed, so
+				// it is not a 503 with Retry-After.
+				http.Error(w, fmt.Sprintf("Idempotency-Key too long for this principal (the two together over %d bytes)", MaxKeyBytes), http.StatusBadRequest)
 			case errors.Is(err, ErrResultTooLarge):
 				http.Error(w, "response too large to store for Idempotency-Key", http.StatusInternalServerError)
 			case err != nil:

@@ -36,8 +36,8 @@
 //     and finds the record of the shard that served it.
 //   - Bad input (amount <= 0 or over MaxAmount, an empty or oversized key
 //     or request id) returns an error wrapping ErrInvalid and writes
-//     nothing; a credit past MaxAmount returns ErrOverflow and writes
-//     nothing.
+//     nothing; a credit that would take a bucket (a shard, in sharded
+//     mode) past MaxAmount returns ErrOverflow and writes nothing.
 //
 // Metrics: lockgov_quota_deduct_total{key_pattern, result} (ok,
 // insufficient, replay, replay_insufficient, error, invalid, degraded) and
@@ -88,7 +88,10 @@
 //     that dies in between loses the units in transit, and a deduction
 //     running meanwhile may see less than the total.
 //   - A key containing '}' ends the hash tag early: all its shards then
-//     share one slot (still correct, no longer spread over a Cluster).
+//     share one slot (still correct, no longer spread over a Cluster). A
+//     key that starts with '}' leaves the tag empty: on a Cluster its
+//     bucket and its records then hash to different slots and every call
+//     fails with CROSSSLOT, writing nothing; use such keys on one node.
 //   - Request-id records expire after the request TTL: a retry after that
 //     is a new request. A different WithShards or WithPrefix for the same
 //     key reads other buckets.

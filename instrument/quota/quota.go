@@ -27,8 +27,11 @@ import (
 
 // Limits of the input, checked before anything is sent to Redis.
 const (
-	// MaxAmount is the largest amount and the largest balance: the scripts
-	// compare in Lua numbers (doubles), exact up to 2^53-1.
+	// MaxAmount is the largest amount and the largest balance of one
+	// bucket: the scripts compare in Lua numbers (doubles), exact up to
+	// 2^53-1. In sharded mode the bound is per shard: a key's total can
+	// reach shards x MaxAmount, which Remaining sums exactly (an int64
+	// holds 1024 x MaxAmount).
 	MaxAmount = 1<<53 - 1
 	// MaxKeyBytes bounds a quota key.
 	MaxKeyBytes = 512
