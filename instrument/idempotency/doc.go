@@ -37,6 +37,9 @@
 //   - A result over the size limit (WithMaxResultBytes) is not stored: the
 //     key is completed without a body, and this and every later Do return
 //     ErrResultTooLarge, since fn's effect happened and must not run twice.
+//     Behind the middleware the result is the response as stored, JSON
+//     with the body in base64: a body over about three quarters of the
+//     limit is too large.
 //   - Bad input (empty or oversized key, oversized fingerprint, nil fn)
 //     returns an error wrapping ErrInvalid and writes nothing.
 //
@@ -104,7 +107,10 @@
 //     fails and fn's context ends with cause ErrLeaseLost, and its result
 //     is discarded, but an effect already made is not undone: guard your
 //     own write with Attempt.Fence (keep the highest fence seen, refuse
-//     lower ones) or a unique constraint.
+//     lower ones) or a unique constraint. Fences count up within one
+//     record, which lives the result TTL from its last renewal: an owner
+//     cut off for longer than that and a successor both hold fence 1, and
+//     only the unique constraint tells them apart.
 //   - Redis unreachable: see "Store failure" below.
 //   - Failover with asynchronous replication can lose a completed record
 //     not yet replicated: a retry then runs fn again.
