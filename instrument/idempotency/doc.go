@@ -108,9 +108,10 @@
 //     is discarded, but an effect already made is not undone: guard your
 //     own write with Attempt.Fence (keep the highest fence seen, refuse
 //     lower ones) or a unique constraint. Fences count up within one
-//     record, which lives the result TTL from its last renewal: an owner
-//     cut off for longer than that and a successor both hold fence 1, and
-//     only the unique constraint tells them apart.
+//     record, which lives the result TTL from its last renewal: when an
+//     owner is cut off for longer than that, its successor's fences start
+//     again at 1, no higher than the owner's, and only the unique
+//     constraint tells them apart.
 //   - Redis unreachable: see "Store failure" below.
 //   - Failover with asynchronous replication can lose a completed record
 //     not yet replicated: a retry then runs fn again.
