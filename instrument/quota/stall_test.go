@@ -29,9 +29,9 @@ func warmPool(t *testing.T, c *redis.Client, n int) {
 // for which arm is called, and then stops redis-server for 3 s: go-redis
 // resends the command (the first run's reply never came), and the resend
 // runs only when the server resumes, past the caller's 1 s deadline and
-// the second of margin call records used to have. It returns a channel
-// closed once the server runs again.
-func stallAfterLostReply(t *testing.T, r *testenv.Redis, p *testenv.Proxy) (arm func(), resumed <-chan struct{}) {
+// the second of margin call records used to have. wait returns once the
+// server runs again (and fails the test if the fault never came).
+func stallAfterLostReply(t *testing.T, r *testenv.Redis, p *testenv.Proxy) (arm, wait func()) {
 	t.Helper()
 	armed := make(chan (<-chan struct{}), 1)
 	done := make(chan struct{})
@@ -49,7 +49,16 @@ func stallAfterLostReply(t *testing.T, r *testenv.Redis, p *testenv.Proxy) (arm 
 		}
 	}()
 	var once sync.Once
-	return func() { once.Do(func() { armed <- p.DropNextReply() }) }, done
+	arm = func() { once.Do(func() { armed <- p.DropNextReply() }) }
+	wait = func() {
+		t.Helper()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the reply was never dropped: the fault did not happen")
+		}
+	}
+	return arm, wait
 }
 
 // TestAdd_AResendRunAfterAStallCreditsOnce: Add's reply is lost after its
@@ -70,13 +79,13 @@ func TestAdd_AResendRunAfterAStallCreditsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	warmPool(t, c, 8)
-	arm, resumed := stallAfterLostReply(t, r, p)
+	arm, wait := stallAfterLostReply(t, r, p)
 	arm()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	err := q.Add(ctx, "stock", 5)
 	cancel()
 	t.Logf("Add(5) under the fault: %v", err)
-	<-resumed
+	wait()
 	got, err := direct.HGet(bg, quota.DefaultPrefix+"{stock}", "remain").Int64()
 	if err != nil {
 		t.Fatal(err)
@@ -115,13 +124,13 @@ func TestRebalance_ATakeResentAfterAStallRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arm, resumed := stallAfterLostReply(t, r, p)
+	arm, wait := stallAfterLostReply(t, r, p)
 	c.AddHook(&testenv.BeforeScript{SHA: testenv.ScriptSHA(string(src)), Do: arm})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	err = q.Rebalance(ctx, "stock")
 	cancel()
 	t.Logf("Rebalance under the fault: %v", err)
-	<-resumed
+	wait()
 	v, err := direct.HGet(bg, quota.DefaultPrefix+"{stock#0}", "remain").Int64()
 	if err != nil {
 		t.Fatal(err)
