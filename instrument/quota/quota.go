@@ -324,7 +324,9 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 		b := q.bucket(key, i)
 		took, err := takeScript.Run(ctx, q.c, []string{b, b + ":t:" + callID()}, v-target[i], callRecordTTL(ctx, q.cfg.requestTTL)).Int64()
 		if err != nil {
-			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+			// The take may have run with its reply lost: say what it
+			// could have moved, not only what was heard.
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back, and up to %d more if this unanswered take ran)", key, err, pool, v-target[i])
 		}
 		pool += took
 	}
@@ -337,13 +339,13 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 		}
 		give := min(target[i]-v, pool)
 		if err := q.creditCall(ctx, q.bucket(key, i), give); err != nil {
-			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back, %d fewer if this unanswered credit ran)", key, err, pool, give)
 		}
 		pool -= give
 	}
 	if pool > 0 { // deductions emptied shards meanwhile: the rest goes to the first
 		if err := q.creditCall(ctx, q.bucket(key, 0), pool); err != nil {
-			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back)", key, err, pool)
+			return fmt.Errorf("quota: rebalance %q: %w (%d units taken and not yet given back, none if this unanswered credit ran)", key, err, pool)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,6 +131,9 @@ func TestRebalance_ATakeResentAfterAStallRunsOnce(t *testing.T) {
 	err = q.Rebalance(ctx, "stock")
 	cancel()
 	t.Logf("Rebalance under the fault: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "up to 30 more if this unanswered take ran") {
+		t.Errorf("Rebalance with a take unanswered: %v; want an error saying the take may have moved 30 units", err)
+	}
 	wait()
 	v, err := direct.HGet(bg, quota.DefaultPrefix+"{stock#0}", "remain").Int64()
 	if err != nil {
