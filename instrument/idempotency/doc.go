@@ -102,8 +102,11 @@
 //   - An owner that dies (process killed, partition) stops renewing: its
 //     key stays in progress until the lease ends, by the Redis server's
 //     clock, then the next attempt runs fn with a higher N and Fence.
-//   - An owner that is only slow (paused longer than its lease) may still
-//     be running when a successor starts: both fns run. Its renewal then
+//   - An owner that is only slow may still be running when a successor
+//     starts: both fns run. It takes the owner paused, or Redis stopped or
+//     out of its reach, for about two thirds of the lease or more, since
+//     the lease is renewed every third of it and can end that long after
+//     the last renewal. The owner's next renewal then
 //     fails and fn's context ends with cause ErrLeaseLost, and its result
 //     is discarded, but an effect already made is not undone: guard your
 //     own write with Attempt.Fence (keep the highest fence seen, refuse

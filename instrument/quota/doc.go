@@ -97,9 +97,10 @@
 //     key reads other buckets.
 //   - Every record costs memory until its TTL: size the TTL to the retry
 //     window of your clients. Add and Rebalance leave one record per shard
-//     they touch, living until the caller's deadline plus a minute (the
-//     request TTL when the context has no deadline): give them a deadline.
-//     The minute is for a resend go-redis sent before the deadline that a
-//     stalled redis-server runs late: a server stalled for longer than that
+//     they touch, living until the caller's deadline plus a minute, never
+//     longer than the request TTL (the request TTL when the context has no
+//     deadline): give them a deadline. The minute is for a resend go-redis
+//     sent before the deadline that a stalled redis-server runs late: a
+//     server stalled for longer than that, or than a shorter request TTL,
 //     with such a resend in its input buffer runs it as a new call.
 package quota
