@@ -143,10 +143,12 @@
 // that etcd ends (compaction, no leader) after reading the key, and never
 // leave a Mutex key behind when Acquire fails after it may have written one
 // (a lock that succeeded just before the context ended): the session's
-// keepalive would keep that key, and the lock, until the session ends. Only
-// if etcd cannot be reached for that cleanup (2 s) does the key stay; the
-// error says so. A lost FromMutex lease keeps its in-process turn until
-// Release (or until the garbage collector finds it dropped): its key may
-// still stand, and another goroutine of the session would re-enter it. See
+// keepalive would keep that key, and the lock, until the session ends. If
+// etcd cannot be reached for that cleanup (2 s), or for a Release's delete,
+// the key stays until a retry in the background deletes it (or the session
+// ends), and the adapter keeps the key's in-process turn until then. A lost
+// FromMutex lease keeps its in-process turn until Release (or until the
+// garbage collector finds it dropped): its key may still stand, and another
+// goroutine of the session would re-enter it with the same fence. See
 // MutexLocker.
 package etcdlock

@@ -15,3 +15,8 @@ func QueueWatches(l *Locker) int64 { return l.queueWatches.Load() }
 // queue watch created and the queue read, or the predecessor watch created):
 // a deletion after that reaches them through the watch.
 func Watching(l *Locker) int64 { return l.watching.Load() }
+
+// SetIssued makes m remember fence as handed out for key and its Mutex key
+// as not yet confirmed deleted, as after a Release whose delete never got
+// through.
+func SetIssued(m *MutexLocker, key string, fence int64) { m.issued(key, fence) }

@@ -35,7 +35,11 @@ import (
 //   - Goroutines sharing the adapter never hold one key at once. A bare
 //     Mutex keys its entry by the session's lease, so two goroutines on one
 //     Session both "hold" it; the adapter serialises them per key in-process.
-//   - Fence() is the create revision of the Mutex's key.
+//   - Fence() is the create revision of the Mutex's key. The adapter
+//     remembers the last fence it handed out per key until that holder's
+//     key is confirmed deleted; a Lock that re-enters this session's key
+//     still standing (it reuses the key's create revision) is withdrawn and
+//     locked once more, so a fence is never handed out twice.
 //   - Context() ends with ErrLockLost when the session ends, when the key is
 //     deleted (a watch on it; a watch that ends for any other reason than
 //     Release, such as a compaction or a lost leader, is re-established
@@ -48,12 +52,22 @@ import (
 //     after Release.
 //   - Release and Refresh check ownership by create revision (ErrNotHeld);
 //     Mutex.Unlock deletes the key unconditionally. Release after a loss
-//     never deletes anyone else's key.
+//     never deletes anyone else's key. Release on a context that has
+//     already ended deletes the key on a context of its own bounded by 2 s.
+//   - A Release whose delete does not reach etcd (etcd unreachable, the
+//     context ending during the release) returns the error, and the key may
+//     still stand: no TTL ends it, since the session's keepalive renews it.
+//     The adapter then retries the delete in the background until it
+//     succeeds or the session ends, and keeps the key's in-process turn
+//     until then: this adapter's next Acquire of the key waits for it like
+//     every other session's, rather than re-entering the key.
 //   - An Acquire that fails after it may have written the Mutex key (the
 //     lock succeeded but a later step failed, or a request ended by the
 //     context may have been applied) deletes this session's entry, with a
 //     context of its own bounded by 2 s, before it returns: the session's
-//     keepalive would otherwise keep the key, and the lock, for ever.
+//     keepalive would otherwise keep the key, and the lock, for ever. If
+//     etcd cannot be reached for it, the delete is retried in the
+//     background as after a failed Release.
 //   - A lease dropped without Release is released when it is
 //     garbage-collected (Observer.Leaked).
 //
@@ -67,6 +81,11 @@ type MutexLocker struct {
 
 	mu    sync.Mutex
 	turns map[string]*turn // per-key in-process exclusion
+	// fences is the last fence handed out per key, kept until the delete of
+	// that holder's Mutex key is confirmed: a Lock that re-enters a key
+	// still standing returns its old create revision, which must not be
+	// handed out a second time.
+	fences map[string]int64
 }
 
 // turn is a one-slot semaphore for one key; refs counts its users.
@@ -81,7 +100,7 @@ func FromMutex(s *concurrency.Session, pfx string) (*MutexLocker, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: etcdlock.FromMutex: nil session", instrument.ErrInvalidOption)
 	}
-	return &MutexLocker{s: s, pfx: pfx, turns: make(map[string]*turn)}, nil
+	return &MutexLocker{s: s, pfx: pfx, turns: make(map[string]*turn), fences: make(map[string]int64)}, nil
 }
 
 // Backend returns "etcd".
@@ -107,6 +126,70 @@ func (m *MutexLocker) leave(key string, t *turn) {
 	}
 }
 
+// issued records fence as handed out for key.
+func (m *MutexLocker) issued(key string, fence int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fence > m.fences[key] {
+		m.fences[key] = fence
+	}
+}
+
+// lastFence is the last fence handed out for key whose Mutex key may still
+// stand (0: none).
+func (m *MutexLocker) lastFence(key string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fences[key]
+}
+
+// deleted records that the Mutex key of the holder with fence is gone: a
+// later Lock writes a new key, with a higher create revision.
+func (m *MutexLocker) deleted(key string, fence int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fences[key] == fence {
+		delete(m.fences, key)
+	}
+}
+
+// settle keeps key's turn, which the caller holds, while del retries the
+// delete of this session's Mutex key in the background: every settleMax at
+// most, until del succeeds (the key is gone) or the session ends (its
+// lease, and with it the key, is gone or no longer kept alive). It then
+// gives the turn back. Until then no goroutine of this adapter re-enters
+// the key, which would reuse its create revision as the fence.
+func (m *MutexLocker) settle(key string, t *turn, del func(ctx context.Context) error) {
+	m.mu.Lock()
+	t.refs++ // the goroutine's, so that the turn outlives the caller's leave
+	m.mu.Unlock()
+	go func() {
+		defer func() {
+			<-t.ch
+			m.leave(key, t)
+		}()
+		stop := m.s.Ctx()
+		for wait := settleFirst; ; wait = min(2*wait, settleMax) {
+			if sleepCtx(stop, stop, wait) != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(stop, cleanupTimeout)
+			err := del(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// settleFirst and settleMax bound the pause between two attempts of
+// settle's delete.
+const (
+	settleFirst = 50 * time.Millisecond
+	settleMax   = time.Second
+)
+
 // entry is the name concurrency.Mutex gives this session's entry in key's
 // queue: the Mutex prefix, "/", the session lease in hex.
 func (m *MutexLocker) entry(key string) string {
@@ -119,14 +202,32 @@ func (m *MutexLocker) entry(key string) string {
 func (m *MutexLocker) withdraw(ctx context.Context, key string) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	own := m.entry(key)
-	_, err := m.s.Client().Txn(wctx).
-		If(clientv3.Compare(clientv3.LeaseValue(own), "=", m.s.Lease())).
-		Then(clientv3.OpDelete(own)).Commit()
-	if err != nil {
-		return fmt.Errorf("etcdlock: mutex acquire %q: could not delete this session's Mutex key %q after the failure, it stays locked until the session ends: %w", key, own, err)
+	if err := m.deleteEntry(wctx, key); err != nil {
+		return fmt.Errorf("etcdlock: mutex acquire %q: could not delete this session's Mutex key %q after the failure, the key stays locked until a retry in the background deletes it or the session ends: %w", key, m.entry(key), err)
 	}
 	return nil
+}
+
+// deleteEntry deletes this session's entry in key's queue if it exists.
+func (m *MutexLocker) deleteEntry(ctx context.Context, key string) error {
+	own := m.entry(key)
+	_, err := m.s.Client().Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(own), "=", m.s.Lease())).
+		Then(clientv3.OpDelete(own)).Commit()
+	return err
+}
+
+// undo withdraws this session's entry in key's queue after a failed
+// Acquire and gives key's turn, which the caller holds, back; if the
+// withdraw fails, the turn comes back only once settle has deleted the
+// entry. It returns err, joined with the withdraw's error.
+func (m *MutexLocker) undo(ctx context.Context, key string, t *turn, err error) error {
+	if werr := m.withdraw(ctx, key); werr != nil {
+		m.settle(key, t, func(ctx context.Context) error { return m.deleteEntry(ctx, key) })
+		return errors.Join(err, werr)
+	}
+	<-t.ch
+	return err
 }
 
 // Acquire locks the Mutex of key as the options say.
@@ -136,8 +237,8 @@ func (m *MutexLocker) Acquire(ctx context.Context, key string, opts ...instrumen
 		return nil, err
 	}
 	t := m.enter(key)
-	mu := concurrency.NewMutex(m.s, m.pfx+key)
-	if err := m.lock(ctx, key, t, mu, &cfg); err != nil {
+	mu, err := m.lockNew(ctx, key, t, &cfg)
+	if err != nil {
 		m.leave(key, t)
 		return nil, err
 	}
@@ -150,30 +251,49 @@ func (m *MutexLocker) Acquire(ctx context.Context, key string, opts ...instrumen
 		if cerr := storefail.Ended(ctx); cerr != nil {
 			err = fmt.Errorf("%w: %w", instrument.ErrNotAcquired, cerr)
 		}
-		err = fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err)
-		if werr := m.withdraw(ctx, key); werr != nil {
-			err = errors.Join(err, werr)
-		}
-		<-t.ch
+		err = m.undo(ctx, key, t, fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
 		m.leave(key, t)
 		return nil, err
 	}
 	return l, nil
 }
 
+// lockNew locks key's Mutex (lock) and checks that its fence is above the
+// last one handed out for key. A Mutex that finds this session's key still
+// standing re-enters it with its old create revision; that key is
+// withdrawn and locked once more, which writes a new one. On error lock's
+// contract holds.
+func (m *MutexLocker) lockNew(ctx context.Context, key string, t *turn, cfg *instrument.AcquireConfig) (*concurrency.Mutex, error) {
+	for again := false; ; again = true {
+		mu := concurrency.NewMutex(m.s, m.pfx+key)
+		if err := m.lock(ctx, key, t, mu, cfg); err != nil {
+			return nil, err
+		}
+		owner := mu.IsOwner()
+		fence, last := owner.GetCompare().GetCreateRevision(), m.lastFence(key)
+		if fence <= 0 || fence > last { // hold refuses a missing revision
+			return mu, nil
+		}
+		err := fmt.Errorf("etcdlock: mutex acquire %q: %w: the Mutex re-entered this session's key %q at fence %d, not above the fence %d already handed out for the key", key, instrument.ErrNotAcquired, mu.Key(), fence, last)
+		if again {
+			return nil, m.undo(ctx, key, t, err)
+		}
+		if werr := m.withdraw(ctx, key); werr != nil {
+			m.settle(key, t, func(ctx context.Context) error { return m.deleteEntry(ctx, key) })
+			return nil, errors.Join(err, werr)
+		}
+		<-t.ch
+	}
+}
+
 // lock takes the in-process turn, then the Mutex, per the wait strategy. On
-// error it has given the turn back and withdrawn any entry it may have left.
+// error it has withdrawn any entry it may have left and given the turn
+// back, or left it to settle when the withdraw failed.
 func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurrency.Mutex, cfg *instrument.AcquireConfig) error {
 	// failed undoes an attempt that may have left our entry in etcd: a
 	// request ended by ctx may still have been applied, and TryLock's own
 	// cleanup runs on ctx too.
-	failed := func(err error) error {
-		if werr := m.withdraw(ctx, key); werr != nil {
-			err = errors.Join(err, werr)
-		}
-		<-t.ch
-		return err
-	}
+	failed := func(err error) error { return m.undo(ctx, key, t, err) }
 	attempt := func() (bool, error) {
 		select {
 		case t.ch <- struct{}{}:
@@ -248,6 +368,7 @@ func (m *MutexLocker) hold(ctx context.Context, key string, t *turn, mu *concurr
 	if err != nil {
 		return nil, fmt.Errorf("confirm the session lease: %w", err)
 	}
+	m.issued(key, fence)
 	st := &mutexState{m: m, key: key, turn: t, own: mu.Key(), fence: fence, ttl: ttl, wDone: make(chan struct{})}
 	st.core = leasecore.New(leasecore.Config{
 		Name: "etcdlock: mutex", Key: key, TTL: ttl, Start: sent,
@@ -367,17 +488,46 @@ func (st *mutexState) watch(rev int64) {
 }
 
 // Release deletes the Mutex key if it is still ours (the lease core's
-// Release), then frees the in-process turn, also when the delete failed.
-// Even a lost lease keeps its turn until Release: its key may still stand,
-// and another goroutine of this session would re-enter it with the same
-// fence.
+// Release), then frees the in-process turn. A ctx that has already ended
+// (defer lease.Release(reqCtx) after the request was cancelled) is replaced
+// by one of its own bounded by 2 s: no TTL would end the key, which the
+// session keeps alive.
+//
+// When the outcome of the delete is unknown (etcd unreachable, ctx ended
+// during the release, or the lease core gave up waiting for a renewal in
+// flight) the key may still stand. Release returns the error, and the
+// adapter keeps the key's turn and retries the delete in the background
+// (settle) until it succeeds or the session ends: until then this adapter's
+// Acquire of the key waits, as every other session's does, instead of
+// re-entering the key with the same fence.
+//
+// Even a lost lease keeps its turn until Release, for the same reason.
 func (st *mutexState) Release(ctx context.Context) error {
 	first := st.releasing.CompareAndSwap(false, true)
-	err := st.core.Release(ctx)
-	if first {
-		<-st.turn.ch
-		st.m.leave(st.key, st.turn)
+	if first && storefail.Ended(ctx) != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		ctx = dctx
 	}
+	err := st.core.Release(ctx)
+	if !first {
+		return err
+	}
+	if err == nil || errors.Is(err, instrument.ErrNotHeld) {
+		// Deleted, or not ours: the key with our create revision is gone.
+		st.m.deleted(st.key, st.fence)
+		<-st.turn.ch
+	} else {
+		c := st.m.s.Client()
+		st.m.settle(st.key, st.turn, func(ctx context.Context) error {
+			if _, err := deleteOwned(ctx, c, st.own, st.fence); err != nil {
+				return err
+			}
+			st.m.deleted(st.key, st.fence)
+			return nil
+		})
+	}
+	st.m.leave(st.key, st.turn)
 	return err
 }
 
@@ -402,7 +552,8 @@ func (st *mutexState) release(ctx context.Context) error {
 // dropped runs when the handle is collected without Release. The lease
 // core releases a live lease (and reports it leaked); a lost one it leaves
 // alone, but its turn must still come back: once the lease has ended,
-// Release it here, which frees the turn either way.
+// Release it here, which frees the turn either way (at once, or once
+// settle has deleted the key).
 func (st *mutexState) dropped() {
 	if st.releasing.Load() {
 		return

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,4 +253,115 @@ func TestFromMutex_LostLeaseDroppedWithoutReleaseGivesItsTurnBack(t *testing.T) 
 		}
 	}()
 	waitCollectedAndFree(t, m, "k")
+}
+
+// The common `defer lease.Release(reqCtx)` runs on a context that has
+// already ended. No TTL frees the Mutex key (the session's keepalive renews
+// it), so that Release must still delete it: otherwise the next Acquire of
+// the same adapter re-enters the key and hands out the same fence again,
+// and every other session waits until the session ends.
+func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ma := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
+	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
+	h1, err := ma.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h1.Release(ended); err != nil {
+		t.Errorf("Release on an ended context: %v", err)
+	}
+	h2, err := ma.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast())
+	if err != nil {
+		t.Fatalf("the same adapter cannot lock after the Release: %v", err)
+	}
+	if h2.Fence() <= h1.Fence() {
+		t.Errorf("the next holder's fence %d is not above the previous holder's %d", h2.Fence(), h1.Fence())
+	}
+	if err := h2.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	hb, err := mb.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another session cannot lock after the Release: %v", err)
+	}
+	if err := hb.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Release whose delete does not reach etcd leaves the key standing, kept
+// alive by the session. The adapter must not give the key's turn back
+// while that is so (its next Acquire would re-enter the key with the same
+// fence), and must delete the key once etcd can be reached again, rather
+// than leave it locked for every other session until the session ends.
+func TestFromMutex_AReleaseThatDoesNotReachEtcdIsRetriedAndNeverRepeatsAFence(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	c, p := proxied(t, e)
+	ma := fromMutex(t, newSession(t, c, 10), "/unreached/")
+	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/unreached/")
+	h1, err := ma.Acquire(timeout(t, 5*time.Second), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.HalfOpen() // nothing sent on the client's connection arrives any more
+	if err := h1.Release(timeout(t, 300*time.Millisecond)); err == nil {
+		t.Fatal("Release succeeded over a half-open connection")
+	}
+	// The key may stand: nobody takes it, this adapter included.
+	if h, err := ma.Acquire(timeout(t, time.Second), "k", instrument.FailFast()); err == nil {
+		t.Errorf("the same adapter locked again (fence %d, the failed holder's %d) while the failed holder's key may stand", h.Fence(), h1.Fence())
+		_ = h.Release(timeout(t, 5*time.Second))
+	}
+	p.Reset() // the client reconnects
+	hb, err := mb.Acquire(timeout(t, 10*time.Second), "k")
+	if err != nil {
+		t.Fatalf("another session cannot lock once etcd is reachable again: %v", err)
+	}
+	if hb.Fence() <= h1.Fence() {
+		t.Errorf("the next holder's fence %d is not above the failed holder's %d", hb.Fence(), h1.Fence())
+	}
+	if err := hb.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := ma.Acquire(timeout(t, 10*time.Second), "k")
+	if err != nil {
+		t.Fatalf("the same adapter cannot lock after the retried delete: %v", err)
+	}
+	if h2.Fence() <= hb.Fence() {
+		t.Errorf("the same adapter's next fence %d is not above the previous holder's %d", h2.Fence(), hb.Fence())
+	}
+	if err := h2.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Whatever left this session's Mutex key standing after its holder's turn
+// ended, a Mutex that re-enters it gets the key's old create revision: the
+// adapter must not hand that fence out again, but delete the key and lock
+// anew.
+func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	s := newSession(t, c, 30)
+	m := fromMutex(t, s, "/reentered/")
+	// The key of a holder whose delete never got through.
+	own := fmt.Sprintf("/reentered/k/%x", s.Lease())
+	resp, err := c.Put(timeout(t, 5*time.Second), own, "", clientv3.WithLease(s.Lease()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := resp.Header.Revision
+	etcdlock.SetIssued(m, "k", left)
+	h, err := m.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Fence() <= uint64(left) {
+		t.Errorf("fence %d handed out again (the standing key's is %d)", h.Fence(), left)
+	}
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 }

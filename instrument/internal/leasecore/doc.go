@@ -30,7 +30,9 @@
 // the local deadline; past it the lease is lost whatever the store says
 // later. A Release whose outcome is unknown (transport error) ends the lease
 // as lost: the store ends it at its TTL at the latest, since the watchdog is
-// stopped. Backends whose release is not owner-checked (FromFunc wrapping a
+// stopped. A backend whose lock outlives the watchdog (etcdlock's Mutex
+// adapter: the session's keepalive renews the key) must keep deleting it
+// itself until the delete is confirmed. Backends whose release is not owner-checked (FromFunc wrapping a
 // plain DEL) set UnsafeRelease, and then a Release after the lease ended
 // returns ErrNotHeld without calling the backend: it could delete the next
 // holder's lock.
