@@ -172,6 +172,9 @@ type acquirer struct {
 	cfg     *instrument.AcquireConfig
 	waiting bool
 	ready   bool // counted in Locker.watching
+	// queuedAt is when queue put the entry, the lock value's queued_at_ms.
+	// Not the lease's start: a pooled lease started at its last renewal.
+	queuedAt time.Time
 }
 
 func (a *acquirer) startWaiting() {
@@ -266,6 +269,7 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	st := a.st
 	now := time.Now()
+	a.queuedAt = now
 	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
@@ -426,7 +430,7 @@ func (a *acquirer) takeOver(ctx context.Context, myRev int64) (int64, error) {
 	if a.st.Context().Err() != nil {
 		return 0, a.waitErr(ctx)
 	}
-	a.st.stamp <- a.value(a.st.queuedAt(), time.Now())
+	a.st.stamp <- a.value(a.queuedAt, time.Now())
 	return myRev, nil
 }
 

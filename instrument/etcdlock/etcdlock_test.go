@@ -455,6 +455,63 @@ func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 	}
 }
 
+// A waiter that reuses a pooled lease records in the lock value, once it
+// holds the lock, the time it queued: not when its lease was last renewed,
+// which for a pooled lease is before the waiter even called Acquire.
+func TestLockValue_APooledLeasesWaiterRecordsWhenItQueued(t *testing.T) {
+	c := testenv.NewEtcd(t).Client(t)
+	l, gate := newLocker(t, c), newLocker(t, c)
+	ttl := instrument.WithTTL(30 * time.Second)
+	h, err := l.Acquire(timeout(t, 5*time.Second), "pooled", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := newestEntry(t, c, l, "pooled", 1).Lease
+	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The property is about time itself: the pooled lease was last
+	// confirmed at its grant, and the waiter queues well after that.
+	time.Sleep(1500 * time.Millisecond)
+	g, err := gate.Acquire(timeout(t, 5*time.Second), "k", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got := acquireInBackground(t, l, "k", 10*time.Second, ttl)
+	if lease := newestEntry(t, c, l, "k", 2).Lease; lease != pooled {
+		t.Fatalf("the waiter's lease %x is not the pooled one %x", lease, pooled)
+	}
+	after := time.Now()
+	if err := g.Release(timeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.lease.Release(timeout(t, 5*time.Second))
+	// The value with acquired_at is written once the lock has been held
+	// for 100 ms.
+	ctx := timeout(t, 5*time.Second)
+	for {
+		resp, err := c.Get(ctx, l.QueuePrefix("k"), clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("queue: %v %v", err, resp)
+		}
+		v := etcdlock.DecodeValue(resp.Kvs[0].Value)
+		if v.AcquiredAt.IsZero() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if v.QueuedAt.Before(before.Truncate(time.Millisecond)) || v.QueuedAt.After(after) {
+			t.Errorf("queued_at %v is not between the waiter's Acquire (%v) and its entry's appearance (%v): %s",
+				v.QueuedAt, before, after, resp.Kvs[0].Value)
+		}
+		return
+	}
+}
+
 // A released lock's lease is pooled and its next lock on the same key puts
 // the same entry key again; a watch served by a member lagging behind that
 // put replays the previous entry's deletion, which must not read as a loss

@@ -33,7 +33,6 @@ type leaseState struct {
 	own        string // our queue entry: pfx + lease id
 	id         clientv3.LeaseID
 	ttl        time.Duration // granted lease TTL
-	queued     time.Time
 	noWatchdog bool
 	core       *leasecore.Lease
 
@@ -56,7 +55,7 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 	pfx := l.QueuePrefix(key)
 	st := &leaseState{
 		l: l, key: key, pfx: pfx, own: fmt.Sprintf("%s%016x", pfx, int64(id)), id: id,
-		ttl: ttl, queued: sent, noWatchdog: cfg.NoWatchdog,
+		ttl: ttl, noWatchdog: cfg.NoWatchdog,
 		stamp: make(chan string, 1),
 	}
 	st.core = leasecore.New(leasecore.Config{
@@ -73,8 +72,6 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 	st.bg, st.bgStop = context.WithCancel(st.core.Context())
 	return st
 }
-
-func (st *leaseState) queuedAt() time.Time { return st.queued }
 
 // checkLive refuses to hand out a lease that has already ended, or whose
 // local deadline has passed although the timer has not run yet (a paused or
