@@ -32,8 +32,8 @@
 // as lost: the store ends it at its TTL at the latest, since the watchdog is
 // stopped. A backend whose lock outlives the watchdog (etcdlock's Mutex
 // adapter: the session's keepalive renews the key) must keep deleting it
-// itself until the delete is confirmed. Backends whose release is not owner-checked (FromFunc wrapping a
-// plain DEL) set UnsafeRelease, and then a Release after the lease ended
-// returns ErrNotHeld without calling the backend: it could delete the next
-// holder's lock.
+// itself until the delete is confirmed. Backends whose release is not
+// owner-checked (FromFunc wrapping a plain DEL) set UnsafeRelease, and then
+// a Release after the lease ended returns ErrNotHeld without calling the
+// backend: it could delete the next holder's lock.
 package leasecore
