@@ -44,7 +44,9 @@
 // the same WorkerID would issue the same IDs. Both are what package workerid prevents: bind
 // the generator to a workerid.Lease with WithLease, and it never issues an ID at or below the
 // high-water mark persisted by the slot's previous holder, and stops (ErrWorkerLeaseLost)
-// before its lease could have expired, measured on the local monotonic clock.
+// before its lease could have expired, measured on the local monotonic clock. A lease binds
+// one generator: New refuses a second on the same lease (ErrInvalid), as the two would
+// issue the same IDs; share the first, which is safe for concurrent use.
 //
 // # Speed
 //

@@ -104,7 +104,11 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		if id := c.lease.WorkerID(); id != workerID {
 			return nil, fmt.Errorf("%w: lease is for worker id %d, generator for %d", ErrInvalid, id, workerID)
 		}
-		if t, ok := c.lease.(lastUsedTracker); ok {
+		if b, ok := c.lease.(generatorBinder); ok {
+			if !b.BindGenerator(g.LastTime) {
+				return nil, fmt.Errorf("%w: lease for worker id %d is already bound to a generator: share that generator (it is safe for concurrent use) or claim another lease", ErrInvalid, workerID)
+			}
+		} else if t, ok := c.lease.(lastUsedTracker); ok {
 			t.TrackLastUsed(g.LastTime)
 		}
 		if r, ok := c.lease.(skewReporter); ok && g.skew == nil {

@@ -30,3 +30,12 @@ type LeaseState struct {
 type lastUsedTracker interface {
 	TrackLastUsed(func() time.Time)
 }
+
+// generatorBinder is implemented by leases that admit one generator at a time (as
+// *workerid.Lease does). New calls BindGenerator instead of TrackLastUsed: it registers the
+// generator's last-used func and reports false, registering nothing, when a generator is
+// already bound. Two generators on one lease share its WorkerID and floor but not their
+// state, so in the same millisecond they issue the same IDs.
+type generatorBinder interface {
+	BindGenerator(lastUsed func() time.Time) bool
+}

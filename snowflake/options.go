@@ -50,7 +50,10 @@ func WithMaxWait(d time.Duration) Option { return optionFunc(func(c *config) { c
 // WithLease binds the generator to a WorkerID lease: it issues nothing once the lease could
 // have expired, and nothing at or below the lease's high-water mark. The lease's WorkerID
 // must equal the generator's. A lease that can track the last-used time (as
-// *workerid.Lease does) is given the generator's, so that Release persists it.
+// *workerid.Lease does) is given the generator's, so that Release persists it. A
+// *workerid.Lease takes one generator: New refuses a second with ErrInvalid, since two
+// generators on one lease would issue the same IDs. Share the first (it is safe for
+// concurrent use; Segments are built on a Generator, so they share it too).
 func WithLease(l WorkerLease) Option { return optionFunc(func(c *config) { c.lease = l }) }
 
 // WithHooks installs event hooks, e.g. from idmetrics.Generator.SnowflakeHooks.

@@ -83,7 +83,8 @@
 //   - the store keeps what it acknowledged, or loses a slot's keys entirely (see Failure
 //     modes for a mark that survives stale);
 //   - every generator for the WorkerID is bound to a lease from a Registry on the same
-//     store and key prefix.
+//     store and key prefix, one generator per lease (snowflake.New refuses a second
+//     generator on a lease already bound, with snowflake.ErrInvalid).
 //
 // # Failure modes
 //
@@ -112,6 +113,9 @@
 //     WorkerIDs must not repeat across such events.
 //   - Host clock behind an earlier holder's by more than two TTLs: Claim returns and the
 //     generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
+//   - A second generator bound to one lease: snowflake.New refuses it (ErrInvalid), since
+//     it would issue the first one's IDs. Share the first generator, or claim another
+//     lease. (Lease.TrackLastUsed, called directly, does not check; New does not use it.)
 //   - Lease dropped without Release: when garbage-collected it is counted
 //     (WithLeakedHook), logged (WithLogger) and released; until the collector runs, it
 //     renews and holds its slot like a live lease.

@@ -72,8 +72,15 @@ func (l *Lease) Done() <-chan struct{} { return l.s.done }
 func (l *Lease) ExpiresAt() time.Time { return time.Unix(0, l.s.expires.Load()) }
 
 // TrackLastUsed registers the generator's last-used time; Release persists it as the
-// high-water mark, so a restarted process need not wait out the reservation.
+// high-water mark, so a restarted process need not wait out the reservation. It replaces a
+// func registered before; snowflake.New uses BindGenerator instead.
 func (l *Lease) TrackLastUsed(f func() time.Time) { l.lastUsed.Store(&f) }
+
+// BindGenerator registers the last-used time of the generator bound to the lease, as
+// TrackLastUsed does, unless a generator is already bound: then it registers nothing and
+// returns false. snowflake.New calls it, and refuses a second generator on one lease: the
+// two would share the WorkerID and the floor but not their state, and issue the same IDs.
+func (l *Lease) BindGenerator(f func() time.Time) bool { return l.lastUsed.CompareAndSwap(nil, &f) }
 
 func (s *leaseState) State() snowflake.LeaseState { return *s.state.Load() }
 

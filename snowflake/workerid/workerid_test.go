@@ -264,3 +264,37 @@ func claimEventually(t *testing.T, reg *workerid.Registry, service string, withi
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestNew_SecondGeneratorOnALeaseIsRefused: two generators bound to one lease share its
+// WorkerID and floor but not their state, and in one millisecond issue the same IDs. The
+// second New is refused; the first generator keeps issuing, and Release still persists its
+// last-used time.
+func TestNew_SecondGeneratorOnALeaseIsRefused(t *testing.T) {
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			ctx := ctxT(t, 5*time.Second)
+			l := claim(t, s.registry(t, workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
+			g := bound(t, l)
+			_, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
+			if !errors.Is(err, snowflake.ErrInvalid) || !strings.Contains(err.Error(), "already bound to a generator") {
+				t.Fatalf("second New on one lease: %v, want ErrInvalid saying the lease is already bound", err)
+			}
+			ids, err := g.NextN(ctx, 100)
+			if err != nil {
+				t.Fatalf("the generator bound first, after a refused second one: %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The next holder starts above the first generator's IDs.
+			b := claim(t, s.registry(t, workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
+			id, err := bound(t, b).NextID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id <= ids[len(ids)-1] {
+				t.Fatalf("next holder's id %d not above the first generator's %d", id, ids[len(ids)-1])
+			}
+		})
+	}
+}
