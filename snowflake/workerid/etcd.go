@@ -50,10 +50,7 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		Else(clientv3.OpGet(l.key)).
 		Commit()
 	if err != nil || !txn.Succeeded {
-		// Revoke on a fresh context: ctx may be the reason we failed.
-		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = b.c.Revoke(rctx, grant.ID)
-		cancel()
+		b.revoke(ctx, grant.ID)
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: etcd claim worker id %d: %w", l.claim.WorkerID, err)
@@ -66,7 +63,22 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		}
 		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: holder}
 	}
-	l.etcdLease, l.etcdRevision = int64(grant.ID), txn.Header.Revision
+	floor, reserve, err := b.reserve(ctx, l, grant.ID, txn)
+	if err != nil {
+		// The slot is ours, attached to grant: left alone it stays held by a claim
+		// nobody renews or releases, and this process's next Claim would collide with
+		// it for a TTL. Revoking the grant deletes the slot key; the mark stays as
+		// the raise may have left it.
+		b.revoke(ctx, grant.ID)
+		return 0, 0, err
+	}
+	return floor, reserve, nil
+}
+
+// reserve reads the high-water mark a successful claim transaction txn found and raises it
+// to the claim's reservation.
+func (b *etcdBackend) reserve(ctx context.Context, l *leaseState, grant clientv3.LeaseID, txn *clientv3.TxnResponse) (floor, reserve int64, err error) {
+	l.etcdLease, l.etcdRevision = int64(grant), txn.Header.Revision
 	// etcd keeps the mark without a lease and does not lose acknowledged writes, so a
 	// missing mark means the slot was never used: floor 0.
 	l.hwMark, l.hwRevision = 0, 0
@@ -76,7 +88,7 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		}
 		l.hwRevision = kvs[0].ModRevision
 	}
-	floor := l.hwMark
+	floor = l.hwMark
 	st, reserve, err := b.raise(ctx, l, max(floor, b.cfg.wall().UnixMilli())+b.cfg.ttl.Milliseconds())
 	switch {
 	case err != nil:
@@ -85,6 +97,14 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		return 0, 0, fmt.Errorf("%w: worker id %d: slot changed owner while claiming", ErrCollision, l.claim.WorkerID)
 	}
 	return floor, reserve, nil
+}
+
+// revoke revokes a failed claim's grant, best effort, which deletes the slot key if the
+// claim created it. It runs on a fresh context: ctx may be why the claim failed.
+func (b *etcdBackend) revoke(ctx context.Context, grant clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = b.c.Revoke(rctx, grant)
 }
 
 func parseMark(v []byte) (int64, error) {

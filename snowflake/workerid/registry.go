@@ -24,6 +24,10 @@ const (
 	DefaultHighWaterTTL = 24 * time.Hour
 )
 
+// cleanupTimeout bounds a best-effort cleanup after a failed call, such as releasing what
+// a claim whose reply was lost may have taken.
+const cleanupTimeout = time.Second
+
 // processStart is when this process loaded the package: the claim's StartedAt.
 var processStart = time.Now().UTC()
 
@@ -217,6 +221,10 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // it, renewing meanwhile, and fails without waiting if ctx's deadline comes first. A mark
 // further ahead means this host's clock is behind an earlier holder's: Claim returns and
 // the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
+//
+// A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
+// ended) releases the slot by its own token, best effort, so that a retry does not collide
+// with it.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
