@@ -100,18 +100,20 @@
 //     renewal, which finds the slot taken (ErrTakenOver), and in any case before its lease
 //     could have expired. A holder whose renewal finds its slot gone re-claims it with the
 //     same rule, so after such a loss every generator pauses for one TTL.
-//   - Lost replies: a claim retried after a lost reply answers the floor of its first run;
-//     a Claim that fails after its claim may have taken the slot (the reply lost or late,
+//   - Lost replies: a claim retried after a lost reply answers the floor of its first run.
+//     A Claim that fails after its claim may have taken the slot (the reply lost or late,
 //     its context ended, on etcd the high-water raise failed after the slot was created)
 //     releases the slot by that claim's own token, owner-checked, on a fresh context of
 //     at most a second (on Redis release.lua with the mark kept, on etcd a revoke of the
 //     claim's grant), so that a retry does not collide with its own process; the retry
-//     waits for the mark the failed claim may have reserved, at most one TTL. That
-//     cleanup is best effort: if it fails too, or reaches Redis before a claim still in
-//     flight, the slot stays held until its TTL runs out. A lost renewal reply is a
-//     failed renewal (retried; the generator stops at ValidUntil if none gets through); a
-//     Release whose request or reply is lost returns the error,
-//     and the slot is then deleted or expires after the TTL.
+//     waits for the mark the failed claim may have reserved, at most one TTL. If that
+//     release fails too, the Registry's next Claim sends it again before claiming (for
+//     the last 16 failed claims). Still held for up to a TTL: a slot whose claim request
+//     reaches the store after its release (delayed in flight), and a slot claimed by one
+//     Registry and retried through another. A lost renewal reply is a failed renewal
+//     (retried; the generator stops at ValidUntil if none gets through); a Release whose
+//     request or reply is lost returns the error, and the slot is then deleted or expires
+//     after the TTL.
 //   - A mark that survives but is stale, on Redis a restart from an older RDB snapshot or
 //     an append-only file with appendfsync everysec, or a failover to a replica that
 //     lagged, on etcd a restore from an older snapshot: not detected. A new holder's floor

@@ -44,18 +44,21 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: etcd grant: %w", err)
 	}
+	l.etcdLease = int64(grant.ID) // for abandon, should the claim fail from here on
 	txn, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)).
 		Then(clientv3.OpPut(l.key, string(l.value), clientv3.WithLease(grant.ID)), clientv3.OpGet(l.hwKey)).
 		Else(clientv3.OpGet(l.key)).
 		Commit()
-	if err != nil || !txn.Succeeded {
-		b.revoke(ctx, grant.ID)
-	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: etcd claim worker id %d: %w", l.claim.WorkerID, err)
 	}
 	if !txn.Succeeded {
+		// The grant holds nothing: revoke it rather than leave it to expire. A fresh
+		// context: ctx may be why we failed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		_, _ = b.c.Revoke(rctx, grant.ID)
+		cancel()
 		var holder Claim
 		if kvs := txn.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			s, _ := decodeStored(kvs[0].Value)
@@ -63,22 +66,7 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		}
 		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: holder}
 	}
-	floor, reserve, err := b.reserve(ctx, l, grant.ID, txn)
-	if err != nil {
-		// The slot is ours, attached to grant: left alone it stays held by a claim
-		// nobody renews or releases, and this process's next Claim would collide with
-		// it for a TTL. Revoking the grant deletes the slot key; the mark stays as
-		// the raise may have left it.
-		b.revoke(ctx, grant.ID)
-		return 0, 0, err
-	}
-	return floor, reserve, nil
-}
-
-// reserve reads the high-water mark a successful claim transaction txn found and raises it
-// to the claim's reservation.
-func (b *etcdBackend) reserve(ctx context.Context, l *leaseState, grant clientv3.LeaseID, txn *clientv3.TxnResponse) (floor, reserve int64, err error) {
-	l.etcdLease, l.etcdRevision = int64(grant), txn.Header.Revision
+	l.etcdRevision = txn.Header.Revision
 	// etcd keeps the mark without a lease and does not lose acknowledged writes, so a
 	// missing mark means the slot was never used: floor 0.
 	l.hwMark, l.hwRevision = 0, 0
@@ -88,7 +76,7 @@ func (b *etcdBackend) reserve(ctx context.Context, l *leaseState, grant clientv3
 		}
 		l.hwRevision = kvs[0].ModRevision
 	}
-	floor = l.hwMark
+	floor := l.hwMark
 	st, reserve, err := b.raise(ctx, l, max(floor, b.cfg.wall().UnixMilli())+b.cfg.ttl.Milliseconds())
 	switch {
 	case err != nil:
@@ -99,12 +87,17 @@ func (b *etcdBackend) reserve(ctx context.Context, l *leaseState, grant clientv3
 	return floor, reserve, nil
 }
 
-// revoke revokes a failed claim's grant, best effort, which deletes the slot key if the
-// claim created it. It runs on a fresh context: ctx may be why the claim failed.
-func (b *etcdBackend) revoke(ctx context.Context, grant clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	_, _ = b.c.Revoke(rctx, grant)
+// abandon revokes the grant of l's failed claim, which deletes the slot key if the claim
+// created it; the mark stays as the claim may have raised it.
+func (b *etcdBackend) abandon(ctx context.Context, l *leaseState) error {
+	if l.etcdLease == 0 {
+		return nil // no grant: nothing was taken
+	}
+	_, err := b.c.Revoke(ctx, clientv3.LeaseID(l.etcdLease))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = nil
+	}
+	return err
 }
 
 func parseMark(v []byte) (int64, error) {

@@ -75,6 +75,65 @@ func TestClaim_FailedWithItsReplyLostLeavesTheSlotFree(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
+// TestClaim_NextClaimAbandonsAFailedClaimThatCouldNotBeReleased: the claim script ran, its
+// reply was lost, and the release that follows it was lost too (the network went away
+// meanwhile). The Registry keeps the failed claim, and the next Claim releases it first:
+// it does not collide with its own process's earlier claim.
+func TestClaim_NextClaimAbandonsAFailedClaimThatCouldNotBeReleased(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	direct := redisClient(r.Addr())
+	t.Cleanup(func() { _ = direct.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	const slot = "lockgov:workerid:{4}"
+	if err := direct.Set(ctx, slot+":hw", time.Now().Add(-time.Second).UnixMilli(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var releaseSHA string
+	for _, f := range []string{"claim.lua", "release.lua"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.ScriptLoad(ctx, string(src)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		releaseSHA = testenv.ScriptSHA(string(src))
+	}
+	c := redisClient(p.Addr())
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The first release sent (the failed claim's) goes into a black hole.
+	lostRelease := &testenv.BeforeScript{SHA: releaseSHA, Do: func() { p.Blackhole(true) }}
+	c.AddHook(lostRelease)
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-4", ""), workerid.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.DropNextReply()
+	if _, err := reg.Claim(ctx, "auth"); err == nil {
+		t.Fatal("Claim succeeded although its reply was dropped")
+	}
+	if !lostRelease.Done() {
+		t.Fatal("the failed claim sent no release")
+	}
+	if n := direct.Exists(ctx, slot).Val(); n != 1 {
+		t.Fatal("the failed claim's slot is free although its release was lost")
+	}
+	p.Blackhole(false)
+	l, err := reg.Claim(ctx, "auth")
+	if errors.Is(err, workerid.ErrCollision) {
+		t.Fatalf("the next Claim collides with its own process's failed claim: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+}
+
 // TestEtcdClaim_FailedAfterTheSlotCommittedLeavesTheSlotFree: the claim's transaction
 // created the slot on its etcd lease, and then the claim's context ended before the
 // high-water raise. The failed Claim revokes its grant, so the slot is free for this

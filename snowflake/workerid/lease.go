@@ -164,7 +164,7 @@ func (s *leaseState) renewOnce(ctx context.Context) (ok bool, err error) {
 	// The slot vanished: claim it again, above whatever high-water mark is there now (on
 	// Redis, one TTL ahead when the mark vanished with it).
 	old := s.floor
-	floor, reserve, err := s.reg.b.claim(rctx, s)
+	floor, reserve, _, err := s.reg.claim(rctx, s)
 	switch {
 	case errors.Is(err, ErrCollision):
 		return false, fmt.Errorf("%w: worker id %d: %w", ErrTakenOver, s.claim.WorkerID, err)

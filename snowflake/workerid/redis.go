@@ -48,13 +48,6 @@ func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, 
 	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
 		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
-		// The script may have run with its reply lost or late (ctx ended, a read timeout):
-		// then the slot is held under l.token, which nobody will renew or release, and
-		// this process's next Claim (a new token) would collide with it for a TTL.
-		// Release it by this claim's token; the release is owner-checked, so it never
-		// deletes another owner's slot, and with lastUsed 0 it keeps the mark the claim
-		// may have raised.
-		b.abandon(ctx, l)
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}
 	if len(res) == 2 {
@@ -63,7 +56,6 @@ func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, 
 		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: s.Claim}
 	}
 	if len(res) != 3 {
-		b.abandon(ctx, l)
 		return 0, 0, fmt.Errorf("workerid: redis claim: unexpected reply %v", res)
 	}
 	floor, _ := res[1].(int64)
@@ -71,12 +63,11 @@ func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, 
 	return floor, reserve, nil
 }
 
-// abandon releases, best effort, whatever a failed claim of l may have taken. It runs on
-// a fresh context: ctx may be why the claim failed.
-func (b *redisBackend) abandon(ctx context.Context, l *leaseState) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	_ = b.release(rctx, l, 0)
+// abandon releases the slot if l's failed claim took it: release.lua is owner-checked, so
+// it never deletes another owner's slot, and with lastUsed 0 it keeps the mark the claim
+// may have raised.
+func (b *redisBackend) abandon(ctx context.Context, l *leaseState) error {
+	return b.release(ctx, l, 0)
 }
 
 func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {

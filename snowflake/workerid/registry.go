@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
@@ -42,6 +44,9 @@ type backend interface {
 	// release deletes the slot if s still holds it and lowers the high-water mark to
 	// lastUsed (Unix ms) when that is known (non-zero).
 	release(ctx context.Context, s *leaseState, lastUsed int64) error
+	// abandon undoes, owner-checked, what a failed claim of s may have taken, keeping the
+	// high-water mark.
+	abandon(ctx context.Context, s *leaseState) error
 	name() string
 }
 
@@ -57,7 +62,13 @@ const (
 type Registry struct {
 	b   backend
 	cfg config
+
+	mu      sync.Mutex
+	orphans []*leaseState // failed claims not yet abandoned: see claim
 }
+
+// maxOrphans bounds Registry.orphans; the oldest go first, their slots expire first.
+const maxOrphans = 16
 
 type config struct {
 	ttl, margin  time.Duration
@@ -223,8 +234,8 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
 //
 // A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
-// ended) releases the slot by its own token, best effort, so that a retry does not collide
-// with it.
+// ended) releases the slot by its own token, so that a retry does not collide with it; if
+// that release fails too, the Registry's next Claim sends it again first.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
@@ -260,6 +271,7 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.abandonOrphans(ctx)
 	var first error
 	for _, slot := range order {
 		ls := r.newLease(service, slot, token)
@@ -291,13 +303,63 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 
 func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 	sent := time.Now()
-	floor, reserve, err := r.b.claim(ctx, s)
+	floor, reserve, abandoned, err := r.claim(ctx, s)
 	if err != nil {
+		if !abandoned {
+			r.orphan(s)
+		}
 		return err
 	}
 	s.floor = floor
 	s.confirm(sent, r.cfg.ttl, reserve)
 	return nil
+}
+
+// claim runs the store's claim of s. A claim that fails other than on finding another
+// holder in the slot may have taken the slot all the same: its reply was lost or came
+// after ctx ended, or on etcd ctx ended after the slot's transaction and before the
+// high-water raise. The slot is then held under s's token, which nobody renews or
+// releases, and this process's next Claim (a new token) would collide with it for a TTL.
+// So claim abandons it, owner-checked, on a fresh context (ctx may be why the claim
+// failed), and reports whether that got through.
+func (r *Registry) claim(ctx context.Context, s *leaseState) (floor, reserve int64, abandoned bool, err error) {
+	floor, reserve, err = r.b.claim(ctx, s)
+	if err == nil {
+		return floor, reserve, false, nil
+	}
+	if _, held := errors.AsType[*CollisionError](err); held {
+		return 0, 0, true, err // the slot is another's: nothing was taken
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return 0, 0, r.b.abandon(actx, s) == nil, err
+}
+
+// orphan keeps a failed claim whose abandon failed too, for the next Claim to abandon.
+func (r *Registry) orphan(s *leaseState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.orphans = append(r.orphans, s)
+	if n := len(r.orphans); n > maxOrphans {
+		r.orphans = slices.Delete(r.orphans, 0, n-maxOrphans)
+	}
+}
+
+// abandonOrphans abandons the failed claims that orphan kept, before a Claim: one of them
+// may hold the slot this Claim wants. Those it cannot reach the store for are kept.
+func (r *Registry) abandonOrphans(ctx context.Context) {
+	r.mu.Lock()
+	orphans := r.orphans
+	r.orphans = nil
+	r.mu.Unlock()
+	for _, s := range orphans {
+		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		err := r.b.abandon(actx, s)
+		cancel()
+		if err != nil {
+			r.orphan(s)
+		}
+	}
 }
 
 // awaitFloor returns once the wall clock has passed the lease's high-water floor, when
