@@ -8,6 +8,8 @@
 -- ARGV[3]  lease TTL in milliseconds
 -- ARGV[4]  the caller's wall clock, Unix ms
 -- ARGV[5]  high-water key TTL in milliseconds
+-- ARGV[6]  the longest lease TTL of any registry on this prefix, in milliseconds (at
+--          least ARGV[3]; absent: ARGV[3])
 --
 -- Returns {1, floor, reserve} when claimed, also when this token already holds the slot,
 -- or {0, holder value} when another owner holds it. floor (Unix ms) is the mark the
@@ -44,12 +46,13 @@ end
 -- valid on its side for up to one TTL after its last renewal: it stops at its next
 -- renewal, which finds the slot taken, or when that lease runs out. Every such lease has
 -- ended by the server's now + TTL, so that is the floor: the new holder waits one lease.
--- A slot never used, or idle for longer than the high-water TTL, waits too: Redis cannot
--- tell it from a lost one.
+-- The previous holder's TTL is unknown too, so the TTL here is the longest any registry on
+-- the prefix uses (ARGV[6]). A slot never used, or idle for longer than the high-water
+-- TTL, waits too: Redis cannot tell it from a lost one.
 local floor = tonumber(redis.call('GET', KEYS[2]) or '')
 if not floor then
   local t = redis.call('TIME')
-  floor = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+  floor = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + math.max(ttl, tonumber(ARGV[6]) or ttl)
 end
 local reserve = math.max(floor, tonumber(ARGV[4])) + ttl
 redis.call('SET', KEYS[1], ARGV[1] .. string.format(',"floor":%d}', floor), 'PX', ttl)

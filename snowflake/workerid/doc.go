@@ -57,11 +57,12 @@
 // On Redis a missing mark means unknown, not zero: Redis loses it together with the slot
 // (a restart without persistence, FLUSHALL, eviction), while the previous holder may still
 // issue IDs on a lease that is valid on its side for up to one TTL. A claim that finds no
-// mark therefore takes the server's now+TTL as its floor: every earlier lease has ended by
-// then. Redis cannot tell such a slot from one never used, so the first claim of a slot, or
-// of one idle for longer than WithHighWaterTTL (default 24h), waits one TTL too. etcd keeps
-// the mark without a lease and does not lose acknowledged writes: there a missing mark
-// means never used, and the floor is 0.
+// mark therefore takes the server's now+TTL as its floor (the longer of its TTL and
+// WithMaxPeerTTL): every earlier lease has ended by then. Redis cannot tell such a slot
+// from one never used, so the first claim of a slot, or of one idle for longer than
+// WithHighWaterTTL (default 24h), waits one TTL too. etcd keeps the mark without a lease
+// and does not lose acknowledged writes: there a missing mark means never used, and the
+// floor is 0.
 //
 // Claim returns once a bound generator can issue: while the floor is at most two TTLs ahead
 // of the local clock (a crashed holder's reservation, an unknown mark) it waits, renewing
@@ -82,6 +83,9 @@
 //     clock-skew tiers refuse new IDs beyond 500 ms of offset);
 //   - the store keeps what it acknowledged, or loses a slot's keys entirely (see Failure
 //     modes for a mark that survives stale);
+//   - every Registry on one store and key prefix uses the same TTL, or one with a shorter
+//     TTL is built WithMaxPeerTTL(the longest): on Redis a claim that finds the mark lost
+//     waits out its own TTL, which covers no holder with a longer one (see Failure modes);
 //   - every generator for the WorkerID is bound to a lease from a Registry on the same
 //     store and key prefix, one generator per lease (snowflake.New refuses a second
 //     generator on a lease already bound, with snowflake.ErrInvalid).
@@ -99,7 +103,14 @@
 //     every lease granted before the loss has ended; the old holder stops at its next
 //     renewal, which finds the slot taken (ErrTakenOver), and in any case before its lease
 //     could have expired. A holder whose renewal finds its slot gone re-claims it with the
-//     same rule, so after such a loss every generator pauses for one TTL.
+//     same rule, so after such a loss every generator pauses for one TTL. Nothing of the
+//     old holder survives such a loss, its TTL included, so the claimant's TTL must be the
+//     longest on the prefix, or WithMaxPeerTTL must say what is: otherwise the new holder
+//     can start while a holder with a longer TTL still issues, and both issue the same IDs.
+//     To change the TTL in a rolling deploy, run every Registry, old and new, with
+//     WithMaxPeerTTL of the longer of the two TTLs (when lengthening it, deploy that
+//     option first, with the old TTL), and drop the option once every lease of the old
+//     TTL has ended. On etcd the mark is not lost, and the TTLs may differ.
 //   - Lost replies: a claim retried after a lost reply answers the floor of its first run.
 //     A Claim that fails after its claim may have taken the slot (the reply lost or late,
 //     its context ended, on etcd the high-water raise failed after the slot was created)

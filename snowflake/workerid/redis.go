@@ -46,7 +46,8 @@ func (*redisBackend) name() string { return "redis" }
 func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
 	open := l.value[:len(l.value)-1] // the script appends the floor and the closing brace
 	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(),
+		b.cfg.longestTTL().Milliseconds()).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}

@@ -72,6 +72,7 @@ const maxOrphans = 16
 
 type config struct {
 	ttl, margin  time.Duration
+	maxPeerTTL   time.Duration // WithMaxPeerTTL
 	hwTTL        time.Duration
 	prefix       string
 	layout       snowflake.Layout
@@ -86,6 +87,10 @@ type config struct {
 	noBeat       bool           // WithoutHeartbeat
 	beatOpts     []fleet.Option // WithHeartbeat
 }
+
+// longestTTL is the longest lease TTL of any Registry on the store and key prefix, as far
+// as this one knows: its own, or WithMaxPeerTTL's if longer.
+func (c *config) longestTTL() time.Duration { return max(c.ttl, c.maxPeerTTL) }
 
 // wall reads the wall clock reservations and claim times are taken from.
 func (c *config) wall() time.Time { return c.clock.Wall() }
@@ -153,6 +158,19 @@ func WithLeakedHook(f func(Claim)) Option { return optionFunc(func(c *config) { 
 // renewal (default 24h). etcd keeps it without a lease.
 func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.hwTTL = d }) }
 
+// WithMaxPeerTTL declares the longest lease TTL (WithTTL) of any Registry on the same
+// store and key prefix, when some use a longer TTL than this one: while a rolling deploy
+// changes the TTL, say. On Redis, a claim that finds a slot's high-water mark missing (the
+// store lost it with the slot, as on a restart without persistence) takes the server's
+// now plus the longer of its own TTL and d as its floor, so that it starts only after a
+// holder with the longer TTL, whose lease is valid on its side for up to that TTL, has
+// stopped. Such a claim waits that long. The default, 0, is this Registry's own TTL. etcd
+// does not lose the mark (a missing mark means never used), so there it does not change
+// the floor; on both stores Claim waits for a floor up to two of these TTLs ahead.
+func WithMaxPeerTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxPeerTTL = d })
+}
+
 func newConfig(opts []Option) (config, error) {
 	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout}
 	for _, o := range opts {
@@ -172,6 +190,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: TTL %s, want >= 300ms", ErrInvalid, c.ttl)
 	case c.margin < 0 || c.margin >= c.ttl/2:
 		return c, fmt.Errorf("%w: margin %s, want 0 <= margin < TTL/2", ErrInvalid, c.margin)
+	case c.maxPeerTTL < 0:
+		return c, fmt.Errorf("%w: max peer TTL %s, want >= 0 (0: this registry's own TTL)", ErrInvalid, c.maxPeerTTL)
 	case c.hwTTL < c.ttl:
 		return c, fmt.Errorf("%w: high-water TTL %s shorter than the lease TTL %s", ErrInvalid, c.hwTTL, c.ttl)
 	case c.prefix == "":
@@ -227,9 +247,10 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // lease renews itself until Release.
 //
 // Claim returns once a bound generator can issue at once: when the slot's high-water mark
-// is ahead of the local clock by up to two TTLs (a crashed holder's reservation, or on
-// Redis a mark that is unknown because the store lost it), it waits for the clock to pass
-// it, renewing meanwhile, and fails without waiting if ctx's deadline comes first. A mark
+// is ahead of the local clock by up to two TTLs (the longer of WithTTL and WithMaxPeerTTL)
+// (a crashed holder's reservation, or on Redis a mark that is unknown because the store
+// lost it), it waits for the clock to pass it, renewing meanwhile, and fails without
+// waiting if ctx's deadline comes first. A mark
 // further ahead means this host's clock is behind an earlier holder's: Claim returns and
 // the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
 //
@@ -363,7 +384,7 @@ func (r *Registry) abandonOrphans(ctx context.Context) {
 }
 
 // awaitFloor returns once the wall clock has passed the lease's high-water floor, when
-// that is at most two TTLs away (see Claim). The floor can rise meanwhile: a renewal that
+// that is at most two TTLs away (see Claim; the longest TTL, with WithMaxPeerTTL). The floor can rise meanwhile: a renewal that
 // finds the slot gone claims it again.
 func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
 	for {
@@ -372,7 +393,7 @@ func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
 			return fmt.Errorf("workerid: worker id %d: %w", s.claim.WorkerID, st.Err)
 		}
 		d := time.UnixMilli(st.FloorUnixMilli + 1).Sub(r.cfg.wall())
-		if d <= 0 || d > 2*r.cfg.ttl {
+		if d <= 0 || d > 2*r.cfg.longestTTL() {
 			return nil
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {

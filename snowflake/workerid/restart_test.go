@@ -173,3 +173,79 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 		t.Fatalf("%d IDs issued by both A and B", dups)
 	}
 }
+
+// TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL: registries with different
+// TTLs on one prefix, as during a rolling deploy that changes the TTL. A (TTL 2s) holds the
+// slot; Redis restarts without persistence; B (TTL 1s) claims the empty slot. B's own TTL
+// does not cover A's lease, valid on A's side for up to 2s; built WithMaxPeerTTL(2s), B's
+// floor is the server's now + 2s, and no ID is issued by both.
+func TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL(t *testing.T) {
+	r := testenv.NewRedis(t)
+	pa := testenv.NewProxy(t, r.Addr()) // A's path to Redis, cut around the restart
+	ca, cb, cc := redisClient(pa.Addr()), redisClient(r.Addr()), redisClient(r.Addr())
+	t.Cleanup(func() { _, _, _ = ca.Close(), cb.Close(), cc.Close() })
+	const ttlA, ttlB = testTTL, time.Second
+	regA, err := workerid.NewRedis(ca, workerid.WithTTL(ttlA), workerid.WithIdentity("auth-6", "a"), workerid.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	regB, err := workerid.NewRedis(cb, workerid.WithTTL(ttlB), workerid.WithMaxPeerTTL(ttlA),
+		workerid.WithIdentity("billing-6", "b"), workerid.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A previous holder released the slot a second ago: A need not wait out an unknown mark.
+	if err := cc.Set(context.Background(), "lockgov:workerid:{6}:hw", time.Now().Add(-time.Second).UnixMilli(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := claim(t, regA, "auth")
+	stop := make(chan struct{})
+	stopIssuing := sync.OnceFunc(func() { close(stop) })
+	t.Cleanup(stopIssuing)
+	ia := issue(t, bound(t, a), stop)
+	select {
+	case <-ia.got:
+	case <-ia.done:
+		t.Fatalf("A issued nothing: %v", ia.err)
+	}
+
+	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
+	e0 := a.ExpiresAt()
+	testenv.WaitFor(t, 2*ttlA, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
+	pa.Blackhole(true) // A's renewals cannot reach the restarted server before B claims
+	if err := r.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	b, err := regB.Claim(ctxT(t, 5*ttlA), "billing")
+	if err != nil {
+		t.Fatalf("B's claim: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Release(context.Background()) })
+	if waited := time.Since(restarted); waited < ttlA-ttlA/10 {
+		t.Errorf("B's claim returned %s after the restart, before A's TTL %s could have run out", waited, ttlA)
+	}
+	pa.Blackhole(false) // A's next renewal finds B's claim
+	ib := issue(t, bound(t, b), stop)
+	select {
+	case <-ia.done:
+	case <-time.After(2 * ttlA):
+		t.Fatal("A's generator still issues long after B claimed its slot")
+	}
+	select {
+	case <-ib.got:
+	case <-ib.done:
+		t.Fatalf("B issued nothing: %v", ib.err)
+	case <-time.After(2 * ttlA):
+		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
+	}
+	stopIssuing()
+	<-ib.done
+	all := append(slices.Clone(ia.ids), ib.ids...)
+	slices.Sort(all)
+	dups := len(all) - len(slices.Compact(slices.Clone(all)))
+	t.Logf("A issued %d IDs, stopped with %v; B %d, floor %d", len(ia.ids), ia.err, len(ib.ids), b.State().FloorUnixMilli)
+	if dups != 0 {
+		t.Fatalf("%d IDs issued by both A and B", dups)
+	}
+}

@@ -46,6 +46,7 @@ func TestNewRegistry_RefusesBadConfig(t *testing.T) {
 		{"range above layout", workerid.WithServiceRange("auth", 0, 1024), "not within [0, 1023]"},
 		{"inverted range", workerid.WithServiceRange("auth", 9, 3), "range [9, 3]"},
 		{"tiny ttl", workerid.WithTTL(time.Millisecond), "TTL 1ms"},
+		{"negative max peer ttl", workerid.WithMaxPeerTTL(-time.Second), "max peer TTL -1s, want >= 0"},
 		{"bad layout", workerid.WithLayout(snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 10}), "sum to 61"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
