@@ -48,6 +48,12 @@
 // one generator: New refuses a second on the same lease (ErrInvalid), as the two would
 // issue the same IDs; share the first, which is safe for concurrent use.
 //
+// The high-water mark is a Unix millisecond, while an ID holds milliseconds since its
+// generator's epoch, split by its layout: every generator on a WorkerID's key prefix must
+// use the same epoch and layout, or one with a later epoch reissues, above the mark, the
+// IDs of one with an earlier epoch. New refuses a generator whose layout differs from the
+// lease's Registry's (workerid.WithLayout, when given); the epoch is not checked.
+//
 // # Speed
 //
 // The hot path, a millisecond with sequence room left, is one monotonic clock read and one

@@ -104,6 +104,11 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		if id := c.lease.WorkerID(); id != workerID {
 			return nil, fmt.Errorf("%w: lease is for worker id %d, generator for %d", ErrInvalid, id, workerID)
 		}
+		if ll, ok := c.lease.(layoutLease); ok {
+			if l, ok := ll.Layout(); ok && !l.same(c.layout) {
+				return nil, fmt.Errorf("%w: lease for worker id %d is for layout %s, generator has layout %s: every generator on a WorkerID's key prefix must use the same layout and epoch", ErrInvalid, workerID, l, c.layout)
+			}
+		}
 		if b, ok := c.lease.(generatorBinder); ok {
 			if !b.BindGenerator(g.LastTime) {
 				return nil, fmt.Errorf("%w: lease for worker id %d is already bound to a generator: share that generator (it is safe for concurrent use) or claim another lease", ErrInvalid, workerID)

@@ -271,3 +271,19 @@ func TestLease_RefusesPastReservedLimit(t *testing.T) {
 		t.Fatalf("clock past the reservation: %v, want ErrWorkerLeaseLost", err)
 	}
 }
+
+// layoutFakeLease is a fakeLease from a registry for one layout.
+type layoutFakeLease struct {
+	*fakeLease
+	layout Layout
+}
+
+func (l layoutFakeLease) Layout() (Layout, bool) { return l.layout, true }
+
+func TestNew_LeaseForALayoutBindsOnlyThatLayout(t *testing.T) {
+	l := layoutFakeLease{validLease(5), Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 12, Bits: 63}}
+	if _, err := New(5, WithLease(l), WithLayout(Layout8x13)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("generator of 42/8/13 on a lease for 41/10/12: %v, want ErrInvalid", err)
+	}
+	mustNew(t, 5, WithLease(l)) // Bits 63 is the default layout's zero Bits
+}

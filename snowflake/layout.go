@@ -48,6 +48,11 @@ func (l Layout) width() int {
 	return l.Bits
 }
 
+// same reports whether l and o split IDs alike (Bits 0 is 63).
+func (l Layout) same(o Layout) bool {
+	return l.TimeBits == o.TimeBits && l.WorkerBits == o.WorkerBits && l.SequenceBits == o.SequenceBits && l.width() == o.width()
+}
+
 // String returns the layout as "time/worker/sequence", e.g. "41/10/12".
 func (l Layout) String() string {
 	return fmt.Sprintf("%d/%d/%d", l.TimeBits, l.WorkerBits, l.SequenceBits)

@@ -39,3 +39,10 @@ type lastUsedTracker interface {
 type generatorBinder interface {
 	BindGenerator(lastUsed func() time.Time) bool
 }
+
+// layoutLease is implemented by leases whose WorkerIDs are handed out for one layout (a
+// *workerid.Lease from a Registry built WithLayout): New refuses a generator of another
+// layout. ok is false when the lease does not know the layout.
+type layoutLease interface {
+	Layout() (l Layout, ok bool)
+}

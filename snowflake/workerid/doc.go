@@ -88,7 +88,10 @@
 //     waits out its own TTL, which covers no holder with a longer one (see Failure modes);
 //   - every generator for the WorkerID is bound to a lease from a Registry on the same
 //     store and key prefix, one generator per lease (snowflake.New refuses a second
-//     generator on a lease already bound, with snowflake.ErrInvalid).
+//     generator on a lease already bound, with snowflake.ErrInvalid);
+//   - every generator on the store and key prefix uses the same epoch and layout: the mark
+//     is a Unix millisecond, an ID's time is milliseconds since its generator's epoch
+//     (see Failure modes).
 //
 // # Failure modes
 //
@@ -137,6 +140,13 @@
 //   - A second generator bound to one lease: snowflake.New refuses it (ErrInvalid), since
 //     it would issue the first one's IDs. Share the first generator, or claim another
 //     lease. (Lease.TrackLastUsed, called directly, does not check; New does not use it.)
+//   - Generators with different epochs or layouts on one WorkerID: each issues above the
+//     mark, but their IDs cover different spans of time, so a generator whose epoch is
+//     later reissues the IDs of one whose epoch is earlier (a layout change likewise).
+//     Not detected for the epoch. For the layout, build every Registry WithLayout:
+//     snowflake.New refuses a generator of another layout on its leases. Do not change
+//     the epoch or layout of IDs in use: IDs issued under the old one can come again
+//     under the new one, whatever the key prefix.
 //   - Lease dropped without Release: when garbage-collected it is counted
 //     (WithLeakedHook), logged (WithLogger) and released; until the collector runs, it
 //     renews and holds its slot like a live lease.

@@ -58,6 +58,13 @@ func (l *Lease) WorkerID() int64 { return l.s.claim.WorkerID }
 // Claim returns the metadata stored with the slot.
 func (l *Lease) Claim() Claim { return l.s.claim }
 
+// Layout returns the layout the Registry was built WithLayout with; ok is false when it was
+// not given one. snowflake.New refuses to bind a generator of another layout.
+func (l *Lease) Layout() (layout snowflake.Layout, ok bool) {
+	cfg := &l.s.reg.cfg
+	return cfg.layout, cfg.layoutSet
+}
+
 // State returns the lease as a snowflake.Generator needs it.
 func (l *Lease) State() snowflake.LeaseState { return l.s.State() }
 

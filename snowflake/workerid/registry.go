@@ -76,6 +76,7 @@ type config struct {
 	hwTTL        time.Duration
 	prefix       string
 	layout       snowflake.Layout
+	layoutSet    bool // WithLayout was given: leases bind only generators of layout
 	ranges       map[string][2]int64
 	nextFree     bool
 	hostname     string
@@ -121,7 +122,11 @@ func WithServiceRange(service string, lo, hi int64) Option {
 }
 
 // WithLayout sets the snowflake layout whose WorkerIDs are handed out (default 41/10/12).
-func WithLayout(l snowflake.Layout) Option { return optionFunc(func(c *config) { c.layout = l }) }
+// Given, it also binds the leases to it: snowflake.New refuses a generator of another
+// layout on them (every generator on a key prefix must use the same layout and epoch).
+func WithLayout(l snowflake.Layout) Option {
+	return optionFunc(func(c *config) { c.layout, c.layoutSet = l, true })
+}
 
 // WithNextFree makes Claim take the next free slot in the service's range when the
 // preferred slot is held, instead of returning *CollisionError.

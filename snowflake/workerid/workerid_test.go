@@ -299,3 +299,30 @@ func TestNew_SecondGeneratorOnALeaseIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused: the high-water mark is in Unix
+// ms, but an ID's time is in ms since its generator's epoch and its bits are split by its
+// layout, so generators of different layouts on one WorkerID reissue each other's IDs. A
+// Registry built WithLayout hands out leases that bind only generators of that layout; one
+// without WithLayout leaves the layout to the caller.
+func TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused(t *testing.T) {
+	s := etcdStore(t)
+	l := claim(t, s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
+	_, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
+	if !errors.Is(err, snowflake.ErrInvalid) || !strings.Contains(err.Error(), "is for layout 42/8/13, generator has layout 41/10/12") {
+		t.Fatalf("New of the default layout on a lease for 42/8/13: %v, want ErrInvalid naming both layouts", err)
+	}
+	// The refused generator did not bind the lease: one of the registry's layout does.
+	g, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l), snowflake.WithLayout(snowflake.Layout8x13))
+	if err != nil {
+		t.Fatalf("New of the registry's layout after a refused one: %v", err)
+	}
+	if _, err := g.NextID(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	free := claim(t, s.registry(t, workerid.WithIdentity("auth-4", ""), workerid.WithoutHeartbeat()), "auth")
+	if _, err := snowflake.New(free.WorkerID(), snowflake.WithLease(free), snowflake.WithLayout(snowflake.Layout8x13)); err != nil {
+		t.Fatalf("a Registry without WithLayout refused a generator's layout: %v", err)
+	}
+}
