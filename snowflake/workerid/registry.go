@@ -255,9 +255,9 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // is ahead of the local clock by up to two TTLs (the longer of WithTTL and WithMaxPeerTTL)
 // (a crashed holder's reservation, or on Redis a mark that is unknown because the store
 // lost it), it waits for the clock to pass it, renewing meanwhile, and fails without
-// waiting if ctx's deadline comes first. A mark
-// further ahead means this host's clock is behind an earlier holder's: Claim returns and
-// the generator refuses with *snowflake.ClockBackwardsError until the clock catches up.
+// waiting if ctx's deadline comes first. A mark further ahead means this host's clock is
+// behind an earlier holder's: Claim returns and the generator refuses with
+// *snowflake.ClockBackwardsError until the clock catches up.
 //
 // A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
 // ended) releases the slot by its own token, so that a retry does not collide with it; if
@@ -389,8 +389,8 @@ func (r *Registry) abandonOrphans(ctx context.Context) {
 }
 
 // awaitFloor returns once the wall clock has passed the lease's high-water floor, when
-// that is at most two TTLs away (see Claim; the longest TTL, with WithMaxPeerTTL). The floor can rise meanwhile: a renewal that
-// finds the slot gone claims it again.
+// that is at most two TTLs away (see Claim; the longest TTL, with WithMaxPeerTTL). The
+// floor can rise meanwhile: a renewal that finds the slot gone claims it again.
 func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
 	for {
 		st := s.State()
