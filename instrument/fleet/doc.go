@@ -21,8 +21,9 @@
 // workerid attaches every WorkerID lease. The first attachment's options
 // configure the publisher (WithInstance, WithInterval, WithClock, ...).
 //
-// Each beat, on a timer goroutine and bounded by the timeout (default half
-// the interval, at most 2s), measures the clock and writes the heartbeat
+// Each beat, on a timer goroutine, its round trips to the store bounded by
+// the timeout (default half the interval, at most 2s; encoding the beat is
+// not charged to it), measures the clock and writes the heartbeat
 // with a TTL of three intervals (Redis SET PX; an etcd lease, rounded up to
 // whole seconds and the server's minimum). Callers never wait for it: the
 // skew they read (Attachment.Skew) is an atomic load.
@@ -43,7 +44,13 @@
 // dies, or cannot reach the store, disappears from the fleet view after at
 // most that long. Decode refuses values over MaxBeatBytes and cuts the lock
 // lists at MaxLocks (Truncated says so), so a hostile or runaway value
-// cannot exhaust the agent.
+// cannot exhaust the agent. The publisher never writes a beat Decode would
+// refuse: it lists at most MaxLocks held and waiting entries, oldest first,
+// and drops the newest of them until the encoded beat fits MaxBeatBytes
+// (a process holding hundreds of locks with long keys), setting Truncated.
+// A truncated beat still proves the process alive; it just does not list
+// every lock, so the agent's wait-for graph may miss a cycle through the
+// left-out ones until they are listed again.
 //
 // A beat that fails (store down, client closed) is counted in
 // lockgov_fleet_heartbeats_total{result="error"} and logged at most once a

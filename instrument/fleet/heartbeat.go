@@ -41,7 +41,10 @@ type Heartbeat struct {
 	// wait-for graph.
 	Held    []HeldLock    `json:"held,omitempty"`
 	Waiting []WaitingLock `json:"waiting,omitempty"`
-	// Truncated is true when Held or Waiting were cut at MaxLocks.
+	// Truncated is true when Held or Waiting were cut: at MaxLocks, or
+	// (by the publisher, newest entries first) to keep the beat within
+	// MaxBeatBytes. A truncated beat does not list every lock the process
+	// holds or waits for; the process is alive all the same.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -112,7 +115,7 @@ type WaitingLock struct {
 // Limits of one heartbeat.
 const (
 	MaxLocks      = 1000      // held and waiting entries kept per beat
-	MaxBeatBytes  = 256 << 10 // a larger value is refused by Decode
+	MaxBeatBytes  = 256 << 10 // a larger value is refused by Decode; the publisher never writes one
 	DefaultPeriod = 5 * time.Second
 )
 

@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -245,10 +246,18 @@ func (p *publisher) beat() {
 	if len(stores) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.timeout)
+	// The timeout bounds the beat's round trips to the store, not the
+	// encoding between them: a beat of thousands of locks takes tens of
+	// milliseconds of CPU to encode and cut, which on a loaded machine
+	// would eat a short interval's timeout.
+	start := time.Now()
+	mctx, mcancel := context.WithTimeout(context.Background(), p.cfg.timeout)
+	p.measure(mctx, stores[0])
+	mcancel()
+	left := p.cfg.timeout - time.Since(start)
+	data, err := encodeWithin(p.snapshot(), MaxBeatBytes)
+	ctx, cancel := context.WithTimeout(context.Background(), left)
 	defer cancel()
-	p.measure(ctx, stores[0])
-	data, err := Encode(p.snapshot())
 	if err == nil {
 		for _, s := range stores {
 			if err = s.Put(ctx, p.cfg.instance, data, 3*p.cfg.interval); err == nil {
@@ -328,7 +337,7 @@ func (p *publisher) warn(kind, msg string, args ...any) {
 }
 
 // snapshot is the heartbeat as of now. Locks are listed oldest first and
-// cut at MaxLocks.
+// cut at MaxLocks; encodeWithin cuts them to MaxBeatBytes.
 func (p *publisher) snapshot() *Heartbeat {
 	hb := &Heartbeat{
 		Instance:  p.cfg.instance,
@@ -365,4 +374,45 @@ func (p *publisher) snapshot() *Heartbeat {
 		hb.Waiting, hb.Truncated = hb.Waiting[:MaxLocks], true
 	}
 	return hb
+}
+
+// encodeWithin encodes hb in at most limit bytes: while its encoding is
+// larger, it drops the newest of hb's Held and Waiting entries (both are
+// sorted oldest first) and sets Truncated. A beat over MaxBeatBytes is one
+// Decode refuses: the agent would not see the process at all. What is left
+// out is the newest locks and waits, which the next beats list once older
+// ones end. It fails only when hb is too large without any lock.
+func encodeWithin(hb *Heartbeat, limit int) ([]byte, error) {
+	data, err := Encode(hb)
+	for err == nil && len(data) > limit {
+		if len(hb.Held) == 0 && len(hb.Waiting) == 0 {
+			return nil, fmt.Errorf("fleet: heartbeat of %d bytes without any lock listed, more than %d", len(data), limit)
+		}
+		hb.Truncated = true
+		// Drop entries worth the excess at once (each costs its encoding
+		// and a comma), then encode again: the lists' own brackets and
+		// Truncated are settled by the next round.
+		for excess := len(data) - limit; excess > 0 && len(hb.Held)+len(hb.Waiting) > 0; {
+			var e any
+			nh, nw := len(hb.Held), len(hb.Waiting)
+			if nw == 0 || nh > 0 && !hb.Held[nh-1].Since.Before(hb.Waiting[nw-1].Since) {
+				e, hb.Held = hb.Held[nh-1], hb.Held[:nh-1]
+			} else {
+				e, hb.Waiting = hb.Waiting[nw-1], hb.Waiting[:nw-1]
+			}
+			b, err := json.Marshal(e)
+			if err != nil {
+				return nil, err
+			}
+			excess -= len(b) + 1
+		}
+		if len(hb.Held) == 0 {
+			hb.Held = nil
+		}
+		if len(hb.Waiting) == 0 {
+			hb.Waiting = nil
+		}
+		data, err = Encode(hb)
+	}
+	return data, err
 }

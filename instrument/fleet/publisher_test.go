@@ -2,7 +2,9 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -459,4 +461,78 @@ func TestHeartbeat_StopsWhenTheLastGovernedLockerIsCollected(t *testing.T) {
 		n, err := c.Exists(ctxFor(t, 5*time.Second), fleet.RedisKey(inst)).Result()
 		return err == nil && n == 0
 	})
+}
+
+// A process holding and waiting for more locks, with long keys, than fit
+// in MaxBeatBytes publishes a heartbeat Decode reads: the newest entries
+// are left out (the oldest kept), and Truncated says so. A beat over the
+// limit would be refused by the agent, which would take the live process
+// for a dead one.
+func TestHeartbeat_AHeartbeatOverTheSizeLimitKeepsTheOldestLocksAndDecodes(t *testing.T) {
+	c := redisClient(t)
+	const inst = "bulky"
+	a, err := fleet.Attach(redisLocker(t, c).FleetStore(), fleet.WithInstance(inst), fleet.WithInterval(interval), fleet.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	// 400 held, then 200 waited for (newer), ~520 bytes each: ~300 KiB.
+	long := strings.Repeat("x", 480)
+	base := time.Now().Add(-time.Hour).UTC()
+	const held, waiting = 400, 200
+	for i := range held + waiting {
+		key := fmt.Sprintf("lock:%s:%d", long, i)
+		since := base.Add(time.Duration(i) * time.Second)
+		if i < held {
+			a.TrackHeld(i, fleet.HeldLock{Key: key, Pattern: "lock:{id}", Backend: "redis", Fence: uint64(i + 1), Since: since})
+		} else {
+			a.TrackWaiting(i, fleet.WaitingLock{Key: key, Pattern: "lock:{id}", Backend: "redis", Since: since})
+		}
+	}
+	tracked := time.Now()
+	var raw []byte
+	eventually(t, "a heartbeat sent after every lock was tracked", func() bool {
+		b, err := c.Get(ctxFor(t, 5*time.Second), fleet.RedisKey(inst)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent struct {
+			SentAt time.Time `json:"sent_at"`
+		}
+		if err := json.Unmarshal(b, &sent); err != nil {
+			t.Fatal(err)
+		}
+		raw = b
+		return sent.SentAt.After(tracked)
+	})
+	if len(raw) > fleet.MaxBeatBytes {
+		t.Fatalf("heartbeat of %d bytes written, over MaxBeatBytes %d: Decode refuses it", len(raw), fleet.MaxBeatBytes)
+	}
+	hb, err := fleet.Decode(raw)
+	if err != nil {
+		t.Fatalf("the published heartbeat does not decode: %v", err)
+	}
+	kept := len(hb.Held) + len(hb.Waiting)
+	if !hb.Truncated || kept == 0 || kept == held+waiting {
+		t.Fatalf("heartbeat of %d bytes: truncated %v, %d held and %d waiting of %d and %d",
+			len(raw), hb.Truncated, len(hb.Held), len(hb.Waiting), held, waiting)
+	}
+	// The oldest entries are the ones kept: entries 0..kept-1.
+	for i, h := range hb.Held {
+		if want := fmt.Sprintf("lock:%s:%d", long, i); h.Key != want {
+			t.Fatalf("held[%d] is …%s, want entry %d (the oldest kept)", i, h.Key[len(long)+5:], i)
+		}
+	}
+	for i, w := range hb.Waiting {
+		if want := fmt.Sprintf("lock:%s:%d", long, held+i); w.Key != want {
+			t.Fatalf("waiting[%d] is …%s, want entry %d (the oldest kept)", i, w.Key[len(long)+5:], held+i)
+		}
+	}
+	// It is cut no further than it has to be: one more entry would not fit.
+	if free := fleet.MaxBeatBytes - len(raw); free > len(long)+200 {
+		t.Errorf("heartbeat of %d bytes keeps %d of %d entries: %d bytes to spare, room for another", len(raw), kept, held+waiting, free)
+	}
 }
