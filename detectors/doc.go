@@ -60,6 +60,17 @@
 //     cut off from the store long enough for its heartbeat to expire (three
 //     intervals) while its lock's TTL has not yet run out is reported as
 //     holder_dead: it can no longer renew anyway.
+//   - A heartbeat key that is there but does not decode (over
+//     fleet.MaxBeatBytes, written by a publisher that did not cut its
+//     beats, or damaged) proves its instance alive, though not what it
+//     holds: locks of the host and pid that instance was last seen with,
+//     and locks naming it as their instance, are not holder_dead (they are
+//     reported by TTL and max_hold only, like a holder never seen). A
+//     truncated heartbeat (fleet.Heartbeat.Truncated: the process holds
+//     more locks than one beat lists) proves its process alive just as
+//     well: holder_dead is about the process, never about whether a beat
+//     lists the lock; the deadlock detector may miss a cycle through the
+//     locks it leaves out.
 //   - A holder is matched to its heartbeat by host and pid, or by instance
 //     and pid. A restarted container with the same host name and pid (pid 1)
 //     looks like the same process: its predecessor's locks are then found

@@ -18,17 +18,29 @@ type beat struct {
 // order. A store that cannot be read fails the whole read: a partial fleet
 // view would make live holders look dead.
 func readBeats(ctx context.Context, stores []Store) ([]beat, error) {
+	out, _, err := readFleet(ctx, stores)
+	return out, err
+}
+
+// readFleet is readBeats plus the instances whose heartbeat key is present
+// in some store but does not decode: alive, with nothing known of what
+// they hold.
+func readFleet(ctx context.Context, stores []Store) ([]beat, map[string]bool, error) {
 	var out []beat
+	unreadable := map[string]bool{}
 	for _, s := range stores {
-		hbs, err := s.Heartbeats(ctx)
+		hbs, bad, err := s.heartbeats(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, hb := range hbs {
 			out = append(out, beat{s, hb})
 		}
+		for _, inst := range bad {
+			unreadable[inst] = true
+		}
 	}
-	return out, nil
+	return out, unreadable, nil
 }
 
 // identities of a process: host+pid, and instance+pid. A lock value and a
@@ -55,21 +67,44 @@ func instPID(inst string, pid int) ident {
 	return ident{byInstance: true, name: inst, pid: pid}
 }
 
-// liveSet indexes the live heartbeats by identity.
+// beatIDs are the identities a heartbeat's process is matched by.
+func beatIDs(hb *fleet.Heartbeat) [2]ident {
+	return [2]ident{hostPID(hb.Host, hb.PID), instPID(hb.Instance, hb.PID)}
+}
+
+// liveSet indexes the live heartbeats by identity, and the instances whose
+// heartbeat key is present but unreadable.
 type liveSet struct {
 	ids        map[ident]*fleet.Heartbeat
 	byInstance map[string]*fleet.Heartbeat
+	// unreadable are the instances whose heartbeat key is there but does
+	// not decode; unreadableIDs the identities they were last seen with
+	// (from seen). Both prove a holder alive, without a heartbeat.
+	unreadable    map[string]bool
+	unreadableIDs map[ident]bool
 }
 
-func newLiveSet(beats []beat) liveSet {
-	l := liveSet{ids: map[ident]*fleet.Heartbeat{}, byInstance: map[string]*fleet.Heartbeat{}}
+// newLiveSet indexes beats; unreadable instances are matched through the
+// identities seen remembers for them.
+func newLiveSet(beats []beat, unreadable map[string]bool, seen *seenSet) liveSet {
+	l := liveSet{ids: map[ident]*fleet.Heartbeat{}, byInstance: map[string]*fleet.Heartbeat{},
+		unreadable: unreadable, unreadableIDs: map[ident]bool{}}
 	for _, b := range beats {
-		for _, id := range [2]ident{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
+		for _, id := range beatIDs(b.hb) {
 			if id != (ident{}) {
 				l.ids[id] = b.hb
 			}
 		}
 		l.byInstance[b.hb.Instance] = b.hb
+	}
+	if seen != nil {
+		for inst := range unreadable {
+			for _, id := range seen.names[inst].ids {
+				if id != (ident{}) {
+					l.unreadableIDs[id] = true
+				}
+			}
+		}
 	}
 	return l
 }
@@ -96,21 +131,64 @@ func (l liveSet) live(h *lockvalue.Holder) *fleet.Heartbeat {
 	return nil
 }
 
+// alive reports whether h's process is known to be alive: it publishes a
+// heartbeat, or a heartbeat key that does not decode is there for the
+// instance it was last seen as, or for the instance its value names. A
+// key that cannot be read still proves its process alive (it is written
+// under a TTL of three intervals); what it holds is unknown, so none of
+// the locks that may be its are called dead.
+func (l liveSet) alive(h *lockvalue.Holder) bool {
+	if l.live(h) != nil {
+		return true
+	}
+	for _, id := range holderIDs(h) {
+		if id != (ident{}) && l.unreadableIDs[id] {
+			return true
+		}
+	}
+	return h.Instance != "" && l.unreadable[h.Instance]
+}
+
 // seenSet remembers the identities of processes whose heartbeats were
-// seen, with when, for retention; it is bounded by the fleet seen within
-// that time, not by the number of locks.
+// seen, with when, for retention, and the identities each instance name
+// was last seen with (to match a heartbeat key that no longer decodes); it
+// is bounded by the fleet seen within that time, not by the number of
+// locks.
 type seenSet struct {
 	at        map[ident]time.Time
+	names     map[string]nameSeen
 	retention time.Duration
 }
 
-func (s *seenSet) record(beats []beat, now time.Time) {
+type nameSeen struct {
+	ids [2]ident
+	at  time.Time
+}
+
+// record remembers the processes of beats, and keeps remembering those of
+// the unreadable instances (alive, but saying nothing about themselves).
+func (s *seenSet) record(beats []beat, unreadable map[string]bool, now time.Time) {
 	if s.at == nil {
-		s.at = map[ident]time.Time{}
+		s.at, s.names = map[ident]time.Time{}, map[string]nameSeen{}
 	}
 	for _, b := range beats {
-		for _, id := range [2]ident{hostPID(b.hb.Host, b.hb.PID), instPID(b.hb.Instance, b.hb.PID)} {
+		ids := beatIDs(b.hb)
+		for _, id := range ids {
 			if id != (ident{}) {
+				s.at[id] = now
+			}
+		}
+		s.names[b.hb.Instance] = nameSeen{ids, now}
+	}
+	for inst := range unreadable {
+		n, ok := s.names[inst]
+		if !ok {
+			continue
+		}
+		n.at = now
+		s.names[inst] = n
+		for _, id := range n.ids {
+			if _, ok := s.at[id]; ok {
 				s.at[id] = now
 			}
 		}
@@ -120,12 +198,17 @@ func (s *seenSet) record(beats []beat, now time.Time) {
 			delete(s.at, id)
 		}
 	}
+	for inst, n := range s.names {
+		if now.Sub(n.at) > s.retention {
+			delete(s.names, inst)
+		}
+	}
 }
 
 // gone reports whether h's process published heartbeats earlier (within
-// the retention) and publishes none now.
+// the retention) and is not alive now.
 func (s *seenSet) gone(h *lockvalue.Holder, live liveSet) bool {
-	return !h.Foreign && live.live(h) == nil && s.seen(h)
+	return !h.Foreign && !live.alive(h) && s.seen(h)
 }
 
 // seen reports whether h's process was seen publishing heartbeats.

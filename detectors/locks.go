@@ -58,13 +58,13 @@ func (d *Locks) Scanned() uint64 { return d.locks.Load() }
 func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	beats, err := readBeats(ctx, d.beats)
+	beats, unreadable, err := readFleet(ctx, d.beats)
 	if err != nil {
 		return nil, err
 	}
 	now := d.cfg.now()
-	live := newLiveSet(beats)
-	d.seen.record(beats, now)
+	d.seen.record(beats, unreadable, now)
+	live := newLiveSet(beats, unreadable, &d.seen)
 	out := newCapped(d.cfg.maxFindings)
 	var n uint64
 	needTTL := func(l *Lock) bool {
@@ -97,7 +97,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	label, rule := d.m.Match(l.Key)
 	h := &l.Holder
 	state := ""
-	if live.live(h) != nil {
+	if live.alive(h) {
 		state = "live"
 	} else if !h.Foreign && d.seen.seen(h) {
 		state = "gone"

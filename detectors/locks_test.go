@@ -2,6 +2,7 @@ package detectors_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/policy"
@@ -291,5 +293,113 @@ func TestLocks_Sentinel(t *testing.T) {
 	fs := detect(t, ctx, d)
 	if len(fs) != 1 || fs[0].Kind != detectors.KindImmortal || fs[0].Key != "lock:immortal" {
 		t.Fatalf("findings:%s", describe(fs))
+	}
+}
+
+// TestLocks_AHolderWithAHeartbeatOverTheSizeLimitIsAlive: a process seen
+// publishing heartbeats whose heartbeat key is still there but no longer
+// decodes (over fleet.MaxBeatBytes, as a publisher before the cap wrote
+// one, or damaged) is alive: its lock is not holder_dead, on Redis and on
+// etcd. Neither is a lock its truncated heartbeat leaves out. Once the key
+// is gone, the lock is holder_dead.
+func TestLocks_AHolderWithAHeartbeatOverTheSizeLimitIsAlive(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := timeout(t, time.Minute)
+			var s detectors.Store
+			var client any
+			// putLock writes a lock of the process "bulky" (pid 9) under a TTL.
+			var putLock func(key string)
+			if backend == "redis" {
+				c := newRedis(t)
+				s, client = redisStore(t, c), c
+				putLock = func(key string) {
+					if err := c.Set(ctx, key, deadValue("bulky", 9), time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				c := newEtcd(t)
+				s, client = etcdStore(t, c), c
+				putLock = func(key string) {
+					grant, err := c.Grant(ctx, 60)
+					if err != nil {
+						t.Fatal(err)
+					}
+					v := deadValue("bulky", 9)
+					entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
+					if _, err := c.Put(ctx, entry, v[strings.Index(v, "{"):], clientv3.WithLease(grant.ID)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			putLock("lock:bulk:1")
+			putLock("lock:bulk:2")
+			// The heartbeat is named as by default (host and pid), the lock
+			// values by the host: the two meet by host and pid.
+			hb := otherBeat("bulky", 9)
+			hb.Instance = "bulky-9"
+			hb.Held = []fleet.HeldLock{{Key: "lock:bulk:1", Backend: backend, Since: time.Now()}}
+			putBeat(t, ctx, client, hb)
+			d, err := detectors.NewLocks(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("the live process's locks:%s", describe(fs))
+			}
+
+			// A truncated beat that lists neither lock: the process is alive.
+			hb.Held, hb.Truncated = nil, true
+			putBeat(t, ctx, client, hb)
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("locks left out of a truncated heartbeat:%s", describe(fs))
+			}
+
+			// The heartbeat grows past MaxBeatBytes: the key is there, Decode
+			// refuses it.
+			long := strings.Repeat("x", 480)
+			for i := range 600 {
+				hb.Held = append(hb.Held, fleet.HeldLock{Key: fmt.Sprintf("lock:%s:%d", long, i), Backend: backend, Since: time.Now()})
+			}
+			hb.Truncated = false
+			big, err := json.Marshal(hb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fleet.Decode(big); err == nil {
+				t.Fatalf("a heartbeat of %d bytes decodes: the test needs one over %d", len(big), fleet.MaxBeatBytes)
+			}
+			putRaw(t, ctx, client, hb.Instance, big)
+			for _, f := range detect(t, ctx, d) {
+				if f.Kind == detectors.KindHolderDead {
+					t.Errorf("the process's heartbeat key is there (%d bytes, over MaxBeatBytes): %s %s: %s", len(big), f.Kind, f.Key, f.Detail)
+				}
+			}
+
+			// The key is gone: now the holder is dead.
+			delBeat(t, ctx, client, hb.Instance)
+			if got := byKey(detect(t, ctx, d), detectors.KindHolderDead); len(got) != 2 {
+				t.Errorf("holder_dead on %v once the heartbeat is gone, want lock:bulk:1 and lock:bulk:2", got)
+			}
+		})
+	}
+}
+
+// putRaw writes data as instance's heartbeat key, as a publisher would,
+// whatever it holds.
+func putRaw(t testing.TB, ctx context.Context, s any, instance string, data []byte) {
+	t.Helper()
+	switch c := s.(type) {
+	case redis.UniversalClient:
+		if err := c.Set(ctx, fleet.RedisKey(instance), data, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	case *clientv3.Client:
+		if _, err := c.Put(ctx, fleet.EtcdKey(instance), string(data)); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("putRaw: %T", s)
 	}
 }

@@ -31,7 +31,9 @@ type Store interface {
 	// Backend is "redis" or "etcd".
 	Backend() string
 	// Heartbeats returns the fleet heartbeats stored there, sorted by
-	// instance. Values that are not heartbeats are skipped.
+	// instance. Values that are not heartbeats are skipped (the detectors
+	// still count a heartbeat key that does not decode as its instance
+	// alive).
 	Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 	// ScanLocks calls fn for every lock in the store whose key matches one
 	// of the glob patterns (Redis; etcd ignores them: every entry under the
@@ -39,6 +41,10 @@ type Store interface {
 	// one batch. fn is never called concurrently.
 	ScanLocks(ctx context.Context, patterns []string, fn func(Lock) error) error
 
+	// heartbeats is Heartbeats plus the instances whose heartbeat key is
+	// there but does not decode (over fleet.MaxBeatBytes, damaged): such a
+	// key proves its instance alive without saying what it holds.
+	heartbeats(ctx context.Context) (hbs []*fleet.Heartbeat, unreadable []string, err error)
 	scan(ctx context.Context, patterns []string, needTTL func(*Lock) bool, fn func([]Lock) error) error
 	get(ctx context.Context, key string) (value []byte, found bool, err error)
 	cli() string // the command prefix an operator runs: redis-cli -h … -p … / etcdctl --endpoints=…
@@ -274,8 +280,14 @@ func (s *RedisStore) scanKeys(ctx context.Context, c *redis.Client, match string
 
 // Heartbeats reads every lockgov:fleet:* key (on every Cluster primary).
 func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error) {
+	hbs, _, err := s.heartbeats(ctx)
+	return hbs, err
+}
+
+func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []string, error) {
 	var mu sync.Mutex
 	var out []*fleet.Heartbeat
+	var unreadable []string
 	err := s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
 		return s.scanKeys(ctx, c, globEscape(fleet.RedisPrefix)+"*", func(keys []string) error {
 			// One pipeline of GETs: MGET would fail across Cluster slots.
@@ -285,12 +297,13 @@ func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 				cmds[i] = pipe.Get(ctx, k)
 			}
 			_, _ = pipe.Exec(ctx)
-			vals := make([]string, 0, len(keys))
-			for _, cmd := range cmds {
+			vals := make([]string, len(keys))
+			found := make([]bool, len(keys))
+			for i, cmd := range cmds {
 				v, err := cmd.Result()
 				switch {
 				case err == nil:
-					vals = append(vals, v)
+					vals[i], found[i] = v, true
 				case errors.Is(err, redis.Nil) || isWrongType(err):
 				default:
 					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
@@ -298,19 +311,24 @@ func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, v := range vals {
+			for i, v := range vals {
+				if !found[i] {
+					continue
+				}
 				if hb, err := fleet.Decode([]byte(v)); err == nil {
 					out = append(out, hb)
+				} else if inst, ok := fleet.InstanceFromKey(keys[i]); ok {
+					unreadable = append(unreadable, inst)
 				}
 			}
 			return nil
 		})
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sortBeats(out)
-	return out, nil
+	return out, unreadable, nil
 }
 
 func sortBeats(hbs []*fleet.Heartbeat) {
@@ -506,20 +524,28 @@ func (s *EtcdStore) cli() string {
 
 // Heartbeats reads every key under fleet.EtcdPrefix.
 func (s *EtcdStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error) {
+	hbs, _, err := s.heartbeats(ctx)
+	return hbs, err
+}
+
+func (s *EtcdStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []string, error) {
 	var out []*fleet.Heartbeat
+	var unreadable []string
 	err := s.pages(ctx, fleet.EtcdPrefix, func(kvs []*kvPair) error {
 		for _, kv := range kvs {
 			if hb, err := fleet.Decode(kv.value); err == nil {
 				out = append(out, hb)
+			} else if inst, ok := fleet.InstanceFromKey(string(kv.key)); ok {
+				unreadable = append(unreadable, inst)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("detectors: read heartbeats on %s: %w", s.addr, err)
+		return nil, nil, fmt.Errorf("detectors: read heartbeats on %s: %w", s.addr, err)
 	}
 	sortBeats(out)
-	return out, nil
+	return out, unreadable, nil
 }
 
 type kvPair struct {
