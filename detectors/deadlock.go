@@ -27,8 +27,16 @@ import (
 // provably coexisted (each began before the oldest heartbeat in the cycle
 // was sent; beats of different instances are written at different times).
 //
+// A lock is named by the store the heartbeat listing it was read from (its
+// address) and its key: a process's heartbeat in a store lists the locks it
+// holds and waits for there, so the same key in two deployments is two
+// locks, and only locks of one store meet. A key a waiter holds
+// (HoldsWhileWaiting, which may be in another store) is the lock of that
+// key the instance holds in any store.
+//
 // Lock order: a waiter holding A while waiting for B records "A before B"
-// (by pattern when both keys have distinct declared patterns, else by key).
+// (by pattern when both keys have distinct declared patterns, else by key;
+// either way in the stores the locks are in).
 // The detector remembers these orders across calls (WithMemory, bounded to
 // MaxOrders pairs), and reports each pair seen in both orders once as
 // `lock_order_inversion`, except pairs inside a deadlock it reports.
@@ -44,7 +52,7 @@ const MaxOrders = 10000
 
 type orderKey struct {
 	byPattern   bool
-	first, then string // backend-qualified keys, or patterns
+	first, then string // resources, or store-qualified patterns (resource of the pattern)
 }
 
 type orderSeen struct {
@@ -79,16 +87,26 @@ type dlInstance struct {
 }
 
 type dlWaiter struct {
-	inst    string
-	want    string // resource
-	key     string
-	pattern string
-	since   time.Time
-	holds   map[string]bool // resources
+	inst     string
+	store    string // address of the store it waits in
+	want     string // resource
+	key      string
+	pattern  string
+	since    time.Time
+	holdKeys []string        // HoldsWhileWaiting
+	holds    map[string]bool // resources
 }
 
-// resource names a lock across the fleet: backend and key.
-func resource(backend, key string) string { return backend + "\x00" + key }
+// resource names a lock across the fleet: the address of the store its
+// heartbeat was read from, and its key. Two deployments of one backend
+// both have a lock:a; they are two locks.
+func resource(store, key string) string { return store + "\x00" + key }
+
+func resourceStore(r string) string { s, _, _ := strings.Cut(r, "\x00"); return s }
+
+// patternNode names a lock pattern in one store (a resource of the
+// pattern), for inDeadlock.
+func patternNode(store, pattern string) string { return "p\x00" + resource(store, pattern) }
 
 func resourceKey(r string) string { _, k, _ := strings.Cut(r, "\x00"); return k }
 
@@ -113,30 +131,43 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 			insts[b.hb.Instance] = in
 			names = append(names, b.hb.Instance)
 		}
-		be := func(x string) string {
-			if x == "" {
-				return b.store.Backend()
-			}
-			return x
-		}
+		addr := b.store.Addr()
 		for _, h := range b.hb.Held {
-			r := resource(be(h.Backend), h.Key)
+			r := resource(addr, h.Key)
 			if _, ok := in.held[r]; !ok {
 				in.held[r] = h
 				holders[r] = append(holders[r], b.hb.Instance)
 			}
 		}
 		for _, w := range b.hb.Waiting {
-			n := dlWaiter{inst: b.hb.Instance, want: resource(be(w.Backend), w.Key), key: w.Key, pattern: w.Pattern, since: w.Since}
+			n := dlWaiter{inst: b.hb.Instance, store: addr, want: resource(addr, w.Key), key: w.Key, pattern: w.Pattern,
+				since: w.Since, holdKeys: w.HoldsWhileWaiting}
 			if len(w.HoldsWhileWaiting) > 0 {
 				in.precise = true
-				n.holds = map[string]bool{}
-				for _, k := range w.HoldsWhileWaiting {
-					n.holds[resource(be(w.Backend), k)] = true
-				}
 			}
 			in.waiters = append(in.waiters, len(nodes))
 			nodes = append(nodes, n)
+		}
+	}
+	// A held key a waiter names is the instance's lock on that key, in
+	// whichever store its beats list it (the waiter's own when none does).
+	for i := range nodes {
+		n := &nodes[i]
+		if len(n.holdKeys) == 0 {
+			continue
+		}
+		in := insts[n.inst]
+		n.holds = map[string]bool{}
+		for _, k := range n.holdKeys {
+			found := false
+			for r := range in.held {
+				if resourceKey(r) == k {
+					n.holds[r], found = true, true
+				}
+			}
+			if !found {
+				n.holds[resource(n.store, k)] = true
+			}
 		}
 	}
 	sort.Strings(names)
@@ -173,7 +204,7 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 			for _, i := range comp {
 				inDeadlock[nodes[i].want] = true
 				if nodes[i].pattern != "" {
-					inDeadlock["p\x00"+nodes[i].pattern] = true
+					inDeadlock[patternNode(nodes[i].store, nodes[i].pattern)] = true
 				}
 			}
 			continue
@@ -209,7 +240,7 @@ func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[strin
 			oldest = w.since
 		}
 		if w.pattern != "" {
-			inDeadlock["p\x00"+w.pattern] = true
+			inDeadlock[patternNode(w.store, w.pattern)] = true
 		}
 	}
 	sort.Strings(instNames)
@@ -284,9 +315,9 @@ func (d *Deadlock) remember(nodes []dlWaiter, insts map[string]*dlInstance, now 
 			heldPat := in.held[r].Pattern
 			k := orderKey{first: r, then: w.want}
 			if heldPat != "" && wantPat != "" && heldPat != wantPat {
-				k = orderKey{byPattern: true, first: heldPat, then: wantPat}
+				k = orderKey{byPattern: true, first: resource(resourceStore(r), heldPat), then: resource(w.store, wantPat)}
 			}
-			d.orders[k] = orderSeen{instance: w.inst, store: in.store.Addr(), a: resourceKey(r), b: w.key, at: now}
+			d.orders[k] = orderSeen{instance: w.inst, store: w.store, a: resourceKey(r), b: w.key, at: now}
 		}
 	}
 	for k, s := range d.orders {
@@ -323,7 +354,7 @@ func (d *Deadlock) inversions(out *capped, inDeadlock map[string]bool) {
 		f := Finding{Detector: DetectorDeadlock, Kind: KindLockOrderInversion, Severity: SeverityWarning, Store: ab.store}
 		what := "keys"
 		if k.byPattern {
-			f.KeyPattern = k.first
+			f.KeyPattern = resourceKey(k.first)
 			what = "patterns"
 		} else {
 			f.Key = ab.a

@@ -169,3 +169,67 @@ func TestDeadlock_WaitsThatDidNotCoexistAreNotACycle(t *testing.T) {
 		t.Fatalf("want one deadlock:%s", describe(fs))
 	}
 }
+
+// TestDeadlock_SameKeysInTwoDeploymentsAreTwoLocks: x works on Redis 1,
+// y on Redis 2; x holds lock:a and waits for lock:b, y holds lock:b and
+// waits for lock:a, each in its own deployment. Same names, different
+// locks: no deadlock and no lock-order inversion (on repeated calls, so
+// the remembered orders meet too). The same beats in one store are a
+// deadlock; and one instance waiting in one deployment while holding a
+// lock in the other still closes a cycle across the two.
+func TestDeadlock_SameKeysInTwoDeploymentsAreTwoLocks(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c1, c2, c3 := newRedis(t), newRedis(t), newRedis(t)
+	s1, s2, s3 := redisStore(t, c1), redisStore(t, c2), redisStore(t, c3)
+	since := time.Now().Add(-time.Minute)
+	x, y := otherBeat("x", 10), otherBeat("y", 20)
+	x.Held = []fleet.HeldLock{{Key: "lock:a", Pattern: "lock:a", Backend: "redis", Since: since}}
+	x.Waiting = []fleet.WaitingLock{{Key: "lock:b", Pattern: "lock:b", Backend: "redis", Since: since, HoldsWhileWaiting: []string{"lock:a"}}}
+	y.Held = []fleet.HeldLock{{Key: "lock:b", Pattern: "lock:b", Backend: "redis", Since: since}}
+	y.Waiting = []fleet.WaitingLock{{Key: "lock:a", Pattern: "lock:a", Backend: "redis", Since: since, HoldsWhileWaiting: []string{"lock:b"}}}
+	putBeat(t, ctx, c1, x)
+	putBeat(t, ctx, c2, y)
+	d, err := detectors.NewDeadlock(s1, detectors.WithHeartbeatsFrom(s2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if fs := detect(t, ctx, d); len(fs) != 0 {
+			t.Fatalf("locks of two deployments met:%s", describe(fs))
+		}
+	}
+
+	// Control: the same two beats in one store are a deadlock.
+	putBeat(t, ctx, c3, x)
+	putBeat(t, ctx, c3, y)
+	one, err := detectors.NewDeadlock(s3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, one); len(fs) != 1 || fs[0].Kind != detectors.KindDeadlock {
+		t.Fatalf("one store: want one deadlock:%s", describe(fs))
+	}
+
+	// Across the deployments for real: p holds lock:a on Redis 1 and waits
+	// for lock:b on Redis 2, q holds lock:b on Redis 2 and waits for lock:a
+	// on Redis 1. Each instance's beat in a store lists what it holds or
+	// waits for there.
+	p1, p2, q1, q2 := otherBeat("p", 30), otherBeat("p", 30), otherBeat("q", 40), otherBeat("q", 40)
+	p1.Held = x.Held
+	p2.Waiting = x.Waiting
+	q2.Held = y.Held
+	q1.Waiting = y.Waiting
+	delBeat(t, ctx, c1, "x")
+	delBeat(t, ctx, c2, "y")
+	putBeat(t, ctx, c1, p1)
+	putBeat(t, ctx, c2, p2)
+	putBeat(t, ctx, c1, q1)
+	putBeat(t, ctx, c2, q2)
+	across, err := detectors.NewDeadlock(s1, detectors.WithHeartbeatsFrom(s2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, across); len(fs) != 1 || fs[0].Kind != detectors.KindDeadlock {
+		t.Fatalf("a cycle across two deployments: want one deadlock:%s", describe(fs))
+	}
+}

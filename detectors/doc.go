@@ -31,7 +31,9 @@
 //   - Deadlock ("deadlock"): the fleet-wide wait-for graph from the
 //     heartbeats' Held and Waiting lists; each cycle (strongly connected
 //     component) is one deadlock finding naming its instances and keys;
-//     lock orders seen both ways over time are lock_order_inversion.
+//     lock orders seen both ways over time are lock_order_inversion. A
+//     lock is named by the store its heartbeat was read from and its key,
+//     so the same key in two deployments is two locks that never meet.
 //   - WorkerIDs ("workerid"): workerid_duplicate, workerid_lease_gone,
 //     workerid_out_of_range, workerid_range_overlap. The policy file has no
 //     WorkerID ranges: they are given with WithServiceRange.
