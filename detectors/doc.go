@@ -95,7 +95,12 @@
 //     instance show the slot gone or held by another process, so that a
 //     process that released its WorkerID on shutdown, whose last beat
 //     lingers, is not reported. A registry that overrides its host name
-//     (workerid.WithIdentity) is matched by instance name too.
+//     (workerid.WithIdentity) is matched by instance name too. For the
+//     same reason workerid_duplicate leaves out an instance whose slot
+//     names another process that claimed it after the instance's beat was
+//     sent (a handover: the releasing process's last beat still lists the
+//     id); two instances both beating after the claim are a duplicate. The
+//     two claim and beat times come from two processes' clocks.
 //   - etcdlock's entry names contain a NUL, which no shell can pass to
 //     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
 //     lease its name ends with (a name anyone who can list the prefix sees),

@@ -16,7 +16,12 @@ import (
 // heartbeats against each other, against the slots in the store and
 // against the declared service ranges:
 //
-//   - workerid_duplicate: two live instances report one service and id;
+//   - workerid_duplicate: two live instances report one service and id,
+//     leaving out an instance whose slot names another holder and whose
+//     beat was sent before that holder's claim (ClaimedAt): a process that
+//     released the id in a handover still lists it in its last beat for up
+//     to an interval, and if it kept issuing, workerid_lease_gone says so
+//     from its next beat on;
 //   - workerid_lease_gone: an instance reports an id whose slot key is gone
 //     or held by another process, in two beats in a row (a process that
 //     released its id on shutdown leaves a last beat behind for up to three
@@ -76,10 +81,13 @@ func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 			if _, ok := byID[gid]; !ok {
 				ids = append(ids, gid)
 			}
-			byID[gid] = append(byID[gid], claimant{b, wid})
 			d.outOfRange(b, wid, key, out)
-			if err := d.leaseGone(ctx, b, wid, key, out, seenPending); err != nil {
+			superseded, err := d.leaseGone(ctx, b, wid, key, out, seenPending)
+			if err != nil {
 				return nil, err
+			}
+			if !superseded {
+				byID[gid] = append(byID[gid], claimant{b, wid})
 			}
 		}
 	}
@@ -170,12 +178,15 @@ func (d *WorkerIDs) outOfRange(b beat, wid fleet.WorkerID, key string, out *capp
 }
 
 // leaseGone reads the slot of wid and reports it when it is gone or held
-// by another process in two beats in a row of the instance.
-func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, key string, out *capped, seen map[string]bool) error {
+// by another process in two beats in a row of the instance. superseded is
+// true when the slot names another process that claimed it after hb was
+// sent: hb may predate a release, so hb is no claim on the id against the
+// slot's holder.
+func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, key string, out *capped, seen map[string]bool) (superseded bool, err error) {
 	hb := b.hb
 	v, found, err := b.store.get(ctx, key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	problem := ""
 	if !found {
@@ -184,20 +195,21 @@ func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, k
 		problem = "its slot " + key + " holds a value workerid did not write"
 	} else if other := claimOther(c, wid, hb); other != "" {
 		problem = "its slot " + key + " is held by " + other
+		superseded = hb.SentAt.Before(c.ClaimedAt)
 	}
 	pk := hb.Instance + "\x00" + wid.Service + "\x00" + fmt.Sprint(wid.ID)
 	if problem == "" {
 		delete(d.pending, pk)
-		return nil
+		return false, nil
 	}
 	seen[pk] = true
 	first, ok := d.pending[pk]
 	if !ok {
 		d.pending[pk] = hb.SentAt
-		return nil
+		return superseded, nil
 	}
 	if !hb.SentAt.After(first) {
-		return nil // no newer beat yet: the process may have released the id on shutdown
+		return superseded, nil // no newer beat yet: the process may have released the id on shutdown
 	}
 	out.add(Finding{Detector: DetectorWorkerID, Kind: KindWorkerIDLeaseGone, Severity: SeverityCritical,
 		Store: b.store.Addr(), Key: key, Holder: HolderFromHeartbeat(hb), Age: max(d.cfg.now().Sub(first), 0),
@@ -206,7 +218,7 @@ func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, k
 		Action: fmt.Sprintf("restart %s so that it claims a WorkerID again; %s get %s shows who holds the slot",
 			hb.Instance, b.store.cli(), shellQuote(key)),
 	})
-	return nil
+	return superseded, nil
 }
 
 // claimOther describes the claim's process when it is not hb's, else "".

@@ -3,6 +3,7 @@ package detectors_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,72 @@ func TestWorkerIDs_EveryKind(t *testing.T) {
 			fs := detect(t, ctx, d2)
 			if got, want := kinds(fs), "map[workerid_duplicate:[self] workerid_lease_gone:[twin wild lost] workerid_out_of_range:[wild] workerid_range_overlap:[]]"; got != want {
 				t.Fatalf("second call:\n got %s\nwant %s (lease_gone in key order: {0} {42} {5})%s", got, want, describe(fs))
+			}
+		})
+	}
+}
+
+// TestWorkerIDs_AHandoverIsNoDuplicateButTwoLiveClaimantsAre: process old
+// released WorkerID 3 and process new claimed it; old's last beat, sent
+// before new's claim, still lists 3. That is a handover, not a duplicate
+// (only new can issue IDs under 3). Once old sends a beat after the claim
+// still listing 3, two live instances claim it: workerid_duplicate.
+func TestWorkerIDs_AHandoverIsNoDuplicateButTwoLiveClaimantsAre(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := timeout(t, time.Minute)
+			var s detectors.Store
+			var client any
+			var reg *workerid.Registry
+			var err error
+			opts := []workerid.Option{workerid.WithTTL(time.Second), workerid.WithServiceRange("auth", 3, 3), workerid.WithoutHeartbeat()}
+			if backend == "redis" {
+				c := newRedis(t)
+				s, client = redisStore(t, c), c
+				reg, err = workerid.NewRedis(c, opts...)
+			} else {
+				c := newEtcd(t)
+				s, client = etcdStore(t, c), c
+				reg, err = workerid.NewEtcd(c, opts...)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			// new (this process) holds the slot; old's last beat predates
+			// new's claim.
+			lease, err := reg.Claim(ctx, "auth")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = lease.Release(context.Background()) })
+			claimed := lease.Claim().ClaimedAt
+			slot := workerid.SlotKey(workerid.DefaultKeyPrefix, 3)
+			wids := []fleet.WorkerID{{Service: "auth", ID: 3, Key: slot}}
+			newer := selfBeat("new")
+			newer.WorkerIDs = wids
+			old := otherBeat("old", 2)
+			old.WorkerIDs = wids
+			old.SentAt = claimed.Add(-time.Second)
+			putBeat(t, ctx, client, newer)
+			putBeat(t, ctx, client, old)
+			d, err := detectors.NewWorkerIDs(s, detectors.WithServiceRange("auth", 3, 3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("a handover, old's last beat sent before new's claim:%s", describe(fs))
+			}
+
+			// old beats again, after the claim, and still lists 3.
+			old.SentAt = claimed.Add(time.Second)
+			putBeat(t, ctx, client, old)
+			fs := detect(t, ctx, d)
+			dup := byKey(fs, detectors.KindWorkerIDDuplicate)[slot]
+			if dup.Kind == "" || !strings.Contains(dup.Detail, "instance new") || !strings.Contains(dup.Detail, "instance old") {
+				t.Fatalf("two live instances beating after the claim: want workerid_duplicate naming both:%s", describe(fs))
+			}
+			if _, ok := byKey(fs, detectors.KindWorkerIDLeaseGone)[slot]; !ok {
+				t.Errorf("old's second beat listing a slot new holds: want workerid_lease_gone:%s", describe(fs))
 			}
 		})
 	}
