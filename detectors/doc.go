@@ -77,8 +77,11 @@
 //     and pid. A restarted container with the same host name and pid (pid 1)
 //     looks like the same process: its predecessor's locks are then found
 //     only by TTL.
-//   - SCAN may return a key twice (during a rehash) and misses keys created
-//     after its cursor passed; the next Detect sees them.
+//   - SCAN may return a key twice (during a rehash): it is still one
+//     finding, as Locks keeps one finding per kind, store and key (the
+//     summary count of findings past WithMaxFindings may count it twice).
+//     SCAN misses keys created after its cursor passed; the next Detect
+//     sees them.
 //   - etcd lease TTLs cost one TimeToLive call per lock; they are read only
 //     for locks that may be findings (foreign values, a recorded TTL above
 //     max_ttl, held too long, holder gone). etcd grants whole seconds: a TTL

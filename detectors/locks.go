@@ -65,7 +65,7 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	now := d.cfg.now()
 	d.seen.record(beats, unreadable, now)
 	live := newLiveSet(beats, unreadable, &d.seen)
-	out := newCapped(d.cfg.maxFindings)
+	out := newCappedByKey(d.cfg.maxFindings) // SCAN may return a key twice
 	var n uint64
 	needTTL := func(l *Lock) bool {
 		_, rule := d.m.Match(l.Key)

@@ -155,6 +155,7 @@ func newConfig(detector string, opts []Option, allowed ...string) (config, error
 // bad locks in a store.
 type capped struct {
 	max     int
+	byKey   bool // one finding per kind, store and key
 	byKind  map[string][]Finding
 	dropped map[string]int
 }
@@ -163,21 +164,43 @@ func newCapped(max int) *capped {
 	return &capped{max: max, byKind: map[string][]Finding{}, dropped: map[string]int{}}
 }
 
+// newCappedByKey is newCapped keeping one finding per kind, store and key:
+// a SCAN may return a key twice (during a rehash), which must not make
+// two findings. It is for detectors that make at most one finding of a
+// kind per key (Locks); a duplicate past the cap is counted in the
+// summary again, as nothing of a dropped finding is kept.
+func newCappedByKey(max int) *capped {
+	c := newCapped(max)
+	c.byKey = true
+	return c
+}
+
 func (c *capped) add(f Finding) {
 	fs := append(c.byKind[f.Kind], f)
 	if len(fs) >= 2*c.max {
-		SortFindings(fs)
-		c.dropped[f.Kind] += len(fs) - c.max
-		clear(fs[c.max:])
-		fs = fs[:c.max]
+		fs = c.sorted(fs)
+		if len(fs) > c.max {
+			c.dropped[f.Kind] += len(fs) - c.max
+			clear(fs[c.max:])
+			fs = fs[:c.max]
+		}
 	}
 	c.byKind[f.Kind] = fs
+}
+
+// sorted sorts fs and, when byKey, keeps the first of each store and key.
+func (c *capped) sorted(fs []Finding) []Finding {
+	SortFindings(fs)
+	if !c.byKey {
+		return fs
+	}
+	return slices.CompactFunc(fs, func(a, b Finding) bool { return a.Store == b.Store && a.Key == b.Key })
 }
 
 func (c *capped) result(detector, store string) []Finding {
 	var out []Finding
 	for kind, fs := range c.byKind {
-		SortFindings(fs)
+		fs = c.sorted(fs)
 		if len(fs) > c.max {
 			c.dropped[kind] += len(fs) - c.max
 			fs = fs[:c.max]
