@@ -502,13 +502,23 @@ func (a *Agent) healthLoop(ctx context.Context) {
 	}
 }
 
-// checkHealth pings every store at once, each bounded by ScanTimeout.
+// pingTimeout bounds one health check's pings: the scan timeout, at most
+// half an interval. A store that goes down just after a check is seen at
+// the next tick (one interval) once its ping times out (half of one more):
+// /readyz turns 503 within two intervals, as documented, with room to spare
+// for a slow machine. A ping bounded by the scan timeout alone (the
+// interval by default) made that two intervals and then some.
+func (a *Agent) pingTimeout() time.Duration {
+	return min(a.cfg.ScanTimeout, a.cfg.Interval/2)
+}
+
+// checkHealth pings every store at once, each bounded by pingTimeout.
 func (a *Agent) checkHealth(ctx context.Context) {
 	errs := make([]error, len(a.stores))
 	var wg sync.WaitGroup
 	for i, s := range a.stores {
 		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, a.cfg.ScanTimeout)
+			pctx, cancel := context.WithTimeout(ctx, a.pingTimeout())
 			defer cancel()
 			errs[i] = s.ping(pctx)
 		})

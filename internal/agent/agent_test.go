@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/policy"
@@ -305,4 +307,85 @@ func TestStoreDown_Etcd_ReadyzIs503AndTheAgentLeadsAgainAfterRestart(t *testing.
 	})
 	waitFor(t, "the agent to lead after etcd returns", a.Leader)
 	waitFor(t, "a scan after etcd returns", func() bool { return findings(t, a).ScannedAt != nil })
+}
+
+// TestStoreDown_APausedStoreIsNotReadyWithinTwoIntervals: a store that
+// stops answering (SIGSTOP: connections stay open, no reply comes) is
+// found only by a ping timing out. /readyz is documented to turn 503
+// within two intervals of a store going down: up to one interval to the
+// next check, so each check's ping must give up within half of one, even
+// with the scan timeout at its default (the interval). Every ping's
+// deadline is checked, not the wall clock; then the paused store makes
+// /readyz 503.
+func TestStoreDown_APausedStoreIsNotReadyWithinTwoIntervals(t *testing.T) {
+	r := testenv.NewRedis(t)
+	cfg := testConfig("agent")
+	cfg.Interval = time.Second // ScanTimeout defaults to it
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	pings := &pingDeadlines{}
+	a := start(t, cfg, WithDetectors(func(s Stores, pol *policy.Policy) ([]detectors.Detector, error) {
+		for _, rs := range s.Redis {
+			rs.Client.AddHook(pings)
+		}
+		return BuildDetectors(s, pol)
+	}))
+	if code, body := get(t, a.URL()+"readyz"); code != 200 {
+		t.Fatalf("/readyz with the store up: %d %s", code, body)
+	}
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Resume() })
+	var body string
+	waitFor(t, "/readyz 503", func() bool {
+		var code int
+		code, body = get(t, a.URL()+"readyz")
+		return code == 503
+	})
+	if !strings.Contains(body, "store redis://"+r.Addr()) {
+		t.Errorf("/readyz body %q does not name the store", body)
+	}
+	n, longest, unbounded := pings.result()
+	if n == 0 || unbounded > 0 || longest > cfg.Interval/2 {
+		t.Errorf("%d health pings, %d without a deadline, the longest allowed %v: want every one bounded by half the interval (%v), so that a store down is seen within two intervals",
+			n, unbounded, longest, cfg.Interval/2)
+	}
+}
+
+// pingDeadlines is a go-redis hook (client.AddHook) that records how long
+// each PING was given by its context's deadline.
+type pingDeadlines struct {
+	mu        sync.Mutex
+	n         int
+	longest   time.Duration
+	unbounded int
+}
+
+func (h *pingDeadlines) result() (n int, longest time.Duration, unbounded int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n, h.longest, h.unbounded
+}
+
+func (h *pingDeadlines) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pingDeadlines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *pingDeadlines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "ping" {
+			dl, ok := ctx.Deadline()
+			h.mu.Lock()
+			h.n++
+			if !ok {
+				h.unbounded++
+			} else {
+				h.longest = max(h.longest, time.Until(dl))
+			}
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
 }

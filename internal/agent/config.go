@@ -45,7 +45,8 @@ type Config struct {
 	// Listen is the HTTP address (default DefaultListen); port 0 picks one.
 	Listen string
 	// Interval is the time between scans (default DefaultInterval);
-	// ScanTimeout bounds one scan (default: Interval).
+	// ScanTimeout bounds one scan (default: Interval), and a store's health
+	// ping, which is also bounded by half the interval (see /readyz).
 	Interval    time.Duration
 	ScanTimeout time.Duration
 	// Patterns are the key patterns the lock inventory scans on Redis

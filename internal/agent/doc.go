@@ -48,8 +48,10 @@
 //   - A leader that stops (Close, or its context ends) resigns: another
 //     agent leads within one interval (its wait is woken by the resignation).
 //   - Every store is pinged every interval, each ping bounded by the scan
-//     timeout: /readyz answers 503 naming the store and the error within two
-//     intervals of a store going down, and 200 again once it answers. The
+//     timeout and at most half an interval: /readyz answers 503 naming the
+//     store and the error within two intervals of a store going down (at
+//     most one interval to the next check, half of one for its ping to time
+//     out), and 200 again once it answers. The
 //     process stays up; lockgov_agent_store_up{store} follows the same checks.
 //   - Owner tokens are never in an answer, a log line or a metric: locks are
 //     read through redislock.DecodeValue and etcdlock.DecodeValue, which drop
