@@ -289,3 +289,25 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestCLI_LocksShow_AnEmptyKeyIsAUsageError: `locks show ""` names no
+// key; on etcd the empty key is the whole lock prefix, which showed
+// another key's lock with exit 0. It is a usage error saying so.
+func TestCLI_LocksShow_AnEmptyKeyIsAUsageError(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	l, err := etcdlock.New(e.Client(t), etcdlock.WithService("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := l.Acquire(ctx, "lock:order:42", instrument.WithTTL(30*time.Second), instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	out, errOut, code := runCLI(t, "locks", "show", "", "--etcd", e.Endpoint())
+	if code != 2 || !strings.Contains(errOut, "KEY is empty") || strings.Contains(out, "lock:order:42") {
+		t.Errorf("locks show '': exit %d, stdout %q, stderr %q; want exit 2 and a usage error naming the empty KEY", code, out, errOut)
+	}
+}

@@ -66,6 +66,11 @@ never shown. Unset --redis, --etcd and --policy come from LOCKGOV_REDIS
 		Short: "show the lock on KEY",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "" {
+				// On etcd the empty key is the whole lock prefix: it would
+				// show another key's lock.
+				return Usagef("locks show: KEY is empty; give the key the lock was acquired with")
+			}
 			return f.run(cmd, func(ctx context.Context, in *agent.Inventory, out *lockWriter) error {
 				ls, err := in.Show(ctx, args[0])
 				if err != nil {

@@ -71,8 +71,12 @@ func (in *Inventory) List(ctx context.Context, visit func(Lock) bool) error {
 	return nil
 }
 
-// Show returns the lock on key in each store that has one.
+// Show returns the lock on key in each store that has one. An empty key is
+// ErrEmptyKey. Errors name the store.
 func (in *Inventory) Show(ctx context.Context, key string) ([]Lock, error) {
+	if key == "" {
+		return nil, ErrEmptyKey
+	}
 	var out []Lock
 	for _, s := range in.stores {
 		l, ok, err := in.lister.show(ctx, s, key)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,5 +174,36 @@ func TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages(t *testing.T) {
 	shown, err := in.Show(ctx, "lock:a")
 	if err != nil || len(shown) != 1 || shown[0].Holder.Service != "first" || shown[0].Waiters != 2 {
 		t.Errorf("Show(lock:a) = %+v, %v", shown, err)
+	}
+}
+
+// TestInventory_ShowRefusesAnEmptyKey: the empty key names no lock. On
+// etcd a range over the lock prefix plus "" is every lock: Show("") must
+// not answer with another key's lock, on either backend.
+func TestInventory_ShowRefusesAnEmptyKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := testenv.NewEtcd(t)
+	l, err := etcdlock.New(e.Client(t), etcdlock.WithService("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, "lock:order:42", instrument.WithTTL(30*time.Second), instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	r := testenv.NewRedis(t)
+	in, err := OpenInventory([]string{"redis://" + r.Addr()}, e.Endpoints(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	shown, err := in.Show(ctx, "")
+	if err == nil || !strings.Contains(err.Error(), "empty") || len(shown) != 0 {
+		t.Errorf(`Show("") = %+v, %v; want no lock and an error saying the key is empty`, shown, err)
+	}
+	if shown, err := in.Show(ctx, "lock:order:42"); err != nil || len(shown) != 1 {
+		t.Errorf("Show(lock:order:42) = %+v, %v", shown, err)
 	}
 }

@@ -177,12 +177,12 @@ func (ls *lister) finish(l *Lock, now time.Time) {
 }
 
 // listEtcd lists the locks under etcdlock.DefaultPrefix (only key's when
-// key is set), page by page. The holder of a lock is its entry with the
-// lowest create revision, which is also its fence. The entries of one lock
-// key are adjacent in key order (key, NUL, lease ID), so a lock is complete
-// once the range moves past its key: only the current key is kept, and
-// memory stays bounded by one page whatever the key count. Locks are
-// visited in key order.
+// key is set, every lock when it is empty), page by page. The holder of a
+// lock is its entry with the lowest create revision, which is also its
+// fence. The entries of one lock key are adjacent in key order (key, NUL,
+// lease ID), so a lock is complete once the range moves past its key: only
+// the current key is kept, and memory stays bounded by one page whatever
+// the key count. Locks are visited in key order.
 func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func(Lock) bool) (int64, error) {
 	prefix := etcdlock.DefaultPrefix
 	start := prefix
@@ -265,8 +265,17 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 	return scanned, err
 }
 
+// ErrEmptyKey is returned for a lock key that is empty: no lock has it (on
+// etcd the empty key would name the whole lock prefix).
+var ErrEmptyKey = errors.New("the lock key is empty")
+
 // show returns the lock on key in s, or ok false when there is none.
 func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bool, err error) {
+	if key == "" {
+		// listEtcd reads every lock for an empty key: it would show another
+		// key's lock.
+		return l, false, ErrEmptyKey
+	}
 	if s.etcd != nil {
 		_, err = ls.listEtcd(ctx, s, key, func(x Lock) bool { l, ok = x, true; return false })
 		return l, ok, err
