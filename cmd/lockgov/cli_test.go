@@ -311,3 +311,18 @@ func TestCLI_LocksShow_AnEmptyKeyIsAUsageError(t *testing.T) {
 		t.Errorf("locks show '': exit %d, stdout %q, stderr %q; want exit 2 and a usage error naming the empty KEY", code, out, errOut)
 	}
 }
+
+// TestCLI_LocksShow_AStoreDownIsNamedOnce: `locks show` against a Redis
+// that is down fails with an error naming the store once (it was prefixed
+// twice: "redis://h:p: redis://h:p: ...").
+func TestCLI_LocksShow_AStoreDownIsNamedOnce(t *testing.T) {
+	r := testenv.NewRedis(t)
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	url := "redis://" + r.Addr()
+	_, errOut, code := runCLI(t, "locks", "show", "lock:x", "--timeout", "1s", "--redis", url)
+	if code != 1 || strings.Count(errOut, url) != 1 {
+		t.Errorf("locks show with the store down: exit %d, stderr %q; want exit 1 and the store named once", code, errOut)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -269,7 +268,8 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 // etcd the empty key would name the whole lock prefix).
 var ErrEmptyKey = errors.New("the lock key is empty")
 
-// show returns the lock on key in s, or ok false when there is none.
+// show returns the lock on key in s, or ok false when there is none. Its
+// errors do not name the store: the caller does.
 func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bool, err error) {
 	if key == "" {
 		// listEtcd reads every lock for an empty key: it would show another
@@ -284,7 +284,7 @@ func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bo
 	if !ok {
 		// Tell "no lock" from "store down".
 		if err := s.redis.Exists(ctx, key).Err(); err != nil {
-			return l, false, fmt.Errorf("%s: %w", s.name, err)
+			return l, false, err
 		}
 	}
 	return l, ok, nil
