@@ -51,8 +51,8 @@
 //     timeout and at most half an interval: /readyz answers 503 naming the
 //     store and the error within two intervals of a store going down (at
 //     most one interval to the next check, half of one for its ping to time
-//     out), and 200 again once it answers. The
-//     process stays up; lockgov_agent_store_up{store} follows the same checks.
+//     out), and 200 again once it answers. The process stays up;
+//     lockgov_agent_store_up{store} follows the same checks.
 //   - Owner tokens are never in an answer, a log line or a metric: locks are
 //     read through redislock.DecodeValue and etcdlock.DecodeValue, which drop
 //     them. The remediation token is compared in constant time and never logged.
