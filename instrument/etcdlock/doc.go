@@ -73,7 +73,8 @@
 // key; the watches on an entry (a holder's own, a waiter's predecessor or
 // queue) only count a deletion after the revision they know the entry
 // existed at, so that the old entry's deletion, replayed by a lagging
-// member, is neither a loss nor a handoff. Acquire never returns a lease whose local deadline (below) has passed.
+// member, is neither a loss nor a handoff. Acquire never returns a lease
+// whose local deadline (below) has passed.
 //
 // The value of an entry is JSON that the agent reads: service, instance,
 // pid, trace_id, labels, queued_at_ms and (once held) acquired_at_ms. A lock
