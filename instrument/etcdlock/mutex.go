@@ -425,6 +425,9 @@ type mutexState struct {
 
 	// releasing is set by the first Release, which gives the turn back.
 	releasing atomic.Bool
+	// gone is set once release (whoever called it) confirmed that the key
+	// with our create revision no longer stands.
+	gone atomic.Bool
 }
 
 func (st *mutexState) Key() string                       { return st.key }
@@ -513,7 +516,7 @@ func (st *mutexState) Release(ctx context.Context) error {
 	if !first {
 		return err
 	}
-	if err == nil || errors.Is(err, instrument.ErrNotHeld) {
+	if st.gone.Load() {
 		// Deleted, or not ours: the key with our create revision is gone.
 		st.m.deleted(st.key, st.fence)
 		<-st.turn.ch
@@ -543,6 +546,7 @@ func (st *mutexState) release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	st.gone.Store(true)
 	if !deleted {
 		return instrument.ErrNotHeld
 	}

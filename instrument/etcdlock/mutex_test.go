@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,5 +365,77 @@ func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *test
 	}
 	if err := h.Release(timeout(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A lease dropped while held is released by the lease core when it is
+// collected. When that release's delete fails (here etcd refuses the
+// session's writes for a while; its keepalive goes on), the Mutex key
+// stands, and the adapter must keep the key's turn until a retry deletes
+// it: the handle's cleanup, which then finds the lease already released,
+// once took that for "the key is gone" and gave the turn back, and the next
+// Acquire re-entered the standing key with the dropped holder's fence.
+func TestFromMutex_ADroppedLeaseWhoseReleaseFailsKeepsTheKeyUntilItIsDeleted(t *testing.T) {
+	const pfx = "/dropped-failed/"
+	e := testenv.NewEtcd(t, testenv.WithEtcdUser("app", "pw", pfx))
+	root := e.Client(t)
+	cfg := e.ClientConfig(nil)
+	cfg.Username, cfg.Password = "app", "pw"
+	app, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	m := fromMutex(t, newSession(t, app, 30), pfx)
+	grant := func(p clientv3.PermissionType) {
+		t.Helper()
+		if _, err := root.RoleGrantPermission(timeout(t, 5*time.Second), "app-role", pfx, clientv3.GetPrefixRangeEnd(pfx), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var leaked atomic.Int32
+	var fence uint64
+	func() {
+		acfg, err := instrument.ApplyAcquireOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		acfg.Observer = instrument.ObserverFuncs{OnLeaked: func() { leaked.Add(1) }}
+		h, err := m.Acquire(timeout(t, 5*time.Second), "k", instrument.WithConfig(acfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence = h.Fence()
+	}()
+	grant(clientv3.PermissionType(clientv3.PermRead)) // the leaked release's delete fails
+	deadline := time.Now().Add(20 * time.Second)
+	for leaked.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dropped lease was not collected in 20s")
+		}
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The handle's cleanup runs once the core has ended the lease. This
+	// pause only gives the old code the time to free the turn; with the
+	// fix the outcome does not depend on it.
+	time.Sleep(300 * time.Millisecond)
+	grant(clientv3.PermissionType(clientv3.PermReadWrite))
+
+	h, err := m.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast())
+	if err != nil {
+		if !errors.Is(err, instrument.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		// The turn is kept while the key may stand; the retry deletes it.
+		h, err = m.Acquire(timeout(t, 10*time.Second), "k")
+		if err != nil {
+			t.Fatalf("the key was never freed after etcd accepted writes again: %v", err)
+		}
+	}
+	defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
+	if h.Fence() <= fence {
+		t.Fatalf("fence %d handed out after the dropped holder's %d", h.Fence(), fence)
 	}
 }
