@@ -62,12 +62,16 @@
 //     cut off from the store long enough for its heartbeat to expire (three
 //     intervals) while its lock's TTL has not yet run out is reported as
 //     holder_dead: it can no longer renew anyway.
-//   - A heartbeat key that is there but does not decode (over
-//     fleet.MaxBeatBytes, written by a publisher that did not cut its
-//     beats, or damaged) proves its instance alive, though not what it
-//     holds: locks of the host and pid that instance was last seen with,
-//     and locks naming it as their instance, are not holder_dead (they are
-//     reported by TTL and max_hold only, like a holder never seen). A
+//   - A heartbeat key that is there under a TTL (a lease on etcd), as a
+//     publisher writes it, but does not decode (over fleet.MaxBeatBytes,
+//     written by a publisher that did not cut its beats, or damaged)
+//     proves its process alive, though not what it holds: locks of the
+//     host and pid its value names are not holder_dead (they are reported
+//     by TTL and max_hold only, like a holder never seen). Only when the
+//     value names no host and pid (not JSON) is the process the one its
+//     instance was last seen as, and any lock naming the instance: a new
+//     process that took a dead one's instance name hides the dead one's
+//     locks then. A key without a TTL proves nothing. A
 //     truncated heartbeat (fleet.Heartbeat.Truncated: the process holds
 //     more locks than one beat lists) proves its process alive just as
 //     well: holder_dead is about the process, never about whether a beat

@@ -2,6 +2,7 @@ package detectors
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
@@ -22,12 +23,11 @@ func readBeats(ctx context.Context, stores []Store) ([]beat, error) {
 	return out, err
 }
 
-// readFleet is readBeats plus the instances whose heartbeat key is present
-// in some store but does not decode: alive, with nothing known of what
-// they hold.
-func readFleet(ctx context.Context, stores []Store) ([]beat, map[string]bool, error) {
+// readFleet is readBeats plus the heartbeat keys present in some store
+// that do not decode: alive, with nothing known of what they hold.
+func readFleet(ctx context.Context, stores []Store) ([]beat, []unreadableBeat, error) {
 	var out []beat
-	unreadable := map[string]bool{}
+	var unreadable []unreadableBeat
 	for _, s := range stores {
 		hbs, bad, err := s.heartbeats(ctx)
 		if err != nil {
@@ -36,11 +36,40 @@ func readFleet(ctx context.Context, stores []Store) ([]beat, map[string]bool, er
 		for _, hb := range hbs {
 			out = append(out, beat{s, hb})
 		}
-		for _, inst := range bad {
-			unreadable[inst] = true
-		}
+		unreadable = append(unreadable, bad...)
 	}
 	return out, unreadable, nil
+}
+
+// unreadableBeat is a heartbeat key, under a TTL, whose value does not
+// decode as a heartbeat (too large for fleet.Decode, written by an older
+// publisher that did not cut its beats, or damaged): its writer is alive.
+// host and pid are read from the value when it is JSON at all, so that it
+// is matched to its own process's locks only, and not to those of a dead
+// process that went by the same instance name; both are empty when it is
+// not.
+type unreadableBeat struct {
+	instance, host string
+	pid            int
+}
+
+func parseUnreadable(instance string, v []byte) unreadableBeat {
+	var id struct {
+		Host string `json:"host"`
+		PID  int    `json:"pid"`
+	}
+	if json.Unmarshal(v, &id) != nil || id.Host == "" || id.PID <= 0 {
+		return unreadableBeat{instance: instance}
+	}
+	return unreadableBeat{instance: instance, host: id.Host, pid: id.PID}
+}
+
+// ids are the identities of u's process, zero when its value names none.
+func (u unreadableBeat) ids() [2]ident {
+	if u.pid == 0 {
+		return [2]ident{}
+	}
+	return [2]ident{hostPID(u.host, u.pid), instPID(u.instance, u.pid)}
 }
 
 // identities of a process: host+pid, and instance+pid. A lock value and a
@@ -72,23 +101,23 @@ func beatIDs(hb *fleet.Heartbeat) [2]ident {
 	return [2]ident{hostPID(hb.Host, hb.PID), instPID(hb.Instance, hb.PID)}
 }
 
-// liveSet indexes the live heartbeats by identity, and the instances whose
+// liveSet indexes the live heartbeats by identity, and the processes whose
 // heartbeat key is present but unreadable.
 type liveSet struct {
 	ids        map[ident]*fleet.Heartbeat
 	byInstance map[string]*fleet.Heartbeat
-	// unreadable are the instances whose heartbeat key is there but does
-	// not decode; unreadableIDs the identities they were last seen with
-	// (from seen). Both prove a holder alive, without a heartbeat.
+	// unreadableIDs are the identities of the unreadable keys' processes:
+	// read from the value, or, for a value that names none, the identities
+	// its instance was last seen with; unreadable are the instances of the
+	// latter, matched by name as well.
 	unreadable    map[string]bool
 	unreadableIDs map[ident]bool
 }
 
-// newLiveSet indexes beats; unreadable instances are matched through the
-// identities seen remembers for them.
-func newLiveSet(beats []beat, unreadable map[string]bool, seen *seenSet) liveSet {
+// newLiveSet indexes beats and the unreadable keys (see unreadableBeat).
+func newLiveSet(beats []beat, unreadable []unreadableBeat, seen *seenSet) liveSet {
 	l := liveSet{ids: map[ident]*fleet.Heartbeat{}, byInstance: map[string]*fleet.Heartbeat{},
-		unreadable: unreadable, unreadableIDs: map[ident]bool{}}
+		unreadable: map[string]bool{}, unreadableIDs: map[ident]bool{}}
 	for _, b := range beats {
 		for _, id := range beatIDs(b.hb) {
 			if id != (ident{}) {
@@ -97,12 +126,17 @@ func newLiveSet(beats []beat, unreadable map[string]bool, seen *seenSet) liveSet
 		}
 		l.byInstance[b.hb.Instance] = b.hb
 	}
-	if seen != nil {
-		for inst := range unreadable {
-			for _, id := range seen.names[inst].ids {
-				if id != (ident{}) {
-					l.unreadableIDs[id] = true
-				}
+	for _, u := range unreadable {
+		ids := u.ids()
+		if ids == ([2]ident{}) {
+			l.unreadable[u.instance] = true
+			if seen != nil {
+				ids = seen.names[u.instance].ids
+			}
+		}
+		for _, id := range ids {
+			if id != (ident{}) {
+				l.unreadableIDs[id] = true
 			}
 		}
 	}
@@ -132,11 +166,12 @@ func (l liveSet) live(h *lockvalue.Holder) *fleet.Heartbeat {
 }
 
 // alive reports whether h's process is known to be alive: it publishes a
-// heartbeat, or a heartbeat key that does not decode is there for the
-// instance it was last seen as, or for the instance its value names. A
-// key that cannot be read still proves its process alive (it is written
-// under a TTL of three intervals); what it holds is unknown, so none of
-// the locks that may be its are called dead.
+// heartbeat, or a heartbeat key that does not decode is there for it: by
+// the host and pid the key's value names, or, when the value names none,
+// for the instance it was last seen as or the instance h names. A key
+// that cannot be read still proves its process alive (it is written under
+// a TTL of three intervals, and only keys under one count); what it holds
+// is unknown, so none of the locks that may be its are called dead.
 func (l liveSet) alive(h *lockvalue.Holder) bool {
 	if l.live(h) != nil {
 		return true
@@ -165,9 +200,11 @@ type nameSeen struct {
 	at  time.Time
 }
 
-// record remembers the processes of beats, and keeps remembering those of
-// the unreadable instances (alive, but saying nothing about themselves).
-func (s *seenSet) record(beats []beat, unreadable map[string]bool, now time.Time) {
+// record remembers the processes of beats and of the unreadable keys
+// whose values name them, and keeps remembering those of the unreadable
+// keys that do not (alive, but saying nothing about themselves) by the
+// identities their instance was last seen with.
+func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, now time.Time) {
 	if s.at == nil {
 		s.at, s.names = map[ident]time.Time{}, map[string]nameSeen{}
 	}
@@ -180,13 +217,20 @@ func (s *seenSet) record(beats []beat, unreadable map[string]bool, now time.Time
 		}
 		s.names[b.hb.Instance] = nameSeen{ids, now}
 	}
-	for inst := range unreadable {
-		n, ok := s.names[inst]
+	for _, u := range unreadable {
+		if ids := u.ids(); ids != ([2]ident{}) {
+			for _, id := range ids {
+				s.at[id] = now
+			}
+			s.names[u.instance] = nameSeen{ids, now}
+			continue
+		}
+		n, ok := s.names[u.instance]
 		if !ok {
 			continue
 		}
 		n.at = now
-		s.names[inst] = n
+		s.names[u.instance] = n
 		for _, id := range n.ids {
 			if _, ok := s.at[id]; ok {
 				s.at[id] = now

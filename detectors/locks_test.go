@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -386,20 +388,121 @@ func TestLocks_AHolderWithAHeartbeatOverTheSizeLimitIsAlive(t *testing.T) {
 	}
 }
 
-// putRaw writes data as instance's heartbeat key, as a publisher would,
-// whatever it holds.
+// putRaw writes data as instance's heartbeat key, as a publisher would
+// (under a TTL on Redis, a lease on etcd), whatever it holds.
 func putRaw(t testing.TB, ctx context.Context, s any, instance string, data []byte) {
+	t.Helper()
+	putRawTTL(t, ctx, s, instance, data, true)
+}
+
+// putRawTTL is putRaw, or, with ttl false, the key without a TTL or lease,
+// which no publisher writes.
+func putRawTTL(t testing.TB, ctx context.Context, s any, instance string, data []byte, ttl bool) {
 	t.Helper()
 	switch c := s.(type) {
 	case redis.UniversalClient:
-		if err := c.Set(ctx, fleet.RedisKey(instance), data, time.Minute).Err(); err != nil {
+		exp := time.Minute
+		if !ttl {
+			exp = 0
+		}
+		if err := c.Set(ctx, fleet.RedisKey(instance), data, exp).Err(); err != nil {
 			t.Fatal(err)
 		}
 	case *clientv3.Client:
-		if _, err := c.Put(ctx, fleet.EtcdKey(instance), string(data)); err != nil {
+		var opts []clientv3.OpOption
+		if ttl {
+			lease, err := c.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, clientv3.WithLease(lease.ID))
+		}
+		if _, err := c.Put(ctx, fleet.EtcdKey(instance), string(data), opts...); err != nil {
 			t.Fatal(err)
 		}
 	default:
 		t.Fatalf("putRaw: %T", s)
+	}
+}
+
+// An unreadable heartbeat key proves alive only the process that wrote it:
+// when its value names a host and pid (JSON too large to decode, as an
+// older publisher wrote), only that process, not a dead one that went by
+// the same instance name; and a key without a TTL, which no publisher
+// writes, proves nothing, however long it stays.
+func TestLocks_AnUnreadableHeartbeatKeyProvesOnlyItsOwnProcessAlive(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := timeout(t, time.Minute)
+			var s detectors.Store
+			var client any
+			var putLock func(key, value string)
+			if backend == "redis" {
+				c := newRedis(t)
+				s, client = redisStore(t, c), c
+				putLock = func(key, value string) {
+					if err := c.Set(ctx, key, value, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				c := newEtcd(t)
+				s, client = etcdStore(t, c), c
+				putLock = func(key, value string) {
+					grant, err := c.Grant(ctx, 60)
+					if err != nil {
+						t.Fatal(err)
+					}
+					entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
+					if _, err := c.Put(ctx, entry, value[strings.Index(value, "{"):], clientv3.WithLease(grant.ID)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// "checkout" (host-checkout, pid 10) holds lock:old and beats.
+			putLock("lock:old", deadValue("checkout", 10))
+			old := otherBeat("checkout", 10)
+			old.Held = []fleet.HeldLock{{Key: "lock:old", Backend: backend, Since: time.Now()}}
+			putBeat(t, ctx, client, old)
+			d, err := detectors.NewLocks(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("the live process's lock:%s", describe(fs))
+			}
+
+			// It dies; a new process takes its instance name on another host
+			// and writes a heartbeat too large to decode.
+			reborn := otherBeat("checkout", 20)
+			reborn.Host = "host-new"
+			long := strings.Repeat("x", 480)
+			for i := range 600 {
+				reborn.Held = append(reborn.Held, fleet.HeldLock{Key: fmt.Sprintf("lock:%s:%d", long, i), Backend: backend, Since: time.Now()})
+			}
+			big, err := json.Marshal(reborn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fleet.Decode(big); err == nil {
+				t.Fatalf("a heartbeat of %d bytes decodes: the test needs one over %d", len(big), fleet.MaxBeatBytes)
+			}
+			putRaw(t, ctx, client, "checkout", big)
+			if got := byKey(detect(t, ctx, d), detectors.KindHolderDead); len(got) != 1 || got["lock:old"].Key == "" {
+				t.Errorf("holder_dead on %v, want lock:old: the unreadable key is another process's (host-new, pid 20)", slices.Collect(maps.Keys(got)))
+			}
+
+			// A damaged key that names no process: alive by the name, while
+			// it is under a TTL...
+			putRaw(t, ctx, client, "checkout", []byte("{junk"))
+			if got := byKey(detect(t, ctx, d), detectors.KindHolderDead); len(got) != 0 {
+				t.Errorf("holder_dead on %v while an unreadable key of the instance is under a TTL", slices.Collect(maps.Keys(got)))
+			}
+			// ... and no proof of anything without one.
+			putRawTTL(t, ctx, client, "checkout", []byte("{junk"), false)
+			if got := byKey(detect(t, ctx, d), detectors.KindHolderDead); len(got) != 1 || got["lock:old"].Key == "" {
+				t.Errorf("holder_dead on %v, want lock:old: a heartbeat key without a TTL proves nothing", slices.Collect(maps.Keys(got)))
+			}
+		})
 	}
 }

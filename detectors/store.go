@@ -41,10 +41,10 @@ type Store interface {
 	// one batch. fn is never called concurrently.
 	ScanLocks(ctx context.Context, patterns []string, fn func(Lock) error) error
 
-	// heartbeats is Heartbeats plus the instances whose heartbeat key is
-	// there but does not decode (over fleet.MaxBeatBytes, damaged): such a
-	// key proves its instance alive without saying what it holds.
-	heartbeats(ctx context.Context) (hbs []*fleet.Heartbeat, unreadable []string, err error)
+	// heartbeats is Heartbeats plus the heartbeat keys under a TTL (a
+	// lease) that do not decode (over fleet.MaxBeatBytes, damaged): such a
+	// key proves its process alive without saying what it holds.
+	heartbeats(ctx context.Context) (hbs []*fleet.Heartbeat, unreadable []unreadableBeat, err error)
 	scan(ctx context.Context, patterns []string, needTTL func(*Lock) bool, fn func([]Lock) error) error
 	get(ctx context.Context, key string) (value []byte, found bool, err error)
 	cli() string // the command prefix an operator runs: redis-cli -h … -p … / etcdctl --endpoints=…
@@ -284,10 +284,10 @@ func (s *RedisStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 	return hbs, err
 }
 
-func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []string, error) {
+func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unreadableBeat, error) {
 	var mu sync.Mutex
 	var out []*fleet.Heartbeat
-	var unreadable []string
+	var unreadable []unreadableBeat
 	err := s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
 		return s.scanKeys(ctx, c, globEscape(fleet.RedisPrefix)+"*", func(keys []string) error {
 			// One pipeline of GETs: MGET would fail across Cluster slots.
@@ -309,16 +309,29 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []stri
 					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			var hbs []*fleet.Heartbeat
+			var bad []unreadableBeat
+			var badTTL []*redis.DurationCmd
 			for i, v := range vals {
 				if !found[i] {
 					continue
 				}
 				if hb, err := fleet.Decode([]byte(v)); err == nil {
-					out = append(out, hb)
+					hbs = append(hbs, hb)
 				} else if inst, ok := fleet.InstanceFromKey(keys[i]); ok {
-					unreadable = append(unreadable, inst)
+					bad = append(bad, parseUnreadable(inst, []byte(v)))
+					badTTL = append(badTTL, c.PTTL(ctx, keys[i]))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			out = append(out, hbs...)
+			for i, u := range bad {
+				// Only a key under a TTL proves its writer alive: a
+				// publisher writes every beat with one, so a key without
+				// one (or gone since) is no heartbeat at all.
+				if d, err := badTTL[i].Result(); err == nil && d > 0 {
+					unreadable = append(unreadable, u)
 				}
 			}
 			return nil
@@ -528,15 +541,17 @@ func (s *EtcdStore) Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error) 
 	return hbs, err
 }
 
-func (s *EtcdStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []string, error) {
+func (s *EtcdStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unreadableBeat, error) {
 	var out []*fleet.Heartbeat
-	var unreadable []string
+	var unreadable []unreadableBeat
 	err := s.pages(ctx, fleet.EtcdPrefix, func(kvs []*kvPair) error {
 		for _, kv := range kvs {
 			if hb, err := fleet.Decode(kv.value); err == nil {
 				out = append(out, hb)
-			} else if inst, ok := fleet.InstanceFromKey(string(kv.key)); ok {
-				unreadable = append(unreadable, inst)
+			} else if inst, ok := fleet.InstanceFromKey(string(kv.key)); ok && kv.lease != 0 {
+				// Only a key under a lease proves its writer alive, as a
+				// publisher writes every beat.
+				unreadable = append(unreadable, parseUnreadable(inst, kv.value))
 			}
 		}
 		return nil
