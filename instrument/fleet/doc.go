@@ -23,7 +23,8 @@
 //
 // Each beat, on a timer goroutine, its round trips to the store bounded by
 // the timeout (default half the interval, at most 2s; encoding the beat is
-// not charged to it), measures the clock and writes the heartbeat
+// not charged to it; the clock samples get at most half of it, so that the
+// write always has the rest), measures the clock and writes the heartbeat
 // with a TTL of three intervals (Redis SET PX; an etcd lease, rounded up to
 // whole seconds and the server's minimum). Callers never wait for it: the
 // skew they read (Attachment.Skew) is an atomic load.

@@ -42,8 +42,8 @@ func WithService(name string) Option { return optionFunc(func(c *config) { c.ser
 // DefaultPeriod). It lives three intervals.
 func WithInterval(d time.Duration) Option { return optionFunc(func(c *config) { c.interval = d }) }
 
-// WithTimeout bounds each beat: the clock samples and the write (default
-// half the interval, at most 2s).
+// WithTimeout bounds each beat: the clock samples (at most half of it) and
+// the write (default half the interval, at most 2s).
 func WithTimeout(d time.Duration) Option { return optionFunc(func(c *config) { c.timeout = d }) }
 
 // WithClock replaces the wall clock whose offset to the store is measured

@@ -249,9 +249,12 @@ func (p *publisher) beat() {
 	// The timeout bounds the beat's round trips to the store, not the
 	// encoding between them: a beat of thousands of locks takes tens of
 	// milliseconds of CPU to encode and cut, which on a loaded machine
-	// would eat a short interval's timeout.
+	// would eat a short interval's timeout. The clock samples get half of
+	// it at most, so that the write always has the other half: on a store
+	// whose round trip is a fifth of the timeout, five samples once took
+	// all of it, and no beat was ever written.
 	start := time.Now()
-	mctx, mcancel := context.WithTimeout(context.Background(), p.cfg.timeout)
+	mctx, mcancel := context.WithTimeout(context.Background(), p.cfg.timeout/2)
 	p.measure(mctx, stores[0])
 	mcancel()
 	left := p.cfg.timeout - time.Since(start)

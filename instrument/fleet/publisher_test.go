@@ -536,3 +536,41 @@ func TestHeartbeat_AHeartbeatOverTheSizeLimitKeepsTheOldestLocksAndDecodes(t *te
 		t.Errorf("heartbeat of %d bytes keeps %d of %d entries: %d bytes to spare, room for another", len(raw), kept, held+waiting, free)
 	}
 }
+
+// A store far away (here a round trip of about 120 ms, through the fault
+// proxy) with a 1 s interval, so a 500 ms timeout: the clock samples must
+// leave the write its share of the timeout. They once took all of it (five
+// samples of a fifth each), and no beat was ever written: the process was
+// invisible to the agent, its live locks holder_dead.
+func TestHeartbeat_AStoreFarAwayStillGetsItsBeat(t *testing.T) {
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	direct := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { _ = direct.Close() })
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil { // a connection before the latency
+		t.Fatal(err)
+	}
+	p.SetLatency(60 * time.Millisecond)
+	a, err := fleet.Attach(redisLocker(t, c).FleetStore(), fleet.WithInstance("far"), fleet.WithInterval(time.Second), fleet.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := direct.Exists(ctx, fleet.RedisKey("far")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat written in 10 beats through a store with a 120 ms round trip and a 500 ms timeout")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
