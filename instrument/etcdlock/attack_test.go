@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -466,5 +467,90 @@ func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
 	}
 	if n := queueLen(t, c, l, "held"); n != 1 {
 		t.Fatalf("%d entries in the held key's queue, want the holder's only", n)
+	}
+}
+
+// failingReads fails the read-only transactions (a waiter's re-check of the
+// queue) with "no leader" while on, as a member that lost its leader does,
+// and counts them.
+type failingReads struct {
+	on     atomic.Bool
+	failed atomic.Int64
+}
+
+func (f *failingReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if tr, ok := req.(*etcdserverpb.TxnRequest); ok && f.on.Load() && len(tr.Success) == 0 {
+		f.failed.Add(1)
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// A waiter whose read of the queue fails (no leader, a lost connection)
+// keeps its place and reads again at the next poll: it gets the lock when
+// the holder releases, in both wait modes, instead of returning the
+// transport error while its deadline is still far.
+func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	for _, mode := range []struct {
+		name string
+		max  int64
+	}{{"queue watch", 16}, {"predecessor watch", 0}} {
+		t.Run(mode.name, func(t *testing.T) {
+			var f failingReads
+			c, err := clientv3.New(clientv3.Config{
+				Endpoints:   e.Endpoints(),
+				DialTimeout: 2 * time.Second,
+				Logger:      zap.NewNop(),
+				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			lh, lw := newLocker(t, admin), newLocker(t, c)
+			etcdlock.SetHeadWatchMax(lw, mode.max)
+			key := "read-fails-" + strings.ReplaceAll(mode.name, " ", "-")
+			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := acquireInBackground(t, lw, key, 30*time.Second, instrument.WithPollInterval(20*time.Millisecond))
+			deadline := time.Now().Add(10 * time.Second)
+			for etcdlock.Watching(lw) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter never started watching")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			f.on.Store(true)
+			for f.failed.Load() < 3 {
+				select {
+				case r := <-got:
+					t.Fatalf("the waiter returned while the lock was held (reads failing): %v", r.err)
+				case <-time.After(5 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no read of the queue failed in 10s")
+				}
+			}
+			f.on.Store(false)
+			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-got:
+				if r.err != nil {
+					t.Fatalf("after %d failed reads of the queue: %v", f.failed.Load(), r.err)
+				}
+				if r.lease.Fence() <= h.Fence() {
+					t.Errorf("fence %d after the holder's %d", r.lease.Fence(), h.Fence())
+				}
+				_ = r.lease.Release(timeout(t, 5*time.Second))
+			case <-time.After(20 * time.Second):
+				t.Fatal("the waiter did not get the lock 20s after the release")
+			}
+		})
 	}
 }

@@ -50,7 +50,10 @@
 // paused) without its own-key watch having told it yet; taking over then
 // would make two holders. Such a handoff costs the holder's delete, one
 // watch event and one read. A waiter whose queue watch fails (no leader,
-// compaction) continues this way too.
+// compaction) continues this way too, and one whose read fails (no leader,
+// a lost connection) keeps its place and reads again at the next event or
+// poll; if its deadline then ends the wait, the error names the last
+// failed read.
 //
 // Both watches start at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only

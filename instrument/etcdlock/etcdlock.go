@@ -175,6 +175,22 @@ type acquirer struct {
 	// queuedAt is when queue put the entry, the lock value's queued_at_ms.
 	// Not the lease's start: a pooled lease started at its last renewal.
 	queuedAt time.Time
+	// readErr is the last queue read (recheck) that failed while the wait
+	// went on: no leader, a lost connection. A waiter keeps its place
+	// through such failures and reads again at the next poll or event; the
+	// error is told if the wait then ends at the caller's deadline.
+	readErr error
+}
+
+// readFailed reports whether err, from recheck, ended the wait (the
+// caller's context or the session ended) or is a failed read the wait goes
+// on after (then remembered for waitErr).
+func (a *acquirer) readFailed(ctx context.Context, err error) (ended bool) {
+	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil {
+		return true
+	}
+	a.readErr = err
+	return false
 }
 
 func (a *acquirer) startWaiting() {
@@ -371,7 +387,10 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 		resp, err := a.recheck(ctx, myRev, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		switch {
 		case err != nil:
-			return 0, true, err
+			if a.readFailed(ctx, err) {
+				return 0, true, err
+			}
+			continue // read again at the next poll or deletion
 		case resp.Succeeded:
 			rev, err := a.takeOver(ctx, myRev)
 			return rev, true, err
@@ -522,7 +541,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		resp, err := a.recheck(ctx, myRev, clientv3.WithLastCreate()...)
 		switch {
 		case err != nil:
-			return 0, err
+			if a.readFailed(ctx, err) {
+				return 0, err
+			}
+			continue // read again at the next poll or event
 		case resp.Succeeded:
 			return a.takeOver(ctx, myRev)
 		case ownGone(resp, myRev):
@@ -571,6 +593,9 @@ func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clie
 // our own session.
 func (a *acquirer) waitErr(ctx context.Context) error {
 	if err := storefail.Ended(ctx); err != nil {
+		if a.readErr != nil {
+			return fmt.Errorf("etcdlock: acquire %q: %w: %w (the last read of the queue failed: %v)", a.st.key, instrument.ErrNotAcquired, err, a.readErr)
+		}
 		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, err)
 	}
 	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.Context()))
