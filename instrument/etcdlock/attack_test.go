@@ -554,3 +554,48 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose client is closed under it stops waiting at once, with an
+// error, in both wait modes: no read can get through any more, so it must
+// not keep its place until its deadline.
+func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	for _, mode := range []struct {
+		name string
+		max  int64
+	}{{"queue watch", 16}, {"predecessor watch", 0}} {
+		t.Run(mode.name, func(t *testing.T) {
+			c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lh, lw := newLocker(t, admin), newLocker(t, c)
+			etcdlock.SetHeadWatchMax(lw, mode.max)
+			key := "client-closed-" + strings.ReplaceAll(mode.name, " ", "-")
+			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
+			got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithPollInterval(20*time.Millisecond))
+			deadline := time.Now().Add(10 * time.Second)
+			for etcdlock.Watching(lw) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter never started watching")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			_ = c.Close()
+			select {
+			case r := <-got:
+				if r.err == nil {
+					_ = r.lease.Release(timeout(t, 5*time.Second))
+					t.Fatal("the waiter got the lock through a closed client while it was held")
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the waiter was still waiting 20s after its client was closed")
+			}
+		})
+	}
+}

@@ -183,10 +183,11 @@ type acquirer struct {
 }
 
 // readFailed reports whether err, from recheck, ended the wait (the
-// caller's context or the session ended) or is a failed read the wait goes
-// on after (then remembered for waitErr).
+// caller's context or the session ended, or the client was closed: no read
+// will get through again) or is a failed read the wait goes on after (then
+// remembered for waitErr).
 func (a *acquirer) readFailed(ctx context.Context, err error) (ended bool) {
-	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil {
+	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil || a.l.c.Ctx().Err() != nil {
 		return true
 	}
 	a.readErr = err
