@@ -493,10 +493,7 @@ func (f *failingReads) intercept(ctx context.Context, method string, req, reply 
 func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	for _, mode := range []struct {
-		name string
-		max  int64
-	}{{"queue watch", 16}, {"predecessor watch", 0}} {
+	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			var f failingReads
 			c, err := clientv3.New(clientv3.Config{
@@ -509,21 +506,15 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Close() })
-			lh, lw := newLocker(t, admin), newLocker(t, c)
-			etcdlock.SetHeadWatchMax(lw, mode.max)
-			key := "read-fails-" + strings.ReplaceAll(mode.name, " ", "-")
+			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
+			key := "read-fails-" + mode.name
 			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := acquireInBackground(t, lw, key, 30*time.Second, instrument.WithPollInterval(20*time.Millisecond))
+			waitWatching(t, lw, 1)
 			deadline := time.Now().Add(10 * time.Second)
-			for etcdlock.Watching(lw) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter never started watching")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
 			f.on.Store(true)
 			for f.failed.Load() < 3 {
 				select {
@@ -561,31 +552,21 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	for _, mode := range []struct {
-		name string
-		max  int64
-	}{{"queue watch", 16}, {"predecessor watch", 0}} {
+	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lh, lw := newLocker(t, admin), newLocker(t, c)
-			etcdlock.SetHeadWatchMax(lw, mode.max)
-			key := "client-closed-" + strings.ReplaceAll(mode.name, " ", "-")
+			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
+			key := "client-closed-" + mode.name
 			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
 			got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithPollInterval(20*time.Millisecond))
-			deadline := time.Now().Add(10 * time.Second)
-			for etcdlock.Watching(lw) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the waiter never started watching")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitWatching(t, lw, 1)
 			_ = c.Close()
 			select {
 			case r := <-got:
