@@ -22,25 +22,10 @@ func TestWorkerIDs_EveryKind(t *testing.T) {
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
-			var s detectors.Store
-			var client any
-			var reg *workerid.Registry
-			var err error
 			// The test writes the instances' heartbeats itself; the registry's
 			// own heartbeat would add this test process as one more holder.
 			opts := []workerid.Option{workerid.WithTTL(time.Second), workerid.WithServiceRange("auth", 0, 9), workerid.WithoutHeartbeat()}
-			if backend == "redis" {
-				c := newRedis(t)
-				s, client = redisStore(t, c), c
-				reg, err = workerid.NewRedis(c, opts...)
-			} else {
-				c := newEtcd(t)
-				s, client = etcdStore(t, c), c
-				reg, err = workerid.NewEtcd(c, opts...)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, client, reg := registryOn(t, backend, opts...)
 			lease, err := reg.Claim(ctx, "auth")
 			if err != nil {
 				t.Fatal(err)
@@ -111,23 +96,8 @@ func TestWorkerIDs_AHandoverIsNoDuplicateButTwoLiveClaimantsAre(t *testing.T) {
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
-			var s detectors.Store
-			var client any
-			var reg *workerid.Registry
-			var err error
 			opts := []workerid.Option{workerid.WithTTL(time.Second), workerid.WithServiceRange("auth", 3, 3), workerid.WithoutHeartbeat()}
-			if backend == "redis" {
-				c := newRedis(t)
-				s, client = redisStore(t, c), c
-				reg, err = workerid.NewRedis(c, opts...)
-			} else {
-				c := newEtcd(t)
-				s, client = etcdStore(t, c), c
-				reg, err = workerid.NewEtcd(c, opts...)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, client, reg := registryOn(t, backend, opts...)
 			// new (this process) holds the slot; old's last beat predates
 			// new's claim.
 			lease, err := reg.Claim(ctx, "auth")
@@ -166,4 +136,28 @@ func TestWorkerIDs_AHandoverIsNoDuplicateButTwoLiveClaimantsAre(t *testing.T) {
 			}
 		})
 	}
+}
+
+// registryOn starts a store of backend ("redis" or "etcd") and returns the
+// detectors' view of it, the client heartbeats are written with, and a
+// WorkerID registry on it.
+func registryOn(t *testing.T, backend string, opts ...workerid.Option) (detectors.Store, any, *workerid.Registry) {
+	t.Helper()
+	var s detectors.Store
+	var client any
+	var reg *workerid.Registry
+	var err error
+	if backend == "redis" {
+		c := newRedis(t)
+		s, client = redisStore(t, c), c
+		reg, err = workerid.NewRedis(c, opts...)
+	} else {
+		c := newEtcd(t)
+		s, client = etcdStore(t, c), c
+		reg, err = workerid.NewEtcd(c, opts...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, client, reg
 }
