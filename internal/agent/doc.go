@@ -64,7 +64,9 @@
 //     logged with the key, pattern and holder. A lock found gone by the
 //     delete itself answers 410 and is logged too: on Redis that is also
 //     what a resent delete sees after its first run deleted the lock (its
-//     reply lost), so the audit log misses no deletion.
+//     reply lost), so the audit log misses no deletion. On etcd, K is the
+//     lock key of etcdlock's entries, or, for an entry another writer put
+//     under the prefix, its whole etcd key, as the immortal finding names it.
 //
 // # Failure modes
 //

@@ -210,8 +210,9 @@ func (a *Agent) deleteImmortal(ctx context.Context, s *store, key string) (Lock,
 	return l, n == 1, err
 }
 
-// deleteImmortalEtcd deletes the holder's entry of key if it has no lease
-// and is unchanged since it was read.
+// deleteImmortalEtcd deletes the holder's entry of key (or, for an entry
+// not written by etcdlock, the entry named key) if it has no lease and is
+// unchanged since it was read.
 func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (Lock, bool, error) {
 	pfx := etcdlock.DefaultPrefix + key + "\x00"
 	resp, err := s.etcd.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
@@ -219,7 +220,19 @@ func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (L
 		return Lock{}, false, err
 	}
 	if len(resp.Kvs) == 0 {
-		return Lock{}, false, errNoLock
+		// An entry another writer put under the prefix (not etcdlock's
+		// "key NUL lease" layout) is a lock of its own to the detectors,
+		// named by its whole etcd key: that is the key their immortal
+		// finding, and the console's button, sends.
+		if _, _, ok := etcdlock.ParseQueueKey(etcdlock.DefaultPrefix, key); ok || !strings.HasPrefix(key, etcdlock.DefaultPrefix) {
+			return Lock{}, false, errNoLock
+		}
+		if resp, err = s.etcd.Get(ctx, key); err != nil {
+			return Lock{}, false, err
+		}
+		if len(resp.Kvs) == 0 {
+			return Lock{}, false, errNoLock
+		}
 	}
 	kv := resp.Kvs[0]
 	l := Lock{Store: s.name, Key: key, Holder: etcdlock.DecodeValue(kv.Value), Fence: uint64(kv.CreateRevision), TTL: NoTTL}

@@ -5,12 +5,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
@@ -147,6 +150,61 @@ func TestRemediation_Etcd_DeletesAnEntryWithoutLeaseOnly(t *testing.T) {
 	}
 	if resp, _ := ec.Get(ctx, immortal); len(resp.Kvs) != 0 {
 		t.Error("the entry without lease is still there")
+	}
+}
+
+// TestRemediation_Etcd_AnEntryOfAnotherWriterIsDeletedByItsFindingsKey: an
+// entry another writer put under the lock prefix, without a lease, is an
+// immortal lock to the detectors, named by its whole etcd key; the
+// console's button sends that key. It answered 404 ("no lock") while the
+// finding stayed. Now it is deleted; one with a lease is refused (409).
+func TestRemediation_Etcd_AnEntryOfAnotherWriterIsDeletedByItsFindingsKey(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	foreign, leased := etcdlock.DefaultPrefix+"orders/42", etcdlock.DefaultPrefix+"orders/43"
+	if _, err := ec.Put(ctx, foreign, `{"owner":"another library"}`); err != nil {
+		t.Fatal(err)
+	}
+	g, err := ec.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ec.Put(ctx, leased, "x", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("agent")
+	cfg.Etcd = e.Endpoints()
+	cfg.RemediationToken = "t0k"
+	a := start(t, cfg)
+	var key string
+	waitFor(t, "the immortal finding of the foreign entry", func() bool {
+		for _, f := range findings(t, a).Findings {
+			if f.Kind == detectors.KindImmortal {
+				key = f.Key
+				return true
+			}
+		}
+		return false
+	})
+	if key != foreign {
+		t.Fatalf("the finding names %q, want %q", key, foreign)
+	}
+	if code, body := del(t, a, "key="+url.QueryEscape(leased), "t0k"); code != 409 {
+		t.Errorf("leased foreign entry: %d %s, want 409", code, body)
+	}
+	if code, body := del(t, a, "key="+url.QueryEscape(key), "t0k"); code != 200 {
+		t.Fatalf("foreign immortal entry: %d %s, want 200", code, body)
+	}
+	if resp, _ := ec.Get(ctx, foreign); len(resp.Kvs) != 0 {
+		t.Error("the foreign entry is still there")
+	}
+	if resp, _ := ec.Get(ctx, leased); len(resp.Kvs) != 1 {
+		t.Error("the leased foreign entry was deleted")
+	}
+	if code, body := del(t, a, "key="+url.QueryEscape(key), "t0k"); code != 404 {
+		t.Errorf("deleted again: %d %s, want 404", code, body)
 	}
 }
 
