@@ -118,11 +118,19 @@
 //     A Claim that fails after its claim may have taken the slot (the reply lost or late,
 //     its context ended, on etcd the high-water raise failed after the slot was created)
 //     releases the slot by that claim's own token, owner-checked, on a fresh context of
-//     at most a second (on Redis release.lua with the mark kept, on etcd a revoke of the
-//     claim's grant), so that a retry does not collide with its own process; the retry
-//     waits for the mark the failed claim may have reserved, at most one TTL. If that
-//     release fails too, the Registry's next Claim sends it again before claiming (for
-//     the last 16 failed claims). Still held for up to a TTL: a slot whose claim request
+//     at most a second, so that a retry does not collide with its own process. On Redis
+//     release.lua puts the mark back to the floor the claim found (the slot's value
+//     records it; nothing was issued under the claim), so that failed claims retried one
+//     after another do not push the mark a TTL further each; on etcd the claim's grant is
+//     revoked and the mark stays as the claim may have raised it (the retry waits for it,
+//     at most one TTL). The same holds for a Claim that took the slot but failed waiting
+//     for the floor. If that release fails too, the Registry's next Claim sends it again
+//     before claiming (for the last 16 failed claims). A live lease's re-claim of its
+//     vanished slot that fails is not released on Redis: if it took the slot, the slot is
+//     under the lease's own token, and the next renewal finds it there and takes the
+//     floor the re-claim recorded (a release could arrive late, after that renewal, and
+//     lower the mark under IDs issued). A Release never sets the mark below the floor the
+//     slot's claim recorded. Still held for up to a TTL: a slot whose claim request
 //     reaches the store after its release (delayed in flight), and a slot claimed by one
 //     Registry and retried through another. A lost renewal reply is a failed renewal
 //     (retried; the generator stops at ValidUntil if none gets through); a Release whose

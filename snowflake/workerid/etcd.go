@@ -88,8 +88,11 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 }
 
 // abandon revokes the grant of l's failed claim, which deletes the slot key if the claim
-// created it; the mark stays as the claim may have raised it.
-func (b *etcdBackend) abandon(ctx context.Context, l *leaseState) error {
+// created it; the mark stays as the claim may have raised it. A live lease's re-claim
+// (reclaim) is abandoned the same way: its slot would be under a grant and create
+// revision the lease does not know, which the next renewal would take for another
+// owner's.
+func (b *etcdBackend) abandon(ctx context.Context, l *leaseState, _ bool) error {
 	if l.etcdLease == 0 {
 		return nil // no grant: nothing was taken
 	}
@@ -147,19 +150,22 @@ func (b *etcdBackend) raise(ctx context.Context, l *leaseState, want int64) (ren
 	}
 }
 
-func (b *etcdBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {
+// renew keeps the slot's grant alive and raises the mark. etcd records no floor with the
+// slot (0): a re-claim that committed with its reply lost is abandoned, or found under
+// another create revision (stolen).
+func (b *etcdBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, int64, time.Duration, error) {
 	ka, err := b.c.KeepAliveOnce(ctx, clientv3.LeaseID(l.etcdLease))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return missing, 0, 0, nil
+		return missing, 0, 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	st, reserve, err := b.raise(ctx, l, b.cfg.wall().UnixMilli()+b.cfg.ttl.Milliseconds())
 	if err != nil || st != renewed {
-		return st, 0, 0, err
+		return st, 0, 0, 0, err
 	}
-	return renewed, reserve, time.Duration(ka.TTL) * time.Second, nil
+	return renewed, reserve, 0, time.Duration(ka.TTL) * time.Second, nil
 }
 
 func (b *etcdBackend) release(ctx context.Context, l *leaseState, lastUsed int64) error {

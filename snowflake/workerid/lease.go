@@ -158,11 +158,14 @@ func (s *leaseState) renewOnce(ctx context.Context) (ok bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, cfg.renewTimeout)
 	defer cancel()
 	sent := time.Now()
-	st, reserve, ttl, err := s.reg.b.renew(rctx, s)
+	st, reserve, floor, ttl, err := s.reg.b.renew(rctx, s)
 	switch {
 	case err != nil:
 		return false, nil // the generator stops on its own at ValidUntil
 	case st == renewed:
+		// The slot's recorded floor is above s.floor only after a re-claim whose reply
+		// was lost (see renew.lua): the floor that re-claim found must be waited for.
+		s.floor = max(s.floor, floor)
 		s.confirm(sent, ttl, reserve)
 		return true, nil
 	case st == stolen:
@@ -171,7 +174,7 @@ func (s *leaseState) renewOnce(ctx context.Context) (ok bool, err error) {
 	// The slot vanished: claim it again, above whatever high-water mark is there now (on
 	// Redis, one TTL ahead when the mark vanished with it).
 	old := s.floor
-	floor, reserve, _, err := s.reg.claim(rctx, s)
+	floor, reserve, _, err = s.reg.claim(rctx, s, true)
 	switch {
 	case errors.Is(err, ErrCollision):
 		return false, fmt.Errorf("%w: worker id %d: %w", ErrTakenOver, s.claim.WorkerID, err)

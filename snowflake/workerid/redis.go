@@ -64,27 +64,42 @@ func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, 
 	return floor, reserve, nil
 }
 
-// abandon releases the slot if l's failed claim took it: release.lua is owner-checked, so
-// it never deletes another owner's slot, and with lastUsed 0 it keeps the mark the claim
-// may have raised.
-func (b *redisBackend) abandon(ctx context.Context, l *leaseState) error {
-	return b.release(ctx, l, 0)
+// abandon undoes a failed claim of l.
+//
+// A Claim's: release.lua, owner-checked (it never deletes another owner's slot), deletes
+// the slot if the claim took it and puts the mark back to the floor the claim found
+// (recorded in the slot's value): nothing was issued under the claim, and a mark left at
+// its reservation would put every retry's floor a TTL further ahead.
+//
+// A live lease's re-claim of its vanished slot (reclaim): nothing. The slot, if the
+// claim took it, is under the lease's own token, and the next renewal finds it there and
+// takes the floor the claim recorded (renew.lua). A release here could arrive late, after
+// such a renewal let the generator issue, and must then not lower the mark.
+func (b *redisBackend) abandon(ctx context.Context, l *leaseState, reclaim bool) error {
+	if reclaim {
+		return nil
+	}
+	return b.release(ctx, l, -1)
 }
 
-func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, time.Duration, error) {
+func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, int64, time.Duration, error) {
 	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey},
 		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
+		if len(res) != 3 {
+			return 0, 0, 0, 0, fmt.Errorf("workerid: redis renew: unexpected reply %v", res)
+		}
 		reserve, _ := res[1].(int64)
-		return renewed, reserve, b.cfg.ttl, nil
+		floor, _ := res[2].(int64)
+		return renewed, reserve, floor, b.cfg.ttl, nil
 	case 0:
-		return missing, 0, 0, nil
+		return missing, 0, 0, 0, nil
 	default:
-		return stolen, 0, 0, nil
+		return stolen, 0, 0, 0, nil
 	}
 }
 

@@ -39,14 +39,17 @@ type backend interface {
 	// persisted high-water mark (floor) and the new reservation it persisted, both Unix ms.
 	claim(ctx context.Context, s *leaseState) (floor, reserve int64, err error)
 	// renew extends a held slot. status is renewed, missing (slot gone, may be
-	// re-claimed) or stolen (another owner holds it).
-	renew(ctx context.Context, s *leaseState) (st renewStatus, reserve int64, ttl time.Duration, err error)
+	// re-claimed) or stolen (another owner holds it). floor is the floor the slot records
+	// for s's token (0 where the store records none): above s.floor only when a re-claim
+	// of s took the slot but its reply was lost.
+	renew(ctx context.Context, s *leaseState) (st renewStatus, reserve, floor int64, ttl time.Duration, err error)
 	// release deletes the slot if s still holds it and lowers the high-water mark to
 	// lastUsed (Unix ms) when that is known (non-zero).
 	release(ctx context.Context, s *leaseState, lastUsed int64) error
-	// abandon undoes, owner-checked, what a failed claim of s may have taken, keeping the
-	// high-water mark.
-	abandon(ctx context.Context, s *leaseState) error
+	// abandon undoes, owner-checked, what a failed claim of s may have taken. reclaim is
+	// true for a live lease's claim of its vanished slot (renewOnce), false for a Claim's,
+	// under whose token nothing was ever issued.
+	abandon(ctx context.Context, s *leaseState, reclaim bool) error
 	name() string
 }
 
@@ -171,7 +174,8 @@ func WithHighWaterTTL(d time.Duration) Option { return optionFunc(func(c *config
 // holder with the longer TTL, whose lease is valid on its side for up to that TTL, has
 // stopped. Such a claim waits that long. The default, 0, is this Registry's own TTL. etcd
 // does not lose the mark (a missing mark means never used), so there it does not change
-// the floor; on both stores Claim waits for a floor up to two of these TTLs ahead.
+// the floor; on both stores Claim waits for a floor up to two of these TTLs ahead. d must
+// not exceed the high-water TTL (WithHighWaterTTL), which bounds every peer's TTL.
 func WithMaxPeerTTL(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxPeerTTL = d })
 }
@@ -199,6 +203,11 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: max peer TTL %s, want >= 0 (0: this registry's own TTL)", ErrInvalid, c.maxPeerTTL)
 	case c.hwTTL < c.ttl:
 		return c, fmt.Errorf("%w: high-water TTL %s shorter than the lease TTL %s", ErrInvalid, c.hwTTL, c.ttl)
+	case c.hwTTL < c.maxPeerTTL:
+		// A peer's TTL is bounded by the high-water TTL as this one's is (the peers share
+		// the marks); a longer one is a mistake, and would put a lost mark's floor that
+		// far ahead, for every later holder of the WorkerID.
+		return c, fmt.Errorf("%w: max peer TTL %s longer than the high-water TTL %s", ErrInvalid, c.maxPeerTTL, c.hwTTL)
 	case c.prefix == "":
 		return c, fmt.Errorf("%w: empty key prefix", ErrInvalid)
 	}
@@ -260,8 +269,9 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // *snowflake.ClockBackwardsError until the clock catches up.
 //
 // A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
-// ended) releases the slot by its own token, so that a retry does not collide with it; if
-// that release fails too, the Registry's next Claim sends it again first.
+// ended, or waiting for the floor) releases the slot by its own token, so that a retry does
+// not collide with it; if that release fails too, the Registry's next Claim sends it again
+// first.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
@@ -310,6 +320,11 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 				rctx, cancel := context.WithTimeout(context.Background(), r.cfg.renewTimeout)
 				rerr := l.Release(rctx)
 				cancel()
+				if rerr != nil {
+					// Nothing was issued under it: the next Claim abandons it, as any
+					// failed claim.
+					r.orphan(ls)
+				}
 				return nil, errors.Join(err, rerr)
 			}
 			return l, nil
@@ -329,7 +344,7 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 
 func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 	sent := time.Now()
-	floor, reserve, abandoned, err := r.claim(ctx, s)
+	floor, reserve, abandoned, err := r.claim(ctx, s, false)
 	if err != nil {
 		if !abandoned {
 			r.orphan(s)
@@ -347,8 +362,8 @@ func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
 // high-water raise. The slot is then held under s's token, which nobody renews or
 // releases, and this process's next Claim (a new token) would collide with it for a TTL.
 // So claim abandons it, owner-checked, on a fresh context (ctx may be why the claim
-// failed), and reports whether that got through.
-func (r *Registry) claim(ctx context.Context, s *leaseState) (floor, reserve int64, abandoned bool, err error) {
+// failed), and reports whether that got through. reclaim: see backend.abandon.
+func (r *Registry) claim(ctx context.Context, s *leaseState, reclaim bool) (floor, reserve int64, abandoned bool, err error) {
 	floor, reserve, err = r.b.claim(ctx, s)
 	if err == nil {
 		return floor, reserve, false, nil
@@ -358,7 +373,7 @@ func (r *Registry) claim(ctx context.Context, s *leaseState) (floor, reserve int
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	return 0, 0, r.b.abandon(actx, s) == nil, err
+	return 0, 0, r.b.abandon(actx, s, reclaim) == nil, err
 }
 
 // orphan keeps a failed claim whose abandon failed too, for the next Claim to abandon.
@@ -380,7 +395,7 @@ func (r *Registry) abandonOrphans(ctx context.Context) {
 	r.mu.Unlock()
 	for _, s := range orphans {
 		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		err := r.b.abandon(actx, s)
+		err := r.b.abandon(actx, s, false)
 		cancel()
 		if err != nil {
 			r.orphan(s)
@@ -398,7 +413,7 @@ func (r *Registry) awaitFloor(ctx context.Context, s *leaseState) error {
 			return fmt.Errorf("workerid: worker id %d: %w", s.claim.WorkerID, st.Err)
 		}
 		d := time.UnixMilli(st.FloorUnixMilli + 1).Sub(r.cfg.wall())
-		if d <= 0 || d > 2*r.cfg.longestTTL() {
+		if longest := r.cfg.longestTTL(); d <= 0 || d-longest > longest { // d > 2*longest, without overflow
 			return nil
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {

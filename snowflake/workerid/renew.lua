@@ -2,7 +2,11 @@
 -- reservation.
 -- KEYS[1] slot key, KEYS[2] high-water key
 -- ARGV[1] owner token, ARGV[2] TTL ms, ARGV[3] caller's clock, Unix ms, ARGV[4] high-water TTL ms
--- Returns {1, reserve} when renewed, {0} when the slot is gone, {-1} when another owner holds it.
+-- Returns {1, reserve, floor} when renewed, {0} when the slot is gone, {-1} when another
+-- owner holds it. floor is the one the slot's value records (claim.lua): the first claim's,
+-- which the holder already has, or that of a re-claim after the slot vanished whose reply
+-- was lost (and its release with it), which the holder must wait for: on a mark the store
+-- lost, the previous holder's lease runs until then.
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return {0}
@@ -15,4 +19,4 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local floor = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local reserve = math.max(floor, tonumber(ARGV[3]) + tonumber(ARGV[2]))
 redis.call('SET', KEYS[2], string.format('%d', reserve), 'PX', ARGV[4])
-return {1, reserve}
+return {1, reserve, tonumber(v.floor) or 0}
