@@ -580,3 +580,68 @@ func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose read of the queue fails right at the holder's release (no
+// leader for a moment) must still take the lock once reads work again: the
+// release is its turn, and the poll is only a fallback (doc.go). Both wait
+// modes read again only at the next event or poll, and the release was the
+// last event: a waiter watching its predecessor sees no further event on the
+// deleted entry, and a waiter watching the whole queue whose first read
+// failed skips every deletion until a read succeeds. With a long poll the
+// lock stays free, and everyone queued behind the waiter stays queued, until
+// the waiter's deadline.
+func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			var f failingReads
+			c, err := clientv3.New(clientv3.Config{
+				Endpoints:   e.Endpoints(),
+				DialTimeout: 2 * time.Second,
+				Logger:      zap.NewNop(),
+				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
+			key := "read-fails-at-release-" + mode.name
+			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.on.Store(true)
+			got := acquireInBackground(t, lw, key, 20*time.Second, watchOnly...)
+			for queueLen(t, admin, lh, key) != 2 {
+				time.Sleep(2 * time.Millisecond)
+			}
+			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// The waiter's read after the release (or its first read of
+			// the queue) fails; then reads work again.
+			deadline := time.Now().Add(10 * time.Second)
+			for f.failed.Load() < 1 {
+				if time.Now().After(deadline) {
+					t.Fatal("no read of the queue failed in 10s")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			f.on.Store(false)
+			select {
+			case r := <-got:
+				if r.err != nil {
+					t.Fatalf("the waiter gave up with the lock free since its release: %v", r.err)
+				}
+				if r.lease.Fence() <= h.Fence() {
+					t.Errorf("fence %d after the holder's %d", r.lease.Fence(), h.Fence())
+				}
+				_ = r.lease.Release(timeout(t, 5*time.Second))
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the waiter still waits 5s after reads work again, the lock free since the release (%d reads failed; poll interval 1 h)", f.failed.Load())
+			}
+		})
+	}
+}

@@ -51,9 +51,11 @@
 // would make two holders. Such a handoff costs the holder's delete, one
 // watch event and one read. A waiter whose queue watch fails (no leader,
 // compaction) continues this way too, and one whose read fails (no leader,
-// a lost connection) keeps its place and reads again at the next event or
-// poll; if its deadline then ends the wait, the error names the last
-// failed read.
+// a lost connection) keeps its place and reads again after a back-off
+// (20 ms doubling to 500 ms, with jitter), or sooner at the next event or
+// poll: the failed read may have been the one its turn asked for, and no
+// event need follow it. If its deadline then ends the wait, the error names
+// the last failed read.
 //
 // Both watches start at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only

@@ -177,21 +177,54 @@ type acquirer struct {
 	queuedAt time.Time
 	// readErr is the last queue read (recheck) that failed while the wait
 	// went on: no leader, a lost connection. A waiter keeps its place
-	// through such failures and reads again at the next poll or event; the
-	// error is told if the wait then ends at the caller's deadline.
+	// through such failures and reads again after readRetry's back-off (or
+	// sooner, at the next poll or event); the error is told if the wait
+	// then ends at the caller's deadline.
 	readErr error
+	// readFails counts the reads that failed in a row: the attempt number
+	// of readRetry's back-off.
+	readFails int
 }
+
+// readRetry is the back-off between reads of the queue that keep failing.
+// A failed read may have been the one that the last event (the release that
+// was our turn) asked for, and no later event need come: without a retry of
+// its own the waiter would read again only at its next poll, sitting on a
+// free lock, with everyone queued behind it, for up to a poll interval. The
+// first retry comes soon, as a leader election or a reconnection is often
+// over in tens of milliseconds. Every read restarts the poll, so the retries
+// replace polls rather than add to them; the cap (half the default poll
+// interval) bounds a long outage to two reads a second per waiter, and the
+// jitter keeps waiters that failed together from retrying together.
+var readRetry = instrument.ExponentialBackoff(20*time.Millisecond, instrument.DefaultPollInterval/2)
 
 // readFailed reports whether err, from recheck, ended the wait (the
 // caller's context or the session ended, or the client was closed: no read
 // will get through again) or is a failed read the wait goes on after (then
-// remembered for waitErr).
-func (a *acquirer) readFailed(ctx context.Context, err error) (ended bool) {
+// remembered for waitErr, and retry is set to read again after the next
+// back-off delay).
+func (a *acquirer) readFailed(ctx context.Context, err error, retry *time.Timer) (ended bool) {
 	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil || a.l.c.Ctx().Err() != nil {
 		return true
 	}
 	a.readErr = err
+	a.readFails++
+	retry.Reset(readRetry.Delay(a.readFails))
 	return false
+}
+
+// readWorked ends a run of failed reads: the next failure backs off from
+// the start again.
+func (a *acquirer) readWorked(retry *time.Timer) {
+	a.readFails = 0
+	retry.Stop()
+}
+
+// newRetryTimer returns a stopped timer for readFailed to set.
+func newRetryTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 func (a *acquirer) startWaiting() {
@@ -342,6 +375,8 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 	defer wcancel()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
+	retry := newRetryTimer()
+	defer retry.Stop()
 	var (
 		ahead      = map[string]struct{}{} // entries older than ours as of readRev
 		readRev    int64                   // 0 until the first read
@@ -359,7 +394,8 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 				if readRev == 0 {
 					// Before the first read the entries ahead are not known,
 					// and an empty set must not read as "none left". (The
-					// read follows the created response, which comes first.)
+					// read follows the created response, which comes first;
+					// if it failed, the retry reads.)
 					continue
 				}
 				for _, ev := range wr.Events {
@@ -379,6 +415,7 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 				return rev, true, err
 			}
 		case <-poll.C:
+		case <-retry.C:
 		case <-ctx.Done():
 			return 0, true, a.waitErr(ctx)
 		case <-st.Context().Done():
@@ -386,12 +423,14 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 		}
 		poll.Reset(a.cfg.PollInterval)
 		resp, err := a.recheck(ctx, myRev, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		switch {
-		case err != nil:
-			if a.readFailed(ctx, err) {
+		if err != nil {
+			if a.readFailed(ctx, err, retry) {
 				return 0, true, err
 			}
-			continue // read again at the next poll or deletion
+			continue // read again at the retry, or the next poll or deletion
+		}
+		a.readWorked(retry)
+		switch {
 		case resp.Succeeded:
 			rev, err := a.takeOver(ctx, myRev)
 			return rev, true, err
@@ -485,6 +524,10 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 	defer func() { wcancel() }()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
+	// A failed read leaves the watch on pred, which may be deleted already
+	// (the release we failed to read after): the retry reads again.
+	retry := newRetryTimer()
+	defer retry.Stop()
 	for {
 		if watched != string(pred.Key) {
 			// A watch from the current revision is synced at once; one from
@@ -528,6 +571,8 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 			}
 		case <-poll.C:
 			recheck = true
+		case <-retry.C:
+			recheck = true
 		case <-ctx.Done():
 			return 0, a.waitErr(ctx)
 		case <-st.Context().Done():
@@ -540,12 +585,14 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		// Our turn if our entry still exists and none older is left. Read
 		// only: the acquisition time is written after the handoff.
 		resp, err := a.recheck(ctx, myRev, clientv3.WithLastCreate()...)
-		switch {
-		case err != nil:
-			if a.readFailed(ctx, err) {
+		if err != nil {
+			if a.readFailed(ctx, err, retry) {
 				return 0, err
 			}
-			continue // read again at the next poll or event
+			continue // read again at the retry, or the next poll or event
+		}
+		a.readWorked(retry)
+		switch {
 		case resp.Succeeded:
 			return a.takeOver(ctx, myRev)
 		case ownGone(resp, myRev):
