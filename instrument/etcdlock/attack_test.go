@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -472,18 +473,27 @@ func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
 
 // failingReads fails the read-only transactions (a waiter's re-check of the
 // queue) with "no leader" while on, as a member that lost its leader does,
-// and counts them.
+// and counts them, and those that went through (passed).
 type failingReads struct {
 	on     atomic.Bool
 	failed atomic.Int64
+	passed atomic.Int64
 }
 
 func (f *failingReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if tr, ok := req.(*etcdserverpb.TxnRequest); ok && f.on.Load() && len(tr.Success) == 0 {
+	tr, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok || len(tr.Success) != 0 {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	if f.on.Load() {
 		f.failed.Add(1)
 		return rpctypes.ErrGRPCNoLeader
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if err == nil {
+		f.passed.Add(1)
+	}
+	return err
 }
 
 // A waiter whose read of the queue fails (no leader, a lost connection)
@@ -643,5 +653,69 @@ func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *t
 				t.Fatalf("the waiter still waits 5s after reads work again, the lock free since the release (%d reads failed; poll interval 1 h)", f.failed.Load())
 			}
 		})
+	}
+}
+
+// A waiter that gives up at its deadline names the failed read of the queue
+// that may have kept it from its turn, but only if reads still failed then:
+// after a read that worked, an outage long over is not why it gave up, and
+// naming it would send an operator after the wrong cause.
+func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	for _, mode := range waitModes[:2] {
+		for _, stillFailing := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/still-failing=%t", mode.name, stillFailing), func(t *testing.T) {
+				var f failingReads
+				c, err := clientv3.New(clientv3.Config{
+					Endpoints:   e.Endpoints(),
+					DialTimeout: 2 * time.Second,
+					Logger:      zap.NewNop(),
+					DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
+				key := fmt.Sprintf("deadline-names-read-%s-%t", mode.name, stillFailing)
+				h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
+				got := acquireInBackground(t, lw, key, 3*time.Second, instrument.WithPollInterval(20*time.Millisecond))
+				waitWatching(t, lw, 1)
+				// Both happen within a few polls, long before the deadline.
+				deadline := time.Now().Add(2 * time.Second)
+				f.on.Store(true)
+				for f.failed.Load() < 1 {
+					if time.Now().After(deadline) {
+						t.Fatal("no read of the queue failed in 2s")
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				if !stillFailing {
+					f.on.Store(false)
+					for passed := f.passed.Load(); f.passed.Load() == passed; {
+						if time.Now().After(deadline) {
+							t.Fatal("no read of the queue worked in 2s after reads failed")
+						}
+						time.Sleep(2 * time.Millisecond)
+					}
+				}
+				r := <-got
+				if r.err == nil {
+					_ = r.lease.Release(timeout(t, 5*time.Second))
+					t.Fatal("the waiter got the lock while it was held")
+				}
+				if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.DeadlineExceeded) {
+					t.Fatalf("%v, want ErrNotAcquired with DeadlineExceeded", r.err)
+				}
+				if named := strings.Contains(r.err.Error(), rpctypes.ErrNoLeader.Error()); named != stillFailing {
+					t.Errorf("%v: names the failed read %t, want %t", r.err, named, stillFailing)
+				}
+			})
+		}
 	}
 }

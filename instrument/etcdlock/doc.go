@@ -54,8 +54,8 @@
 // a lost connection) keeps its place and reads again after a back-off
 // (20 ms doubling to 500 ms, with jitter), or sooner at the next event or
 // poll: the failed read may have been the one its turn asked for, and no
-// event need follow it. If its deadline then ends the wait, the error names
-// the last failed read.
+// event need follow it. If its deadline ends the wait while reads still
+// fail, the error names the last failed read.
 //
 // Both watches start at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only

@@ -179,7 +179,8 @@ type acquirer struct {
 	// went on: no leader, a lost connection. A waiter keeps its place
 	// through such failures and reads again after readRetry's back-off (or
 	// sooner, at the next poll or event); the error is told if the wait
-	// then ends at the caller's deadline.
+	// then ends at the caller's deadline, unless a read worked since: an
+	// outage long over did not keep the waiter from its turn.
 	readErr error
 	// readFails counts the reads that failed in a row: the attempt number
 	// of readRetry's back-off.
@@ -214,9 +215,9 @@ func (a *acquirer) readFailed(ctx context.Context, err error, retry *time.Timer)
 }
 
 // readWorked ends a run of failed reads: the next failure backs off from
-// the start again.
+// the start again, and a deadline is no longer blamed on them.
 func (a *acquirer) readWorked(retry *time.Timer) {
-	a.readFails = 0
+	a.readErr, a.readFails = nil, 0
 	retry.Stop()
 }
 
