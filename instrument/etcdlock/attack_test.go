@@ -719,3 +719,69 @@ func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
 		}
 	}
 }
+
+// A waiter whose context ends while a read of the queue fails returns
+// ErrNotAcquired wrapping the context's cause, in both wait modes, as any
+// waiter whose context ended does, never the read's bare transport error:
+// the caller matches a give-up with errors.Is, whichever request its end
+// cut short.
+func TestAcquire_AWaiterWhoseContextEndsAsAReadFailsGetsErrNotAcquiredWithTheCause(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	cause := errors.New("caller gone")
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(timeout(t, 30*time.Second))
+			defer cancel(nil)
+			var armed atomic.Bool
+			// The read fails and the caller's context ends before the
+			// waiter sees the failure.
+			endingRead := func(rctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if tr, ok := req.(*etcdserverpb.TxnRequest); ok && len(tr.Success) == 0 && armed.Load() {
+					cancel(cause)
+					return rpctypes.ErrGRPCNoLeader
+				}
+				return invoker(rctx, method, req, reply, cc, opts...)
+			}
+			c, err := clientv3.New(clientv3.Config{
+				Endpoints:   e.Endpoints(),
+				DialTimeout: 2 * time.Second,
+				Logger:      zap.NewNop(),
+				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(endingRead)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
+			key := "ctx-ends-as-read-fails-" + mode.name
+			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
+			got := make(chan acquired, 1)
+			go func() {
+				lease, err := lw.Acquire(ctx, key, instrument.WithPollInterval(20*time.Millisecond))
+				got <- acquired{lease, err}
+			}()
+			waitWatching(t, lw, 1)
+			armed.Store(true)
+			select {
+			case r := <-got:
+				if r.err == nil {
+					_ = r.lease.Release(timeout(t, 5*time.Second))
+					t.Fatal("the waiter got the lock while it was held")
+				}
+				if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, cause) {
+					t.Fatalf("%v, want ErrNotAcquired wrapping the context's cause", r.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter still waits 10s after its context ended")
+			}
+			if n := queueLen(t, admin, lh, key); n != 1 {
+				t.Errorf("%d entries in the queue, want the holder's only", n)
+			}
+		})
+	}
+}

@@ -199,19 +199,25 @@ type acquirer struct {
 // jitter keeps waiters that failed together from retrying together.
 var readRetry = instrument.ExponentialBackoff(20*time.Millisecond, instrument.DefaultPollInterval/2)
 
-// readFailed reports whether err, from recheck, ended the wait (the
-// caller's context or the session ended, or the client was closed: no read
-// will get through again) or is a failed read the wait goes on after (then
-// remembered for waitErr, and retry is set to read again after the next
-// back-off delay).
-func (a *acquirer) readFailed(ctx context.Context, err error, retry *time.Timer) (ended bool) {
-	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil || a.l.c.Ctx().Err() != nil {
-		return true
+// readFailed returns the error that ends the wait after err, a failed
+// recheck, or nil for a failed read the wait goes on after (then remembered
+// for waitErr, and retry is set to read again after the next back-off
+// delay). A wait whose context or session has ended returns waitErr, as
+// every other ended wait does, whatever the read's own error: this is the
+// one place that decides, so a deadline that passes while the read fails
+// cannot slip out as a bare transport error. A closed client ends the wait
+// with the read's error: no read will get through again.
+func (a *acquirer) readFailed(ctx context.Context, err error, retry *time.Timer) error {
+	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil {
+		return a.waitErr(ctx)
+	}
+	if a.l.c.Ctx().Err() != nil {
+		return err
 	}
 	a.readErr = err
 	a.readFails++
 	retry.Reset(readRetry.Delay(a.readFails))
-	return false
+	return nil
 }
 
 // readWorked ends a run of failed reads: the next failure backs off from
@@ -425,7 +431,7 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 		poll.Reset(a.cfg.PollInterval)
 		resp, err := a.recheck(ctx, myRev, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			if a.readFailed(ctx, err, retry) {
+			if err := a.readFailed(ctx, err, retry); err != nil {
 				return 0, true, err
 			}
 			continue // read again at the retry, or the next poll or deletion
@@ -458,6 +464,7 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 // recheck reads, in one read-only transaction, whether our entry (create
 // revision myRev) is the oldest in the queue. If not, its responses are our
 // entry (keys only) and the entries ahead of ours as aheadOpts select them.
+// Its error is the read's; readFailed decides what it means for the wait.
 func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
 	st := a.st
 	resp, err := a.l.c.Txn(ctx).If(
@@ -468,9 +475,6 @@ func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...client
 		clientv3.OpGet(st.pfx, append(aheadOpts, clientv3.WithMaxCreateRev(myRev-1))...),
 	).Commit()
 	if err != nil {
-		if storefail.Ended(ctx) != nil || st.Context().Err() != nil {
-			return nil, a.waitErr(ctx)
-		}
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
 	}
 	a.attempted(resp.Succeeded)
@@ -587,7 +591,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 		// only: the acquisition time is written after the handoff.
 		resp, err := a.recheck(ctx, myRev, clientv3.WithLastCreate()...)
 		if err != nil {
-			if a.readFailed(ctx, err, retry) {
+			if err := a.readFailed(ctx, err, retry); err != nil {
 				return 0, err
 			}
 			continue // read again at the retry, or the next poll or event
