@@ -24,8 +24,10 @@
 // Each beat, on a timer goroutine, its round trips to the store bounded by
 // the timeout (default half the interval, at most 2s; encoding the beat is
 // not charged to it; the clock samples get at most half of it, so that the
-// write always has the rest), measures the clock and writes the heartbeat
-// with a TTL of three intervals (Redis SET PX; an etcd lease, rounded up to
+// write always has the rest, and a sample starts only while that half has
+// 1.5 times the last round trip left, so that no sample is cut mid-read
+// and costs the write its connection), measures the clock and writes the
+// heartbeat with a TTL of three intervals (Redis SET PX; an etcd lease, rounded up to
 // whole seconds and the server's minimum). Callers never wait for it: the
 // skew they read (Attachment.Skew) is an atomic load.
 //
@@ -55,9 +57,15 @@
 //
 // A beat that fails (store down, client closed) is counted in
 // lockgov_fleet_heartbeats_total{result="error"} and logged at most once a
-// minute; the process keeps its last measured offset. When the last
-// attachment closes while a new one starts on the same store, the old
-// publisher's delete can remove the new one's first beat: it is written
-// again one interval later. Two processes configured with one instance
-// name overwrite each other's heartbeat.
+// minute; the process keeps its last measured offset. So does a beat that
+// takes no clock sample: on a store whose round trip is more than a third
+// of the timeout no sample after the first fits in its half, and the clock
+// is measured again only once the round trip is shorter (a longer
+// interval or WithTimeout gives it room). The heartbeat carries the last
+// measurement with its MeasuredAt, by which readers tell an old one from
+// this beat's; a kept measurement is logged at most once a minute. When
+// the last attachment closes while a new one starts on the same store, the
+// old publisher's delete can remove the new one's first beat: it is
+// written again one interval later. Two processes configured with one
+// instance name overwrite each other's heartbeat.
 package fleet

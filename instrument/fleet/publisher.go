@@ -53,7 +53,8 @@ type publisher struct {
 	timer   *time.Timer
 	stopped bool
 
-	beatMu sync.Mutex // held by the beat in flight; shutdown waits for it
+	beatMu sync.Mutex    // held by the beat in flight; shutdown waits for it
+	rtt    time.Duration // last round trip to the store (a sample or the write); beatMu
 
 	trackMu sync.Mutex
 	held    map[any]HeldLock
@@ -252,7 +253,9 @@ func (p *publisher) beat() {
 	// would eat a short interval's timeout. The clock samples get half of
 	// it at most, so that the write always has the other half: on a store
 	// whose round trip is a fifth of the timeout, five samples once took
-	// all of it, and no beat was ever written.
+	// all of it, and no beat was ever written. Within their half they stop
+	// before a sample the deadline would cut (see measureOffset): a cut
+	// sample costs the write its connection.
 	start := time.Now()
 	mctx, mcancel := context.WithTimeout(context.Background(), p.cfg.timeout/2)
 	p.measure(mctx, stores[0])
@@ -263,7 +266,12 @@ func (p *publisher) beat() {
 	defer cancel()
 	if err == nil {
 		for _, s := range stores {
+			t0 := time.Now()
 			if err = s.Put(ctx, p.cfg.instance, data, 3*p.cfg.interval); err == nil {
+				// The next beat's samples are judged by it: a store
+				// whose samples no longer fit is measured again once
+				// its writes say it is near enough.
+				p.rtt = time.Since(t0)
 				break
 			}
 		}
@@ -283,10 +291,13 @@ func (p *publisher) beat() {
 }
 
 // measure updates the process's offset to the store: from the store's clock
-// when it has one, else from the agent's TierReport. A failed measurement
-// keeps the last one: the store is unreachable, and so are its locks.
+// when it has one, else from the agent's TierReport. A failed or skipped
+// measurement keeps the last one, whose MeasuredAt says how old it is: a
+// store that cannot be reached cannot grant locks either, and dropping it
+// would apply no tier, which is no safer than an old one.
 func (p *publisher) measure(ctx context.Context, s Store) {
-	sample, err := measureOffset(ctx, s, p.cfg.now)
+	sample, rtt, err := measureOffset(ctx, s, p.cfg.now, p.rtt)
+	p.rtt = rtt
 	if errors.Is(err, ErrNoStoreTime) {
 		sample, err = p.agentSample(ctx, s)
 		if err == nil && sample == nil {
@@ -296,6 +307,10 @@ func (p *publisher) measure(ctx context.Context, s Store) {
 		}
 	}
 	if err != nil {
+		if last := p.sample.Load(); last != nil {
+			p.warn("measure", "lockgov: clock offset to the lock store not measured; the last measurement stays in force",
+				"instance", p.cfg.instance, "backend", p.backend, "measured_at", last.MeasuredAt, "error", err)
+		}
 		return
 	}
 	tier := p.cfg.tiers.Tier(sample.Certain())

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/policy"
 	"github.com/lockgov/lockgov/snowflake"
 	"github.com/lockgov/lockgov/snowflake/workerid"
 )
@@ -570,6 +572,86 @@ func TestHeartbeat_AStoreFarAwayStillGetsItsBeat(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("no heartbeat written in 10 beats through a store with a 120 ms round trip and a 500 ms timeout")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// farAway is a client of a fresh Redis through the fault proxy with the
+// given one-way latency (a round trip of twice it), its connection made
+// before the latency, and a direct client of the same Redis.
+func farAway(t *testing.T, oneWay time.Duration) (far, direct *redis.Client) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	p := testenv.NewProxy(t, r.Addr())
+	direct = redis.NewClient(&redis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { _ = direct.Close() })
+	far = redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = far.Close() })
+	if err := far.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.SetLatency(oneWay)
+	return far, direct
+}
+
+// A store whose round trip (160 ms) is a third of the timeout (500 ms at a
+// 1 s interval): one clock sample and the write take 320 ms, yet no beat is
+// ever written. The samples' half of the timeout ends inside the second
+// sample; the client drops the connection whose read the deadline cut, and
+// the write, on a new connection (its handshake round trips, then SET), is
+// out of time as well. Every beat: the agent sees the process as gone.
+func TestHeartbeat_AStoreAThirdOfTheTimeoutAwayGetsItsBeats(t *testing.T) {
+	c, direct := farAway(t, 80*time.Millisecond)
+	a, err := fleet.Attach(redisLocker(t, c).FleetStore(), fleet.WithInstance("far"), fleet.WithInterval(time.Second), fleet.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := direct.Exists(ctx, fleet.RedisKey("far")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no heartbeat written in 10 s through a store with a 160 ms round trip and a 500 ms timeout")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The store of TestHeartbeat_AStoreFarAwayStillGetsItsBeat (120 ms round
+// trip, 500 ms timeout) gets its beats, but its clock is measured once: the
+// samples' deadline cuts a sample and the client drops its connection, and
+// from the next beat on every sample starts with a new connection's
+// handshake, which the half timeout never fits. A clock that then jumps
+// 3 s ahead stays at the first offset (tier ok) for as long as the process
+// runs: its locks and IDs go on as if its clock were right.
+func TestHeartbeat_AFarStoresClockIsMeasuredAgain(t *testing.T) {
+	c, _ := farAway(t, 60*time.Millisecond)
+	var off atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	a, err := fleet.Attach(redisLocker(t, c).FleetStore(), fleet.WithInstance("far"), fleet.WithInterval(time.Second),
+		fleet.WithClock(clock), fleet.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	eventually(t, "a first clock sample", func() bool { _, ok := a.Skew(); return ok })
+	off.Store(int64(3 * time.Second))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := a.Skew()
+		if got > 2*time.Second && a.Tier() == policy.TierReject {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the clock jumped 3 s ahead 10 beats ago; measured offset still %v, tier %v", got, a.Tier())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
