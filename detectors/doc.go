@@ -71,7 +71,13 @@
 //     value names no host and pid (not JSON) is the process the one its
 //     instance was last seen as, and any lock naming the instance: a new
 //     process that took a dead one's instance name hides the dead one's
-//     locks then. A key without a TTL proves nothing. A
+//     locks then. A key without a TTL (a lease) proves nothing, whether
+//     or not it decodes: no publisher writes one, and a dead process's
+//     last beat that lost its TTL would otherwise keep its locks from
+//     holder_dead for ever. No detector reads such a key as a heartbeat.
+//     Heartbeats are read on Redis with one pipeline of GET + PTTL per
+//     SCAN batch; a TTL that cannot be read fails Detect like a value
+//     that cannot be read. A
 //     truncated heartbeat (fleet.Heartbeat.Truncated: the process holds
 //     more locks than one beat lists) proves its process alive just as
 //     well: holder_dead is about the process, never about whether a beat

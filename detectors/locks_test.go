@@ -506,3 +506,123 @@ func TestLocks_AnUnreadableHeartbeatKeyProvesOnlyItsOwnProcessAlive(t *testing.T
 		})
 	}
 }
+
+// A heartbeat key without a TTL proves nothing, whether or not it decodes:
+// a dead process's last beat that lost its TTL (PERSIST, a copy of the
+// keys that dropped TTLs; on etcd the beat put without a lease) must not
+// keep its locks from holder_dead for ever. The same beat made too large to
+// decode is no proof without a TTL already.
+func TestLocks_AHeartbeatKeyWithoutATTLProvesNothingEvenWhenItDecodes(t *testing.T) {
+	for _, backend := range []string{"redis", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx := timeout(t, time.Minute)
+			var s detectors.Store
+			var client any
+			var putLock func(key, value string)
+			if backend == "redis" {
+				c := newRedis(t)
+				s, client = redisStore(t, c), c
+				putLock = func(key, value string) {
+					if err := c.Set(ctx, key, value, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				c := newEtcd(t)
+				s, client = etcdStore(t, c), c
+				putLock = func(key, value string) {
+					grant, err := c.Grant(ctx, 60)
+					if err != nil {
+						t.Fatal(err)
+					}
+					entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
+					if _, err := c.Put(ctx, entry, value[strings.Index(value, "{"):], clientv3.WithLease(grant.ID)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// "checkout" (host-checkout, pid 10) holds lock:old and beats.
+			putLock("lock:old", deadValue("checkout", 10))
+			hb := otherBeat("checkout", 10)
+			hb.Held = []fleet.HeldLock{{Key: "lock:old", Backend: backend, Since: time.Now()}}
+			putBeat(t, ctx, client, hb)
+			d, err := detectors.NewLocks(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, d); len(fs) != 0 {
+				t.Fatalf("the live process's lock:%s", describe(fs))
+			}
+
+			// It dies; its last beat stays, without a TTL.
+			data, err := fleet.Encode(hb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			putRawTTL(t, ctx, client, "checkout", data, false)
+			if got := byKey(detect(t, ctx, d), detectors.KindHolderDead); len(got) != 1 || got["lock:old"].Key == "" {
+				t.Errorf("holder_dead on %v, want lock:old: its process's heartbeat key has no TTL, which no publisher writes", slices.Collect(maps.Keys(got)))
+			}
+		})
+	}
+}
+
+// A store that cannot be read makes Detect fail, as a partial read of the
+// heartbeats would make live holders look dead. The TTL of a heartbeat key
+// is a read of the heartbeats too: when it fails while the value is read
+// (here the agent's ACL loses PTTL on the heartbeat keys, so that the PTTL
+// fails in the pipeline whose GET succeeds), the key must not be taken for
+// one without a TTL, and its live process's lock reported holder_dead.
+func TestLocks_AHeartbeatTTLThatCannotBeReadIsNoMissingTTL(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	r := testenv.NewRedis(t, testenv.WithRedisACLUser("agent", "agent-secret", "~*", "+@all"))
+	direct := r.Client(t)
+	c := redis.NewClient(r.ClientOptions("agent", "agent-secret"))
+	t.Cleanup(func() { _ = c.Close() })
+
+	// "bulky" (host-bulky, pid 9) holds lock:bulk:1 and beats; then its
+	// beat grows past MaxBeatBytes (as an older publisher wrote it), under
+	// its TTL: the process is alive.
+	if err := direct.Set(ctx, "lock:bulk:1", deadValue("bulky", 9), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hb := otherBeat("bulky", 9)
+	hb.Held = []fleet.HeldLock{{Key: "lock:bulk:1", Backend: "redis", Since: time.Now()}}
+	putBeat(t, ctx, direct, hb)
+	d, err := detectors.NewLocks(redisStore(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, d); len(fs) != 0 {
+		t.Fatalf("the live process's lock:%s", describe(fs))
+	}
+	long := strings.Repeat("x", 480)
+	for i := range 600 {
+		hb.Held = append(hb.Held, fleet.HeldLock{Key: fmt.Sprintf("lock:%s:%d", long, i), Backend: "redis", Since: time.Now()})
+	}
+	big, err := json.Marshal(hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putRaw(t, ctx, direct, hb.Instance, big)
+	if fs := detect(t, ctx, d); len(fs) != 0 {
+		t.Fatalf("the live process with an unreadable beat under a TTL:%s", describe(fs))
+	}
+
+	// The agent's PTTL is refused on the heartbeat keys, not on the locks.
+	if err := direct.Do(ctx, "ACL", "SETUSER", "agent", "-pttl", "(+pttl ~lock:*)").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PTTL(ctx, fleet.RedisKey(hb.Instance)).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("PTTL of the heartbeat key: %v, want NOPERM", err)
+	}
+	fs, err := d.Detect(ctx)
+	if err != nil {
+		return // the read failed, and said so: no finding from it
+	}
+	for _, f := range fs {
+		if f.Kind == detectors.KindHolderDead {
+			t.Errorf("Detect succeeded with %s %s (%s) though the heartbeat key's TTL could not be read: its process is alive", f.Kind, f.Key, f.Detail)
+		}
+	}
+}

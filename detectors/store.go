@@ -30,10 +30,11 @@ type Store interface {
 	Addr() string
 	// Backend is "redis" or "etcd".
 	Backend() string
-	// Heartbeats returns the fleet heartbeats stored there, sorted by
-	// instance. Values that are not heartbeats are skipped (the detectors
-	// still count a heartbeat key that does not decode as its instance
-	// alive).
+	// Heartbeats returns the fleet heartbeats stored there under a TTL (a
+	// lease on etcd), as a publisher writes them, sorted by instance.
+	// Values that are not heartbeats are skipped (the detectors still
+	// count a heartbeat key under a TTL that does not decode as its
+	// instance alive).
 	Heartbeats(ctx context.Context) ([]*fleet.Heartbeat, error)
 	// ScanLocks calls fn for every lock in the store whose key matches one
 	// of the glob patterns (Redis; etcd ignores them: every entry under the
@@ -290,50 +291,48 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 	var unreadable []unreadableBeat
 	err := s.eachNode(ctx, func(ctx context.Context, c *redis.Client) error {
 		return s.scanKeys(ctx, c, globEscape(fleet.RedisPrefix)+"*", func(keys []string) error {
-			// One pipeline of GETs: MGET would fail across Cluster slots.
+			// One pipeline of GET + PTTL per key, one round trip: MGET
+			// would fail across Cluster slots. Only a key under a TTL is a
+			// heartbeat: a publisher writes every beat with one, so a key
+			// without one (PERSIST, a copy that dropped TTLs), or gone
+			// since, proves nothing, whether or not its value decodes.
 			pipe := c.Pipeline()
-			cmds := make([]*redis.StringCmd, len(keys))
+			gets := make([]*redis.StringCmd, len(keys))
+			ttls := make([]*redis.DurationCmd, len(keys))
 			for i, k := range keys {
-				cmds[i] = pipe.Get(ctx, k)
+				gets[i], ttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
 			}
 			_, _ = pipe.Exec(ctx)
-			vals := make([]string, len(keys))
-			found := make([]bool, len(keys))
-			for i, cmd := range cmds {
-				v, err := cmd.Result()
+			var hbs []*fleet.Heartbeat
+			var alive []unreadableBeat
+			for i, cmd := range gets {
+				v, err := cmd.Bytes()
 				switch {
 				case err == nil:
-					vals[i], found[i] = v, true
 				case errors.Is(err, redis.Nil) || isWrongType(err):
+					continue
 				default:
 					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
 				}
-			}
-			var hbs []*fleet.Heartbeat
-			var bad []unreadableBeat
-			var badTTL []*redis.DurationCmd
-			for i, v := range vals {
-				if !found[i] {
+				// A TTL that could not be read is no answer: taken for
+				// none, it would make a live process's locks holder_dead.
+				d, err := ttls[i].Result()
+				if err != nil {
+					return fmt.Errorf("detectors: read the TTLs of heartbeats on %s: %w", c.Options().Addr, err)
+				}
+				if d <= 0 {
 					continue
 				}
-				if hb, err := fleet.Decode([]byte(v)); err == nil {
+				if hb, err := fleet.Decode(v); err == nil {
 					hbs = append(hbs, hb)
 				} else if inst, ok := fleet.InstanceFromKey(keys[i]); ok {
-					bad = append(bad, parseUnreadable(inst, []byte(v)))
-					badTTL = append(badTTL, c.PTTL(ctx, keys[i]))
+					alive = append(alive, parseUnreadable(inst, v))
 				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			out = append(out, hbs...)
-			for i, u := range bad {
-				// Only a key under a TTL proves its writer alive: a
-				// publisher writes every beat with one, so a key without
-				// one (or gone since) is no heartbeat at all.
-				if d, err := badTTL[i].Result(); err == nil && d > 0 {
-					unreadable = append(unreadable, u)
-				}
-			}
+			unreadable = append(unreadable, alive...)
 			return nil
 		})
 	})
@@ -546,11 +545,14 @@ func (s *EtcdStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unrea
 	var unreadable []unreadableBeat
 	err := s.pages(ctx, fleet.EtcdPrefix, func(kvs []*kvPair) error {
 		for _, kv := range kvs {
+			// Only a key under a lease is a heartbeat, as a publisher
+			// writes every beat, whether or not its value decodes.
+			if kv.lease == 0 {
+				continue
+			}
 			if hb, err := fleet.Decode(kv.value); err == nil {
 				out = append(out, hb)
-			} else if inst, ok := fleet.InstanceFromKey(string(kv.key)); ok && kv.lease != 0 {
-				// Only a key under a lease proves its writer alive, as a
-				// publisher writes every beat.
+			} else if inst, ok := fleet.InstanceFromKey(string(kv.key)); ok {
 				unreadable = append(unreadable, parseUnreadable(inst, kv.value))
 			}
 		}
