@@ -3,7 +3,9 @@ package detectors
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -54,9 +56,16 @@ func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
 		tier := policy.TierOK
 		detail := ""
 		if hb.Clock != nil {
-			tier = d.tiers.Tier(hb.Clock.Certain())
 			detail = fmt.Sprintf("clock offset %s to the store (measured with RTT %s at %s)",
 				hb.Clock.Offset, hb.Clock.RTT, hb.Clock.MeasuredAt.UTC().Format("15:04:05.000Z"))
+			if age, stale := staleSample(hb); stale {
+				// A publisher keeps its last measurement when it cannot
+				// take one: an offset that old says nothing of the clock
+				// now, so only the tier the process applies counts.
+				detail += fmt.Sprintf(", %s before its beat and not since", age.Round(time.Millisecond))
+			} else {
+				tier = d.tiers.Tier(hb.Clock.Certain())
+			}
 		}
 		switch hb.Tier {
 		case "degrade":
@@ -91,6 +100,25 @@ func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
 		out.add(f)
 	}
 	return out.result(DetectorClock, ""), nil
+}
+
+// staleSample reports how long before hb was sent its clock sample was
+// taken, and whether that is more than the three intervals a heartbeat
+// lives: the publisher then has not measured its clock for as long as it
+// would take the agent to see the process gone. Both times are the
+// process's own clock: a store sample's MeasuredAt is read from it; an
+// agent's (a TierReport) is the agent's, which is Offset behind the
+// process's.
+func staleSample(hb *fleet.Heartbeat) (time.Duration, bool) {
+	if hb.Interval <= 0 || hb.SentAt.IsZero() || hb.Clock.MeasuredAt.IsZero() {
+		return 0, false
+	}
+	measured := hb.Clock.MeasuredAt
+	if hb.Clock.Source == fleet.ClockSourceAgent {
+		measured = measured.Add(hb.Clock.Offset)
+	}
+	age := hb.SentAt.Sub(measured)
+	return age, age > 3*hb.Interval
 }
 
 func skewFactor(s policy.SkewTiers) float64 {

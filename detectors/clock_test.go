@@ -1,6 +1,7 @@
 package detectors_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,39 @@ func TestClock_SkewTiersFromHeartbeats(t *testing.T) {
 				t.Fatalf("%s: got %v, want %v", tc.store.Addr(), got, want)
 			}
 		}
+	}
+}
+
+// A publisher that cannot measure its clock keeps its last sample, which
+// its beats go on carrying: an offset measured more than three intervals
+// before the beat says nothing of the clock now. It is not ranked (the
+// tier the process applies still is), and the finding says how old it is.
+func TestClock_AnOffsetMeasuredLongBeforeTheBeatIsNotRanked(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c := newRedis(t)
+	for _, b := range []struct {
+		inst string
+		age  time.Duration
+		tier string
+	}{{"fresh", 0, "ok"}, {"stale", 10 * fleet.DefaultPeriod, "ok"}, {"stale-says", 10 * fleet.DefaultPeriod, "reject"}} {
+		hb := otherBeat(b.inst, 1)
+		hb.Tier = b.tier
+		hb.Clock = &fleet.ClockSample{Offset: 700 * time.Millisecond, RTT: time.Millisecond,
+			MeasuredAt: hb.SentAt.Add(-b.age), Source: fleet.ClockSourceStore}
+		putBeat(t, ctx, c, hb)
+	}
+	d, err := detectors.NewClock(redisStore(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]detectors.Finding{}
+	for _, f := range detect(t, ctx, d) {
+		got[f.Holder.Instance] = f
+	}
+	if len(got) != 2 || got["fresh"].Kind != detectors.KindSkewReject || got["stale-says"].Kind != detectors.KindSkewReject {
+		t.Fatalf("findings for %v, want skew_reject for fresh (its offset) and stale-says (its own tier)", got)
+	}
+	if detail := got["stale-says"].Detail; !strings.Contains(detail, "50s before its beat and not since") {
+		t.Errorf("the stale offset's finding does not say how old it is: %s", detail)
 	}
 }

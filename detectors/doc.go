@@ -27,7 +27,11 @@
 //     that never published heartbeats, is never a finding.
 //   - Clock ("clock"): skew_degrade and skew_reject per instance and store,
 //     from the offset each heartbeat reports, ranked by the policy's skew
-//     tiers (the worse of that and the tier the process applies).
+//     tiers (the worse of that and the tier the process applies). A
+//     publisher that cannot measure keeps its last offset: one measured
+//     more than three of the process's intervals before its beat says
+//     nothing of the clock now and is not ranked, only the tier the
+//     process applies counts, and the finding says how old the offset is.
 //   - Deadlock ("deadlock"): the fleet-wide wait-for graph from the
 //     heartbeats' Held and Waiting lists; each cycle (strongly connected
 //     component) is one deadlock finding naming its instances and keys;

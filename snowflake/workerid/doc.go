@@ -31,6 +31,10 @@
 // generator bound with snowflake.WithLease then refuses IDs with *snowflake.ClockSkewError.
 // WithoutHeartbeat turns both off; WithHeartbeat configures the heartbeat. On etcd the
 // offset comes from the agent's tier report (etcd has no clock): without an agent, no tier.
+// ClockSkew is the last measurement however old: a heartbeat that cannot measure keeps it
+// (its MeasuredAt in the heartbeat says how old), so a generator in the reject tier goes on
+// refusing until a new measurement clears it; forgetting it would apply no tier, which is
+// no safer than an old one.
 //
 // # Expiry and the generator
 //
