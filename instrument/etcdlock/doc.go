@@ -55,7 +55,9 @@
 // (20 ms doubling to 500 ms, with jitter), or sooner at the next event or
 // poll: the failed read may have been the one its turn asked for, and no
 // event need follow it. If its deadline ends the wait while reads still
-// fail, the error names the last failed read.
+// fail, the error names the last failed read. Closing the Locker's client
+// ends every wait at once, with ErrNotAcquired saying so (clientv3 alone
+// would retry each request for seconds first).
 //
 // Both watches start at the current revision, which etcd serves as a synced
 // watcher (a watch from an older revision is parked as unsynced and is only

@@ -27,6 +27,10 @@ const DefaultPrefix = "lockgov/lock/"
 // which must run even when the caller's context has ended.
 const cleanupTimeout = 2 * time.Second
 
+// errClientClosed is why an Acquire stopped when its Locker's client was
+// closed under it (wrapped with instrument.ErrNotAcquired).
+var errClientClosed = errors.New("etcdlock: the etcd client was closed")
+
 // Locker takes locks on an etcd cluster. It is safe for concurrent use:
 // every Acquire runs on a lease (and therefore a queue entry) of its own, so
 // goroutines sharing a Locker never both hold a key.
@@ -127,6 +131,13 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	if ctx.Err() != nil {
 		return nil, acquireErr(ctx, key, nil)
 	}
+	// Closing the client ends the wait at once: no request through it can
+	// get through again, and clientv3 retries each for seconds before it
+	// says so. Nothing of the lease lives on this context (its keepalive and
+	// own-key watch run on the lease's own).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(l.c.Ctx(), func() { cancel(errClientClosed) })()
 	for {
 		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
 		if err != nil {

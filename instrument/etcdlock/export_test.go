@@ -20,3 +20,6 @@ func Watching(l *Locker) int64 { return l.watching.Load() }
 // as not yet confirmed deleted, as after a Release whose delete never got
 // through.
 func SetIssued(m *MutexLocker, key string, fence int64) { m.issued(key, fence) }
+
+// ErrClientClosed is errClientClosed, for tests.
+var ErrClientClosed = errClientClosed

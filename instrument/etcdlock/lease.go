@@ -288,7 +288,9 @@ func (st *leaseState) abandon(ctx context.Context, cause error) {
 	defer cancel()
 	st.core.End(cause)
 	_ = st.stopWatch(rctx)
-	_, _ = st.l.c.Revoke(rctx, st.id)
+	if st.l.c.Ctx().Err() == nil { // a closed client would only retry until rctx ends
+		_, _ = st.l.c.Revoke(rctx, st.id)
+	}
 }
 
 // keepAliveOnce renews lease id once and returns the TTL etcd confirmed; an
