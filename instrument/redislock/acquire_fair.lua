@@ -17,11 +17,12 @@
 -- ARGV[7]  this waiter's queue entry, "<token> <ttl> <locker id> <metadata>" (see
 --          handoff_lib.lua: a release hands the lock to the head entry)
 --
--- Returns {1, fence} when acquired, or {0, pttl, position, counter} where
+-- Returns {1, fence} when acquired, or {0, pttl, position, floor} where
 -- position is this caller's 0-based place in the queue (0: next in line)
--- and counter the fence counter now: a handoff after this attempt has a
--- larger fence, so a waiter ignores a notification whose fence is not
--- above it.
+-- and floor is at least every fence issued before this attempt, and below
+-- every fence issued after it: a waiter ignores a handoff notification
+-- whose fence is not above it (the notification is older than this
+-- attempt).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -76,4 +77,14 @@ end
 redis.call('PEXPIRE', KEYS[3], queueTTL)
 redis.call('PEXPIRE', KEYS[4], queueTTL)
 local pos = redis.call('LPOS', KEYS[3], ARGV[7])
-return {0, redis.call('PTTL', KEYS[1]), pos or 0, tonumber(redis.call('GET', KEYS[2]) or '0')}
+
+-- The floor is max(counter, server µs - 1), read without writing: a failed
+-- attempt here neither moves nor re-arms the counter, so the counter alone
+-- is gone once a holder outlives TTL + retention, and reporting it (0)
+-- would let a notification of any earlier handoff through. A fence issued
+-- in an earlier microsecond is at most that microsecond (next_fence), one
+-- issued in this one is in the counter; every later fence is
+-- max(counter + 1, a later or equal clock), above both.
+local clock = tonumber(t[1] .. string.sub('00000' .. t[2], -6)) - 1
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+return {0, redis.call('PTTL', KEYS[1]), pos or 0, math.max(counter, clock)}

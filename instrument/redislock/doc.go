@@ -78,13 +78,15 @@
 // be retried (its context's deadline plus a second, at most a minute).
 //
 // Fences strictly increase per key without a key that lives forever: every
-// acquire attempt sets the counter to max(counter + 1, the Redis server's
-// clock in microseconds) and returns that, the counter under a TTL of TTL +
-// retention (WithFenceRetention, default 10 minutes) re-armed on each
-// attempt. The counter moves by one per acquisition while the clock moves by
-// a million a second, so fences follow the server clock; the counter keeps
-// them increasing within one microsecond and across a clock step back of
-// less than its lifetime. This needs Redis 6.2 or later (SET ... GET).
+// acquire attempt (in Fair mode only one that acquires: a failed Fair
+// attempt reads the counter without writing it) sets the counter to
+// max(counter + 1, the Redis server's clock in microseconds) and returns
+// that, the counter under a TTL of TTL + retention (WithFenceRetention,
+// default 10 minutes) re-armed on each such attempt. The counter moves by
+// one per acquisition while the clock moves by a million a second, so
+// fences follow the server clock; the counter keeps them increasing within
+// one microsecond and across a clock step back of less than its lifetime.
+// This needs Redis 6.2 or later (SET ... GET).
 //
 // # Fences after a failover or a lossy restart
 //
@@ -135,8 +137,11 @@
 //     timing: the waiter runs acquire.lua, which finds the lock its own and
 //     re-arms the TTL, and counts from that attempt.
 //   - A notification older than the waiter's last attempt is ignored: every
-//     attempt reports the fence counter it saw, and a handoff after it
-//     carries a larger fence.
+//     attempt reports a fence at least as large as any issued before it
+//     (the fence it consumed; in Fair mode, where a failed attempt writes
+//     no fence, the larger of the counter and the server clock), and a
+//     handoff after it carries a larger fence. The clock is what makes this
+//     hold once the counter expired under a long holder.
 //   - A lost notification (pub/sub reconnecting) costs time, not the lock:
 //     the waiter's next attempt finds the lock its own.
 //   - A waiter that gives up leaves the queue (leave.lua); if a release had

@@ -152,7 +152,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		}
 	}
 	var sent time.Time // when the last attempt was sent
-	var seen uint64    // the fence counter as of the last attempt that failed
+	var seen uint64    // a fence floor from the last attempt that failed (attempt.seen)
 	for n := 1; ; n++ {
 		sent = time.Now()
 		a, err := l.store.attempt(ctx, r)

@@ -99,7 +99,7 @@ type attempt struct {
 	holderTTL time.Duration // not acquired: the holder's remaining TTL (<= 0: unknown)
 	pos       int64         // fair mode: the caller's place in the queue (0: next in line)
 	queued    bool          // the caller joined the store's queue: leave it on giving up
-	seen      uint64        // not acquired: the fence counter as of this attempt
+	seen      uint64        // not acquired: >= every fence issued before this attempt, < every later one
 }
 
 // node is a lock on one Redis deployment (a single node, Sentinel or
