@@ -105,7 +105,8 @@
 // # Waiting
 //
 // WaitUntilDeadline waiters of one Locker queue in-process per key, and only
-// the head contends in Redis. It subscribes to its Locker's release channel of the key,
+// the head contends in Redis (not in Fair mode: see there). It subscribes
+// to its Locker's release channel of the key,
 // queues in Redis for a handoff (below), and retries when the holder's TTL
 // runs out (expiry hands nothing over), at the poll interval or a third of
 // the waiter timeout (5s, DefaultWaiterTimeout) as a last resort, and when
@@ -187,6 +188,16 @@
 // caller gets nothing while anyone queues. A waiter that has not retried
 // for the waiter timeout (WithWaiterTimeout, default 5s) is skipped. Every
 // Locker on a key must agree on Fair.
+//
+// Fair waiters do not take turns in-process: every deadline waiter queues
+// in Redis itself, those of the holder's own Locker too. A waiter held back
+// behind its Locker's holder or first waiter would reach the Redis queue
+// only when they were done, behind every caller of another Locker that
+// asked meanwhile. This costs no herd, since a release wakes only the
+// waiter it hands the lock to (by name, on its Locker's channel); what it
+// costs is one queue entry per waiting goroutine, each re-armed by an
+// attempt every third of the waiter timeout, where the default mode has one
+// per Locker and key.
 //
 // # Quorum mode
 //

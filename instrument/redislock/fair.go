@@ -43,6 +43,14 @@ func (s fairNode) leave(ctx context.Context, r *request) { leave(ctx, s.c, r, tr
 // queue and wakes only that waiter.
 func (fairNode) wakeID(r *request) (string, bool) { return waiterID(r.tok), true }
 
+// takesTurns says no: the order of the Redis queue is the order callers
+// asked in only if every caller is in it. A caller kept in-process behind
+// its own Locker's holder or head waiter would reach the queue only when
+// that one is done, behind every caller of another Locker that asked
+// meanwhile. Queuing each waiter in Redis costs no herd: a release wakes
+// only the waiter it hands the lock to, by name.
+func (fairNode) takesTurns() bool { return false }
+
 // retryDelay keeps the waiter's place in the queue (retry at a third of the
 // waiter timeout); only the head waits for the holder's expiry.
 func (s fairNode) retryDelay(poll time.Duration, a attempt) time.Duration {

@@ -10,6 +10,7 @@ import (
 // without a round trip. Without it, every release wakes every local waiter,
 // each runs the acquire script, and all but one fail: a herd that costs one
 // script per waiter per handoff.
+// Fair mode does not use it (fairNode.takesTurns): its order is Redis's.
 type localQueue struct {
 	mu    sync.Mutex
 	slots map[string]*slot

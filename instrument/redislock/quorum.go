@@ -196,6 +196,10 @@ func (q *quorum) leave(context.Context, *request) {}
 // majority, so quorum waiters poll.
 func (q *quorum) wakeID(*request) (string, bool) { return "", false }
 
+// takesTurns says yes: one poller per Locker and key instead of one per
+// goroutine, each a round trip to every node.
+func (q *quorum) takesTurns() bool { return true }
+
 func (q *quorum) retryDelay(poll time.Duration, a attempt) time.Duration {
 	return pollDelay(a.holderTTL, poll)
 }

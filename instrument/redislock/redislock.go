@@ -107,8 +107,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		lid:      l.lid,
 	}
 
-	// Deadline waiters of this Locker take turns locally; the one whose turn
-	// it is contends in Redis and keeps the turn while it holds the lease.
+	// Deadline waiters of this Locker take turns locally, unless the store
+	// says otherwise (Fair); the one whose turn it is contends in Redis and
+	// keeps the turn while it holds the lease.
 	waiting := false
 	startWaiting := func() {
 		if !waiting {
@@ -117,7 +118,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		waiting = true
 	}
 	var leaveQueue func()
-	if cfg.Wait == instrument.WaitDeadline {
+	if cfg.Wait == instrument.WaitDeadline && l.store.takesTurns() {
 		if leaveQueue, err = l.local.enter(ctx, key, startWaiting); err != nil {
 			if waiting {
 				cfg.Observer.Waiting(false)

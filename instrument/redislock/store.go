@@ -34,6 +34,10 @@ type store interface {
 	// retryDelay is how long a deadline waiter waits before its next
 	// attempt after a, at most poll (a notification may wake it sooner).
 	retryDelay(poll time.Duration, a attempt) time.Duration
+	// takesTurns says whether a Locker's deadline waiters on one key take
+	// turns in-process (localQueue), only the one whose turn it is
+	// contending in Redis, and the turn held with the lease.
+	takesTurns() bool
 	// refresh runs the owner-checked extension once; ok false with a nil
 	// error means ownership is proven gone.
 	refresh(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error)
@@ -207,6 +211,11 @@ func leave(ctx context.Context, c redis.UniversalClient, r *request, fair bool) 
 // wakeID names the waiter by its id: a release hands the lock to the head
 // of the queue and wakes only that waiter.
 func (node) wakeID(r *request) (string, bool) { return waiterID(r.tok), true }
+
+// takesTurns says yes: one Redis queue entry and one retry cycle per
+// Locker and key instead of one per goroutine; this mode promises no order
+// between callers of different Lockers anyway.
+func (node) takesTurns() bool { return true }
 
 // retryDelay keeps the waiter's place in the queue (retry at a third of
 // the waiter timeout) and retries at the holder's expiry, which hands
