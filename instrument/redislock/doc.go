@@ -60,7 +60,8 @@
 // pipeline (ProcessPipelineHook) for batched calls, a plain command
 // (ProcessHook) otherwise. Retries of a pipeline re-send every command in
 // it, which the scripts tolerate as they tolerate any retry (an acquire
-// recognises its own token, a release its own tombstone).
+// recognises its own token, a release its own tombstone, which lives as long
+// as the batch can be resent, not only its own call).
 //
 // # Keys
 //
@@ -75,7 +76,8 @@
 // lock TTL, re-armed by every waiting attempt. Keys with braces that do not
 // form a hash tag are refused. A release leaves a tombstone K+":rel:<hash of
 // the token>" (or "{K}:rel:…") under PX for as long as the release call can
-// be retried (its context's deadline plus a second, at most a minute).
+// be retried (its context's deadline, or its batch's when later, plus a
+// second; at most a minute).
 //
 // Fences strictly increase per key without a key that lives forever: every
 // acquire attempt (in Fair mode only one that acquires: a failed Fair

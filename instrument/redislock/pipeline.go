@@ -34,7 +34,8 @@ import (
 // Semantics kept: every command is the one its call built, run once per
 // send; go-redis retries a pipeline whose reply was lost as a whole, as it
 // would retry each command alone, and the scripts are idempotent for that
-// (acquire.lua recognises its own token; release.lua leaves a tombstone).
+// (acquire.lua recognises its own token; release.lua leaves a tombstone,
+// which a batch makes live as long as the batch can be resent: see send).
 // A call whose context ends while it is still queued leaves the queue and
 // returns the context's error, its command never sent. A call whose command
 // is already in a batch waits for the batch (bounded by the client's read
@@ -66,11 +67,12 @@ const maxBatch = 128
 
 // queued is one call waiting for a batch.
 type queued struct {
-	ctx   context.Context
-	cmd   redis.Cmder
-	done  chan struct{} // one send: the reply is in cmd, or batch is this call's to send
-	batch []*queued     // set when this call leads the batch it is in
-	taken bool          // in a batch (under combiner.mu): it can no longer leave
+	ctx    context.Context
+	cmd    redis.Cmder
+	window *int64        // cmd's resend window argument (release.lua's tombstone TTL), or nil
+	done   chan struct{} // one send: the reply is in cmd, or batch is this call's to send
+	batch  []*queued     // set when this call leads the batch it is in
+	taken  bool          // in a batch (under combiner.mu): it can no longer leave
 }
 
 var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
@@ -80,6 +82,14 @@ func newCombiner(c redis.UniversalClient) *combiner { return &combiner{c: c} }
 // Process runs cmd, alone or in a batch with other calls', and returns its
 // error (also in cmd.Err()).
 func (b *combiner) Process(ctx context.Context, cmd redis.Cmder) error {
+	return b.process(ctx, cmd, nil)
+}
+
+// process is Process for a command one of whose arguments, *window, is in
+// milliseconds how long a trace of its run must live for a resend of it to
+// recognise that run, computed from ctx by tombstoneTTL: a batch raises it
+// to its own (see send). window is nil for other commands.
+func (b *combiner) process(ctx context.Context, cmd redis.Cmder, window *int64) error {
 	b.mu.Lock()
 	if b.inFlight < maxInFlight {
 		b.inFlight++
@@ -89,7 +99,7 @@ func (b *combiner) Process(ctx context.Context, cmd redis.Cmder) error {
 		return cmd.Err()
 	}
 	p := queuedPool.Get().(*queued)
-	p.ctx, p.cmd = ctx, cmd
+	p.ctx, p.cmd, p.window = ctx, cmd, window
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 
@@ -161,8 +171,25 @@ func (b *combiner) send(batch []*queued) {
 	}
 	ctx, cancel := batchContext(batch)
 	defer cancel()
+	// go-redis resends the pipeline while the batch's context lives, which
+	// is the latest deadline of its calls, not each call's own: a release
+	// with 300 ms left, batched with a call that has a minute, is resent
+	// after the read timeout, seconds after its own context and the
+	// tombstone made for it ended, and reads as not held. So a command's
+	// window is raised to the batch's. Sending under the earliest deadline
+	// instead would let one caller near its end fail the others' commands,
+	// which is why the batch's context is the latest. acquire.lua needs no
+	// window: it recognises its token by the lock itself, and a resend
+	// after the lock expired takes it afresh or finds it taken, both true.
+	var batchWindow int64
 	pipe := b.c.Pipeline()
 	for _, q := range batch {
+		if q.window != nil {
+			if batchWindow == 0 {
+				batchWindow = tombstoneTTL(ctx)
+			}
+			*q.window = max(*q.window, batchWindow)
+		}
 		_ = pipe.Process(ctx, q.cmd)
 	}
 	// Exec sets every command's result and error, a transport error on each
@@ -200,6 +227,6 @@ func (b *combiner) remove(p *queued) {
 }
 
 func (p *queued) put() {
-	p.ctx, p.cmd, p.batch, p.taken = nil, nil, nil, false
+	p.ctx, p.cmd, p.window, p.batch, p.taken = nil, nil, nil, nil, false
 	queuedPool.Put(p)
 }

@@ -114,11 +114,6 @@ type node struct {
 	waiterTTL time.Duration // how long a queued waiter counts as alive without retrying
 }
 
-// processor runs one command: a client, or a combiner in front of one.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
 func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 	// The command line of acquire.lua, as scriptArgs and the waiting
 	// arguments say, from pointers into r (r's calls never overlap on
@@ -136,7 +131,7 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 		a[11], a[12] = &r.entry, &r.waiterTTLMs
 		n = 13
 	}
-	res, err := evalsha(ctx, s.send, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
+	res, err := evalsha(ctx, s.send, nil, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
 	var att attempt
 	if err == nil {
 		att, err = decodeAcquire(res)
@@ -155,17 +150,18 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 // falling back to EVAL when the server lacks the script, as
 // redis.Script.Run does but without copying and boxing every argument. The
 // reply is read by the typed command newCmd makes (integers straight into
-// an int64 or []int64, not through interface values).
-func evalsha[C redis.Cmder](ctx context.Context, c processor, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
+// an int64 or []int64, not through interface values). window, if not nil,
+// is the argument a batch raises to its resend window (combiner.process).
+func evalsha[C redis.Cmder](ctx context.Context, c *combiner, window *int64, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
 	args[0], args[1] = "evalsha", s.sha
 	cmd := newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	_ = c.Process(ctx, cmd)
+	_ = c.process(ctx, cmd, window)
 	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 		args[0], args[1] = "eval", s.src
 		cmd = newCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.Process(ctx, cmd)
+		_ = c.process(ctx, cmd, window)
 	}
 	return cmd
 }
@@ -246,7 +242,7 @@ func (s node) release(ctx context.Context, r *request) (bool, error) {
 	a := &r.args
 	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
 	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
-	n, err := evalsha(ctx, s.send, &releaseCall, a[:12], redis.NewIntCmd).Result()
+	n, err := evalsha(ctx, s.send, &r.tombTTLMs, &releaseCall, a[:12], redis.NewIntCmd).Result()
 	return n >= 1, err
 }
 
@@ -276,7 +272,8 @@ const maxTombstoneTTL = time.Minute
 
 // tombstoneTTL is how long a release's tombstone lives, in milliseconds:
 // as long as the call can be retried (storefail.ResendWindow), and never
-// more than maxTombstoneTTL.
+// more than maxTombstoneTTL. ctx is the one go-redis sends under: the
+// caller's, or a batch's (combiner.send raises a batched release's TTL).
 func tombstoneTTL(ctx context.Context) int64 {
 	return storefail.ResendWindow(ctx, maxTombstoneTTL).Milliseconds()
 }
