@@ -149,8 +149,11 @@
 //     the waiter's next attempt finds the lock its own.
 //   - A waiter that gives up leaves the queue (leave.lua); if a release had
 //     handed it the lock before it heard, leave.lua hands the lock on in
-//     turn. A waiter that died without leaving is skipped once its deadline
-//     (the waiter timeout after its last attempt) passed; one that died less
+//     turn. The leave is a round trip of its own, bounded by a second, not
+//     by the waiter's context, which has ended: it runs in the background
+//     (Close waits for it), so that Acquire returns by its deadline. A
+//     waiter that died without leaving is skipped once its deadline (the
+//     waiter timeout after its last attempt) passed; one that died less
 //     than that before a release is handed the lock, which then stays unused
 //     until its TTL runs out: the price of a handoff, bounded by waiter
 //     timeout + TTL, and only for a process killed while it waited.
@@ -175,9 +178,12 @@
 // 30s), or at Close. A key's channel also stays subscribed for the idle
 // timeout after its last waiter left (at most 256 such idle subscriptions
 // per Locker), so a contended key costs neither a new connection nor a
-// SUBSCRIBE per Acquire. Close a Locker when done with it; tests that check
-// for leaked goroutines must, since the connection's reader goroutine
-// outlives Acquire.
+// SUBSCRIBE per Acquire. One goroutine reads the connection and one writes
+// to it (SUBSCRIBE, UNSUBSCRIBE, PING, and the dial of a new connection): a
+// waiting Acquire never waits for those, which take the client's dial, read
+// and write timeouts, but only for its own context. Close a Locker when done
+// with it; tests that check for leaked goroutines must, since the
+// connection's goroutines outlive Acquire.
 //
 // # Fair mode
 //

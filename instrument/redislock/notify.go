@@ -43,8 +43,10 @@ var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 // Acquire fail with ErrClosed. An Acquire waiting for a release notification
 // returns ErrClosed at once; one that polls (Retry, quorum mode) when its
 // current pause ends. Leases already acquired stay valid: Release and Refresh do not
-// need the Locker to be open. Close waits for the Locker's reader goroutine
-// to exit and may be called more than once.
+// need the Locker to be open. Close waits for the Locker's reader and writer
+// goroutines to exit (a dial in progress ends within the client's dial and
+// read timeouts) and for the queue leaves of waiters that gave up (a second
+// at most each, see Waiting: the handoff), and may be called more than once.
 //
 // A Locker that is not closed closes its connection by itself after the
 // idle timeout (WithIdleTimeout); Close makes that immediate, which tests
@@ -65,6 +67,13 @@ func (l *Locker) Close() error { return l.notify.close() }
 // before anything else is written to it. This stays right across
 // UNSUBSCRIBE/SUBSCRIBE pairs and reconnections, where counting "subscribe"
 // confirmations would not.
+//
+// Waiting Acquire calls of every key take mu, so it guards state only and is
+// never held across network I/O: a write, or the dial and HELLO of a new
+// connection, can take the client's dial and read timeouts, which no
+// waiter's deadline bounds. The connection's writer goroutine does every
+// write (write, flush); a waiter registers what it needs under mu and waits
+// for its channel's ready with its own deadline.
 type notifier struct {
 	c    redis.UniversalClient
 	idle time.Duration
@@ -75,25 +84,29 @@ type notifier struct {
 	closed atomic.Bool // set under mu, read without it on Acquire's fast path
 
 	mu   sync.Mutex
-	conn *pubsubConn // nil while there is no connection
-	wg   sync.WaitGroup
+	conn *pubsubConn    // nil while there is no connection
+	wg   sync.WaitGroup // the readers and writers, and detached leaves (goTracked)
 }
 
-// pubsubConn is one pub/sub connection and the goroutine that reads it.
+// pubsubConn is one pub/sub connection, the goroutine that reads it and the
+// goroutine that writes to it.
 type pubsubConn struct {
 	ps       *redis.PubSub
 	chans    map[string]*channelState
-	idleN    int    // channels with no waiter
-	waitersN int    // waiters on all channels
-	seq      uint64 // last barrier PING written
-	needPing bool   // a barrier is owed after a broken connection
+	drop     []string // channels (with the suffix) whose UNSUBSCRIBE the writer owes
+	idleN    int      // channels with no waiter
+	waitersN int      // waiters on all channels
+	seq      uint64   // last barrier PING numbered
+	needPing bool     // a barrier is owed after a broken connection
 	timer    *time.Timer
 	armed    bool
+	kick     chan struct{} // buffered 1: the writer has something to write
 	quit     chan struct{} // closed when the connection is stopped
 }
 
 type channelState struct {
 	ready     chan struct{} // closed when the subscription is confirmed
+	unsent    bool          // the writer owes its SUBSCRIBE
 	readySeq  uint64        // barrier that confirms it; 0 once confirmed
 	rewake    bool          // wake the waiters when confirmed: messages may have been lost
 	waiters   map[*waiter]struct{}
@@ -122,7 +135,9 @@ func (w *waiter) handedOver() uint64 {
 // subscribe registers a waiter on channel. The returned waiter's ready
 // channel closes once Redis has confirmed the subscription: a release
 // published after that point is never missed (it is closed already when the
-// channel was subscribed before).
+// channel was subscribed before). The SUBSCRIBE is the writer's to send:
+// subscribe does no I/O, and the caller waits for ready under its own
+// deadline. It fails only on a closed Locker (ErrClosed).
 func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -131,40 +146,18 @@ func (n *notifier) subscribe(ctx context.Context, channel, id string) (*waiter, 
 	}
 	pc := n.conn
 	if pc == nil {
-		pc = &pubsubConn{chans: make(map[string]*channelState), quit: make(chan struct{})}
-		pc.ps = n.c.Subscribe(context.WithoutCancel(ctx))
+		pc = &pubsubConn{chans: make(map[string]*channelState), kick: make(chan struct{}, 1), quit: make(chan struct{})}
+		pc.ps = n.c.Subscribe(context.WithoutCancel(ctx)) // no channel: no I/O yet
 		n.conn = pc
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go n.read(pc)
+		go n.write(pc)
 	}
 	cs := pc.chans[channel]
 	if cs == nil {
-		// Writes on the shared connection are bounded by the client's dial
-		// and write timeouts, not by this caller's deadline: go-redis
-		// replaces a connection whose write ran into a context deadline,
-		// which would cost every waiter of the Locker its notifications
-		// for one impatient caller.
-		wctx := context.WithoutCancel(ctx)
-		if err := pc.ps.Subscribe(wctx, channel+n.suffix); err != nil {
-			// go-redis remembers the channel even when the write failed
-			// and would resubscribe it on its next connection. The failed
-			// write made it replace the connection: the other channels need
-			// a new barrier.
-			uerr := pc.ps.Unsubscribe(wctx, channel+n.suffix)
-			n.brokenLocked(pc)
-			if uerr == nil && len(pc.chans) > 0 {
-				_ = n.pingLocked(wctx, pc)
-			}
-			if len(pc.chans) == 0 {
-				n.stopLocked(pc)
-			}
-			return nil, err
-		}
-		cs = &channelState{ready: make(chan struct{}), readySeq: pending, waiters: make(map[*waiter]struct{})}
+		cs = &channelState{ready: make(chan struct{}), unsent: true, readySeq: pending, waiters: make(map[*waiter]struct{})}
 		pc.chans[channel] = cs
-		if err := n.pingLocked(wctx, pc); err != nil {
-			n.brokenLocked(pc) // the reader writes the barrier once it has a connection
-		}
+		pc.wake()
 	} else if len(cs.waiters) == 0 {
 		pc.idleN--
 	}
@@ -253,20 +246,17 @@ func (n *notifier) dropOldestIdleLocked(pc *pubsubConn) {
 	n.unsubscribeLocked(pc, oldest)
 }
 
-// unsubscribeLocked drops idle channels. A later waiter subscribes them
-// again with a new barrier, whose reply comes after the UNSUBSCRIBE's.
+// unsubscribeLocked drops idle channels; the writer sends the UNSUBSCRIBE.
+// A later waiter subscribes them again with a new barrier, whose reply
+// comes after the UNSUBSCRIBE's: the writer writes the UNSUBSCRIBEs it owes
+// before the SUBSCRIBEs.
 func (n *notifier) unsubscribeLocked(pc *pubsubConn, channels ...string) {
 	for _, ch := range channels {
 		delete(pc.chans, ch)
 		pc.idleN--
+		pc.drop = append(pc.drop, ch+n.suffix)
 	}
-	names := make([]string, len(channels))
-	for i, ch := range channels {
-		names[i] = ch + n.suffix
-	}
-	if err := pc.ps.Unsubscribe(context.Background(), names...); err != nil {
-		n.brokenLocked(pc)
-	}
+	pc.wake()
 }
 
 // armLocked schedules a sweep in d unless one is scheduled already; a sweep
@@ -317,8 +307,8 @@ func (n *notifier) sweep(pc *pubsubConn) {
 	}
 }
 
-// stopLocked closes the pub/sub connection; its reader exits on its own
-// (close waits for it through n.wg).
+// stopLocked stops the pub/sub connection; its writer closes it, and its
+// reader and writer exit on their own (close waits for them through n.wg).
 func (n *notifier) stopLocked(pc *pubsubConn) {
 	n.conn = nil
 	if pc.timer != nil {
@@ -331,7 +321,6 @@ func (n *notifier) stopLocked(pc *pubsubConn) {
 			w.signal()
 		}
 	}
-	_ = pc.ps.Close() // unblocks Receive in read
 }
 
 func (n *notifier) close() error {
@@ -347,29 +336,143 @@ func (n *notifier) close() error {
 
 func (n *notifier) isClosed() bool { return n.closed.Load() }
 
-// pingLocked writes the next barrier. On success every channel subscribed
-// so far is confirmed when its reply arrives.
-func (n *notifier) pingLocked(ctx context.Context, pc *pubsubConn) error {
-	pc.seq++
-	if err := pc.ps.Ping(ctx, barrierPrefix+strconv.FormatUint(pc.seq, 10)); err != nil {
-		return err
+// goTracked runs f on a goroutine that close waits for, and reports false
+// without running it when the notifier is closed (close may be waiting
+// already).
+func (n *notifier) goTracked(f func()) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() {
+		return false
 	}
-	for _, cs := range pc.chans {
-		if cs.readySeq == pending {
-			cs.readySeq = pc.seq
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// wake tells the writer that there is something to write.
+func (pc *pubsubConn) wake() {
+	select {
+	case pc.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write does every write on the connection, so that no waiter waits for
+// one (see notifier), and closes the connection once it is stopped: Close
+// unblocks the reader's Receive, and waits for a dial in progress, which
+// must not happen under n.mu either.
+func (n *notifier) write(pc *pubsubConn) {
+	defer n.wg.Done()
+	defer func() { _ = pc.ps.Close() }()
+	delay := minReconnectDelay
+	for {
+		select {
+		case <-pc.kick:
+		case <-pc.quit:
+			return
+		}
+		if n.flush(pc) {
+			delay = minReconnectDelay
+			continue
+		}
+		// The write failed: what it owed, and a barrier, are written again
+		// after a pause, whether or not the reader saw the connection go.
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-pc.quit:
+			t.Stop()
+			return
+		}
+		delay = min(2*delay, maxReconnectDelay)
+		pc.wake()
+	}
+}
+
+// flush writes what the connection is owed: the UNSUBSCRIBEs of dropped
+// channels, the SUBSCRIBEs of new ones, then a barrier, on which every
+// channel subscribed so far is confirmed when its reply arrives. The
+// barrier is numbered before it is written, under n.mu, because the reader
+// may dispatch its reply before flush could take n.mu again. flush reports
+// false when a write failed.
+func (n *notifier) flush(pc *pubsubConn) bool {
+	n.mu.Lock()
+	if n.conn != pc {
+		n.mu.Unlock()
+		return true
+	}
+	drop := pc.drop
+	pc.drop = nil
+	var subs []string
+	for name, cs := range pc.chans {
+		if cs.unsent {
+			cs.unsent = false
+			subs = append(subs, name+n.suffix)
 		}
 	}
-	pc.needPing = false
-	return nil
+	var ping string
+	if len(subs) > 0 || pc.needPing {
+		pc.seq++
+		ping = barrierPrefix + strconv.FormatUint(pc.seq, 10)
+		for _, cs := range pc.chans {
+			if cs.readySeq == pending {
+				cs.readySeq = pc.seq
+			}
+		}
+		pc.needPing = false
+	}
+	n.mu.Unlock()
+
+	// Writes on the shared connection are bounded by the client's dial
+	// and write timeouts, not by a caller's deadline: go-redis replaces a
+	// connection whose write ran into a context deadline, which would cost
+	// every waiter of the Locker its notifications for one impatient
+	// caller.
+	ctx := context.Background()
+	var err error
+	if len(drop) > 0 {
+		err = pc.ps.Unsubscribe(ctx, drop...)
+	}
+	if len(subs) > 0 {
+		// Even after a failed write: go-redis remembers the channels
+		// whatever the write's outcome and subscribes them on its next
+		// connection, before anything else is written to it.
+		if serr := pc.ps.Subscribe(ctx, subs...); err == nil {
+			err = serr
+		}
+	}
+	if err == nil && ping != "" {
+		err = pc.ps.Ping(ctx, ping)
+	}
+	if err == nil {
+		return true
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conn != pc {
+		return true
+	}
+	if pc.waitersN == 0 {
+		// As in read: the next waiter opens a fresh connection.
+		n.stopLocked(pc)
+		return true
+	}
+	// The failed write made go-redis replace the connection.
+	n.brokenLocked(pc)
+	return false
 }
 
 // brokenLocked handles a connection that failed, or was replaced by go-redis
 // after a failed read or write: releases published meanwhile were lost. Every
 // waiter is woken to try again now, every channel waits for a new barrier
-// (the reader writes it, dialling and resubscribing if need be), and its
-// waiters are woken again when the barrier comes back, so a release
-// published before the resubscription is not missed either. Until then,
-// waiters poll.
+// (the writer writes it after a pause, dialling and resubscribing if need
+// be), and its waiters are woken again when the barrier comes back, so a
+// release published before the resubscription is not missed either. Until
+// then, waiters poll.
 func (n *notifier) brokenLocked(pc *pubsubConn) {
 	for _, cs := range pc.chans {
 		if cs.readySeq == 0 {
@@ -423,9 +526,9 @@ func (n *notifier) read(pc *pubsubConn) {
 		delay = min(2*delay, maxReconnectDelay)
 		n.mu.Lock()
 		if n.conn == pc && pc.needPing {
-			// Dials a new connection if need be; go-redis resubscribes
-			// every channel on it before the barrier.
-			_ = n.pingLocked(ctx, pc)
+			// The writer dials a new connection if need be; go-redis
+			// resubscribes every channel on it before the barrier.
+			pc.wake()
 		}
 		n.mu.Unlock()
 	}

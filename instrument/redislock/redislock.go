@@ -130,7 +130,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	queued := false // in the store's queue: leave it when giving up
 	defer func() {
 		if queued {
-			l.store.leave(ctx, r)
+			l.leave(ctx, r)
 		}
 		if leaveQueue != nil {
 			leaveQueue()
@@ -220,6 +220,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			leaveQueue = nil
 			return lease, nil
 		}
+	}
+}
+
+// leave takes a waiter that gave up out of the store's queue. leave.lua is
+// a round trip of its own, bounded by a second (store.go), not by ctx, which
+// has ended: it runs on a goroutine that Close waits for, so that Acquire
+// returns by its deadline. On a closed Locker, Close may be waiting
+// already: it runs in the caller then.
+func (l *Locker) leave(ctx context.Context, r *request) {
+	if !l.notify.goTracked(func() { l.store.leave(ctx, r) }) {
+		l.store.leave(ctx, r)
 	}
 }
 

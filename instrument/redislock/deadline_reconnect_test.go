@@ -1,0 +1,141 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestWait_AcquireReturnsByItsDeadlineWhileThePubSubReconnects: the
+// Locker's pub/sub connection breaks and the server stops answering (a
+// network partition). A waiting Acquire, on any key of that Locker, must
+// return by its context's deadline: the client has ContextTimeoutEnabled,
+// which the package doc says makes calls honour their deadlines. The
+// notifier's reader redials under the notifier's mutex (notify.go read ->
+// pingLocked -> PubSub.Ping, which dials and waits for HELLO's reply for
+// the client's ReadTimeout), and every waiting Acquire takes that mutex
+// (subscribed, join, subscribe, unsubscribe), so it waits for the redial
+// instead.
+func TestWait_AcquireReturnsByItsDeadlineWhileThePubSubReconnects(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	// go-redis's default ReadTimeout (3s); deadlines bound every call.
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, DialTimeout: time.Second, MaxRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	other := newLocker(t, admin)
+	ctx := timeout(t, time.Minute)
+	holder, err := other.Acquire(ctx, "lock:held", instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+
+	// A waiter on l: the pub/sub connection is open and subscribed.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	waiting := make(chan struct{})
+	done := make(chan error, 1)
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(time.Minute), instrument.WithPollInterval(time.Minute))
+	cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(w bool) {
+		if w {
+			select {
+			case <-waiting:
+			default:
+				close(waiting)
+			}
+		}
+	}}
+	go func() {
+		lease, err := l.Acquire(wctx, "lock:held", instrument.WithConfig(cfg))
+		if err == nil {
+			_ = lease.Release(context.Background())
+		}
+		done <- err
+	}()
+	<-waiting
+	eventually(t, "the waiter subscribed", func() bool { return keySubscribers(t, admin, "lock:held") == 1 })
+
+	// Partition: nothing gets through, and the pub/sub connection is reset.
+	p.Blackhole(true)
+	p.Reset()
+	defer p.Blackhole(false)
+
+	const budget = 200 * time.Millisecond
+	var worst time.Duration
+	for until := time.Now().Add(10 * time.Second); time.Now().Before(until); {
+		actx, cancel := context.WithTimeout(ctx, budget)
+		start := time.Now()
+		lease, err := l.Acquire(actx, "lock:other", instrument.WithTTL(time.Second))
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			t.Fatalf("acquired through a partition: %v", lease)
+		}
+		worst = max(worst, took)
+		if took > budget+time.Second {
+			break
+		}
+	}
+	t.Logf("worst Acquire with a %v deadline: %v", budget, worst)
+	if worst > budget+time.Second {
+		t.Errorf("an Acquire with a %v deadline returned after %v (more than a second late) while the pub/sub connection redialled", budget, worst)
+	}
+	wcancel()
+	start := time.Now()
+	<-done
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the waiter returned %v after its context was cancelled", took)
+	}
+}
+
+// TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis: a waiter
+// queued for a handoff leaves the queue when its context ends (leave.lua),
+// a round trip bounded by a second, not by that context, which has ended.
+// Through a partition that round trip takes its whole second: it must not
+// hold Acquire past its deadline.
+func TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	l := newLocker(t, newClient(t, p.Addr()))
+	other := newLocker(t, admin)
+	ctx := timeout(t, time.Minute)
+	const key = "lock:leave-partitioned"
+	holder, err := other.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+
+	// A first wait leaves the key's channel subscribed and confirmed, so
+	// that the next Acquire queues on its first attempt.
+	first, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = l.Acquire(first, key)
+	cancel()
+	if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("first wait: %v, want ErrNotAcquired", err)
+	}
+
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	const budget = 200 * time.Millisecond
+	actx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	start := time.Now()
+	_, err = l.Acquire(actx, key)
+	took := time.Since(start)
+	if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("Acquire through a partition: %v, want ErrNotAcquired", err)
+	}
+	// leave.lua through the partition takes a second; half of it is slack
+	// for a loaded machine.
+	if took > budget+500*time.Millisecond {
+		t.Errorf("an Acquire with a %v deadline that gave up while queued returned after %v", budget, took)
+	}
+}
