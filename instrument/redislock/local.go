@@ -14,6 +14,9 @@ import (
 type localQueue struct {
 	mu    sync.Mutex
 	slots map[string]*slot
+	// closed is closed by Close, which ends a wait behind a holder of the
+	// same Locker as it ends one for a release notification.
+	closed <-chan struct{}
 }
 
 type slot struct {
@@ -21,7 +24,8 @@ type slot struct {
 	refs int
 }
 
-// enter waits for key's turn, or for ctx to end.
+// enter waits for key's turn, or for ctx to end, or for the Locker to
+// close (ErrClosed).
 // onWait runs when the turn is not free at once.
 func (q *localQueue) enter(ctx context.Context, key string, onWait func()) (release func(), err error) {
 	q.mu.Lock()
@@ -45,6 +49,9 @@ func (q *localQueue) enter(ctx context.Context, key string, onWait func()) (rele
 		case <-ctx.Done():
 			q.leave(key, s)
 			return nil, context.Cause(ctx)
+		case <-q.closed:
+			q.leave(key, s)
+			return nil, ErrClosed
 		}
 	}
 	var once sync.Once

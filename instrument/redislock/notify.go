@@ -40,10 +40,11 @@ const barrierPrefix = "redislock:"
 var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 
 // Close closes the Locker's pub/sub connection and makes every later
-// Acquire fail with ErrClosed. An Acquire waiting for a release notification
-// returns ErrClosed at once; one that polls (Retry, quorum mode) when its
-// current pause ends. Leases already acquired stay valid: Release and Refresh do not
-// need the Locker to be open. Close waits for the Locker's reader and writer
+// Acquire fail with ErrClosed. An Acquire waiting for a release
+// notification, or in-process behind another Acquire of the same Locker on
+// the same key, returns ErrClosed at once; one that polls (Retry, quorum
+// mode) when its current pause ends. Leases already acquired stay valid:
+// Release and Refresh do not need the Locker to be open. Close waits for the Locker's reader and writer
 // goroutines to exit (a dial in progress ends within the client's dial and
 // read timeouts) and for the queue leaves of waiters that gave up (a second
 // at most each, see Waiting: the handoff), and may be called more than once.
@@ -82,6 +83,9 @@ type notifier struct {
 	suffix string
 
 	closed atomic.Bool // set under mu, read without it on Acquire's fast path
+	// done is closed with closed, for the waits that are not on a
+	// connection's channel: the local queue's (localQueue.closed).
+	done chan struct{}
 
 	mu   sync.Mutex
 	conn *pubsubConn    // nil while there is no connection
@@ -325,6 +329,9 @@ func (n *notifier) stopLocked(pc *pubsubConn) {
 
 func (n *notifier) close() error {
 	n.mu.Lock()
+	if !n.closed.Load() {
+		close(n.done)
+	}
 	n.closed.Store(true)
 	if pc := n.conn; pc != nil {
 		n.stopLocked(pc)

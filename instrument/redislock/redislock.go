@@ -66,9 +66,11 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	lid := hex.EncodeToString(id[:])
+	done := make(chan struct{})
 	return &Locker{
 		store:     s,
-		notify:    notifier{c: c, idle: o.idleTimeout, suffix: ":" + lid},
+		notify:    notifier{c: c, idle: o.idleTimeout, suffix: ":" + lid, done: done},
+		local:     localQueue{closed: done},
 		lid:       lid,
 		retention: o.retention,
 		value:     value,
@@ -155,6 +157,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	var sent time.Time // when the last attempt was sent
 	var seen uint64    // a fence floor from the last attempt that failed (attempt.seen)
 	for n := 1; ; n++ {
+		// Close may have come while this waiter waited for its turn or its
+		// subscription; nothing is acquired through a closed Locker.
+		if l.notify.isClosed() {
+			return nil, fmt.Errorf("redislock: acquire %q: %w", key, ErrClosed)
+		}
 		sent = time.Now()
 		a, err := l.store.attempt(ctx, r)
 		if err != nil {
