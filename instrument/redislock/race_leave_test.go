@@ -1,0 +1,77 @@
+package redislock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+)
+
+// TestHandoff_CancelRacingTheHandoffStrandsNothing: a release hands the
+// lock to a waiter at the moment the waiter's context is cancelled. Either
+// the waiter returns a lease that holds the lock, or it returns an error and
+// nobody holds the lock (leave.lua hands it on: here, deletes it).
+func TestHandoff_CancelRacingTheHandoffStrandsNothing(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r, c := setup(t)
+			ctx := timeout(t, 60*time.Second)
+			const key = "lock:race-leave"
+			a := newLocker(t, c, m.opts...)
+			b := newLocker(t, newClient(t, r.Addr()), m.opts...)
+			won, lost := 0, 0
+			for i := range 150 {
+				held, err := a.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				got := make(chan instrument.Lease, 1)
+				errc := make(chan error, 1)
+				go func() {
+					l, err := b.Acquire(wctx, key, instrument.WithTTL(time.Minute))
+					got <- l
+					errc <- err
+				}()
+				waitQueued(t, ctx, c, key, 1)
+				// Let the waiter settle into its pause, then race.
+				time.Sleep(time.Duration(i%7) * time.Millisecond)
+				d := time.Duration(i%10) * 60 * time.Microsecond
+				go func() { time.Sleep(d); cancel() }()
+				if err := held.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				l := <-got
+				err = <-errc
+				if l != nil {
+					won++
+					v := c.Get(ctx, key).Val()
+					if !strings.HasPrefix(redisValueToken(v), "") || redisDecodeFence(v) != l.Fence() {
+						t.Fatalf("waiter's lease fence %d, lock value %q", l.Fence(), v)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Fatalf("iteration %d: release of the handed lease: %v", i, err)
+					}
+				} else {
+					lost++
+					if v, e := c.Get(ctx, key).Result(); e == nil {
+						t.Fatalf("iteration %d: the waiter gave up (%v) and the lock stays held: %q (PTTL %v)", i, err, v, c.PTTL(ctx, key).Val())
+					}
+				}
+				if n := c.LLen(ctx, queueKey(key)).Val(); n != 0 {
+					t.Fatalf("iteration %d: %d entries left in the queue", i, n)
+				}
+			}
+			t.Logf("waiter got the lock %d times, gave up %d times", won, lost)
+		})
+	}
+}
+
+func redisValueToken(v string) string { t, _, _ := strings.Cut(v, " "); return t }
+
+func redisDecodeFence(v string) uint64 { return redislockDecodeFence(v) }
+
+var redislockDecodeFence = func(v string) uint64 { return redislock.DecodeValue(v).Fence }
