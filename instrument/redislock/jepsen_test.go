@@ -19,6 +19,10 @@ import (
 // one holder at a time, fences increase holder to holder, no lease is lost,
 // no Acquire returns long after its deadline, and nothing is left held.
 func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
+	// An Acquire returns by its deadline (the timeout rule), give or take
+	// the scheduling of a loaded 2-core machine: a redial under the
+	// notifier's lock once cost 4.9 s.
+	const maxOverrun = time.Second
 	for _, m := range modes {
 		for _, chaos := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/chaos=%v", m.name, chaos), func(t *testing.T) {
@@ -61,7 +65,7 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 								}
 								start := time.Now()
 								lease, err := l.Acquire(ctx, key, instrument.WithTTL(3*time.Second))
-								if over := time.Since(start) - d; over > 300*time.Millisecond {
+								if over := time.Since(start) - d; over > maxOverrun {
 									overruns.Add(1)
 									if int64(over) > maxOver.Load() {
 										maxOver.Store(int64(over))
@@ -101,9 +105,9 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 					}
 				}
 				wg.Wait()
-				t.Logf("acquired %d, gave up %d, overruns>300ms %d (max %v)", acquired.Load(), gaveUp.Load(), overruns.Load(), time.Duration(maxOver.Load()))
+				t.Logf("acquired %d, gave up %d, overruns>%v %d (max %v)", acquired.Load(), gaveUp.Load(), maxOverrun, overruns.Load(), time.Duration(maxOver.Load()))
 				if overruns.Load() > 0 {
-					t.Errorf("%d Acquire calls returned more than 300ms after their deadline (max %v)", overruns.Load(), time.Duration(maxOver.Load()))
+					t.Errorf("%d Acquire calls returned more than %v after their deadline (max %v)", overruns.Load(), maxOverrun, time.Duration(maxOver.Load()))
 				}
 				ctx := timeout(t, 5*time.Second)
 				if v, err := admin.Get(ctx, key).Result(); err == nil {
