@@ -109,6 +109,11 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 				if overruns.Load() > 0 {
 					t.Errorf("%d Acquire calls returned more than %v after their deadline (max %v)", overruns.Load(), maxOverrun, time.Duration(maxOver.Load()))
 				}
+				// Close waits for the leaves of waiters that gave up, which
+				// run after their Acquire returned.
+				for _, l := range lockers {
+					_ = l.Close()
+				}
 				ctx := timeout(t, 5*time.Second)
 				if v, err := admin.Get(ctx, key).Result(); err == nil {
 					t.Errorf("lock still held after everyone finished: %q (PTTL %v), queue %q", v, admin.PTTL(ctx, key).Val(), admin.LRange(ctx, queueKey(key), 0, -1).Val())

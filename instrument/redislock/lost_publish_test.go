@@ -85,6 +85,13 @@ func TestHandoff_LostNotification(t *testing.T) {
 					if !short {
 						t.Fatalf("the waiter did not get the lock it was handed: %v after %v", rs.err, took)
 					}
+					// Its leave runs in the background, bounded by a second;
+					// room for a loaded machine, against the lock's minute.
+					lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+					for admin.Exists(lctx, key).Val() != 0 && lctx.Err() == nil {
+						time.Sleep(5 * time.Millisecond)
+					}
+					lcancel()
 					if v, err := admin.Get(ctx, key).Result(); err == nil {
 						t.Fatalf("the waiter gave up and the lock it was handed stays held: %q (PTTL %v)", v, admin.PTTL(ctx, key).Val())
 					}
