@@ -414,11 +414,12 @@ func (n *notifier) flush(pc *pubsubConn) bool {
 	}
 	drop := pc.drop
 	pc.drop = nil
-	var subs []string
+	var subs, subNames []string
 	for name, cs := range pc.chans {
 		if cs.unsent {
 			cs.unsent = false
 			subs = append(subs, name+n.suffix)
+			subNames = append(subNames, name)
 		}
 	}
 	var ping string
@@ -444,12 +445,14 @@ func (n *notifier) flush(pc *pubsubConn) bool {
 	if len(drop) > 0 {
 		err = pc.ps.Unsubscribe(ctx, drop...)
 	}
+	var subErr error
 	if len(subs) > 0 {
-		// Even after a failed write: go-redis remembers the channels
-		// whatever the write's outcome and subscribes them on its next
-		// connection, before anything else is written to it.
-		if serr := pc.ps.Subscribe(ctx, subs...); err == nil {
-			err = serr
+		// Even after a failed write: the new connection go-redis dialled
+		// for it must be subscribed too (it resubscribes only the channels
+		// it knew before).
+		subErr = pc.ps.Subscribe(ctx, subs...)
+		if err == nil {
+			err = subErr
 		}
 	}
 	if err == nil && ping != "" {
@@ -467,6 +470,18 @@ func (n *notifier) flush(pc *pubsubConn) bool {
 		// As in read: the next waiter opens a fresh connection.
 		n.stopLocked(pc)
 		return true
+	}
+	if subErr != nil {
+		// go-redis replaces a connection whose SUBSCRIBE failed inside
+		// Subscribe: it dials and resubscribes the channels it knew, and
+		// adds these only after that, so the new connection lacks them and
+		// no later connection is coming. The next flush subscribes them
+		// again, before the barrier that confirms them.
+		for _, name := range subNames {
+			if cs := pc.chans[name]; cs != nil {
+				cs.unsent = true
+			}
+		}
 	}
 	// The failed write made go-redis replace the connection.
 	n.brokenLocked(pc)

@@ -1,0 +1,75 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestWait_ReleaseHeardOnAKeyFirstWaitedOnRightAfterTwoResets is
+// TestWait_ReleaseHeardAfterAFailedSubscribeWrite with real faults: the
+// pub/sub connection is reset, go-redis redials at once, and the reader
+// sleeps its reconnect backoff (50 ms) before it reads again; a second
+// reset in that window goes unnoticed by the reader, so the writer's
+// SUBSCRIBE of a key first waited on then fails, go-redis redials inside
+// that Subscribe without the new channel, and the barrier confirms it. The
+// waiter, queued with a "confirmed" subscription Redis does not have, takes
+// the lock only at its next attempt (1.67 s), not at the release.
+func TestWait_ReleaseHeardOnAKeyFirstWaitedOnRightAfterTwoResets(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	l := newLocker(t, newClient(t, p.Addr()))
+	other := newLocker(t, admin)
+	ctx := timeout(t, 2*time.Minute)
+
+	// A waiter on another key keeps the pub/sub connection in use.
+	const busy = "lock:reset2:busy"
+	h, err := other.Acquire(ctx, busy, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	bctx, bcancel := context.WithCancel(ctx)
+	bdone := make(chan struct{})
+	go func() {
+		defer close(bdone)
+		_, _ = l.Acquire(bctx, busy, instrument.WithPollInterval(time.Minute))
+	}()
+	defer func() { bcancel(); <-bdone }()
+	eventually(t, "the busy key subscribed", func() bool { return keySubscribers(t, admin, busy) == 1 })
+
+	var lost []string
+	for i := range 5 {
+		key := fmt.Sprintf("lock:reset2:%d", i)
+		holder, err := other.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := connectionsReceived(t, admin)
+		p.Reset()
+		eventually(t, "the pub/sub connection redialled", func() bool {
+			return connectionsReceived(t, admin) > before && keySubscribers(t, admin, busy) == 1
+		})
+		p.Reset() // while the reader sleeps its backoff
+		waiting, done := startWaiter(t, l, key)
+		awaitWaiting(t, waiting, done)
+		eventually(t, "the waiter queued", func() bool { return admin.LLen(ctx, queueKey(key)).Val() == 1 })
+		subs := keySubscribers(t, admin, key)
+		start := time.Now()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+		if took := time.Since(start); err != nil || subs != 1 || took > time.Second {
+			lost = append(lost, fmt.Sprintf("try %d: %d subscribers of the key's channel, lock taken %v after the release (%v)", i, subs, took, err))
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("releases to a waiter queued with a confirmed subscription were not heard:\n%s", strings.Join(lost, "\n"))
+	}
+}
