@@ -360,6 +360,21 @@ func (n *notifier) goTracked(f func()) bool {
 	return true
 }
 
+// backOff waits *delay, then doubles it up to maxReconnectDelay: the pause
+// of the reader and of the writer after a failure. It reports false if the
+// connection was stopped meanwhile.
+func (pc *pubsubConn) backOff(delay *time.Duration) bool {
+	t := time.NewTimer(*delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-pc.quit:
+		return false
+	}
+	*delay = min(2**delay, maxReconnectDelay)
+	return true
+}
+
 // wake tells the writer that there is something to write.
 func (pc *pubsubConn) wake() {
 	select {
@@ -388,14 +403,9 @@ func (n *notifier) write(pc *pubsubConn) {
 		}
 		// The write failed: what it owed, and a barrier, are written again
 		// after a pause, whether or not the reader saw the connection go.
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-pc.quit:
-			t.Stop()
+		if !pc.backOff(&delay) {
 			return
 		}
-		delay = min(2*delay, maxReconnectDelay)
 		pc.wake()
 	}
 }
@@ -538,14 +548,9 @@ func (n *notifier) read(pc *pubsubConn) {
 		n.brokenLocked(pc)
 		n.mu.Unlock()
 
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-pc.quit:
-			t.Stop()
+		if !pc.backOff(&delay) {
 			return
 		}
-		delay = min(2*delay, maxReconnectDelay)
 		n.mu.Lock()
 		if n.conn == pc && pc.needPing {
 			// The writer dials a new connection if need be; go-redis
