@@ -506,22 +506,8 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			var f failingReads
-			c, err := clientv3.New(clientv3.Config{
-				Endpoints:   e.Endpoints(),
-				DialTimeout: 2 * time.Second,
-				Logger:      zap.NewNop(),
-				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
-			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
 			key := "read-fails-" + mode.name
-			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, _, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, &f)
 			got := acquireInBackground(t, lw, key, 30*time.Second, instrument.WithPollInterval(20*time.Millisecond))
 			waitWatching(t, lw, 1)
 			deadline := time.Now().Add(10 * time.Second)
@@ -556,6 +542,28 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 	}
 }
 
+// waiterOnOwnClient sets up a waiter whose client fails under it: a client
+// of e of its own (its unary calls through f's interceptor, if f is set),
+// closed when the test ends, a Locker lw on it in wait mode max, and key
+// held (h) by another Locker, lh, on admin.
+func waiterOnOwnClient(t *testing.T, e *testenv.Etcd, admin *clientv3.Client, max int64, key string, f *failingReads) (c *clientv3.Client, lh, lw *etcdlock.Locker, h instrument.Lease) {
+	t.Helper()
+	cfg := clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+	if f != nil {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)}
+	}
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	lh, lw = newLocker(t, admin), inWaitMode(newLocker(t, c), max)
+	if h, err = lh.Acquire(timeout(t, 5*time.Second), key); err != nil {
+		t.Fatal(err)
+	}
+	return c, lh, lw, h
+}
+
 // A waiter whose client is closed under it stops waiting at once, with an
 // error, in both wait modes: no read can get through any more, so it must
 // not keep its place until its deadline.
@@ -564,16 +572,8 @@ func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
-			c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
 			key := "client-closed-" + mode.name
-			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, _, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, nil)
 			defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
 			got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithPollInterval(20*time.Millisecond))
 			waitWatching(t, lw, 1)
@@ -612,22 +612,8 @@ func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *t
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			var f failingReads
-			c, err := clientv3.New(clientv3.Config{
-				Endpoints:   e.Endpoints(),
-				DialTimeout: 2 * time.Second,
-				Logger:      zap.NewNop(),
-				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
-			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
 			key := "read-fails-at-release-" + mode.name
-			h, err := lh.Acquire(timeout(t, 5*time.Second), key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, lh, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, &f)
 			f.on.Store(true)
 			got := acquireInBackground(t, lw, key, 20*time.Second, watchOnly...)
 			for queueLen(t, admin, lh, key) != 2 {
@@ -673,22 +659,8 @@ func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
 		for _, stillFailing := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/still-failing=%t", mode.name, stillFailing), func(t *testing.T) {
 				var f failingReads
-				c, err := clientv3.New(clientv3.Config{
-					Endpoints:   e.Endpoints(),
-					DialTimeout: 2 * time.Second,
-					Logger:      zap.NewNop(),
-					DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
 				key := fmt.Sprintf("deadline-names-read-%s-%t", mode.name, stillFailing)
-				h, err := lh.Acquire(timeout(t, 5*time.Second), key)
-				if err != nil {
-					t.Fatal(err)
-				}
+				_, _, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, &f)
 				defer func() { _ = h.Release(timeout(t, 5*time.Second)) }()
 				got := acquireInBackground(t, lw, key, 3*time.Second, instrument.WithPollInterval(20*time.Millisecond))
 				waitWatching(t, lw, 1)
