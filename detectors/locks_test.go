@@ -425,6 +425,30 @@ func putRawTTL(t testing.TB, ctx context.Context, s any, instance string, data [
 	}
 }
 
+// heldOnBackend starts a store of backend ("redis" or "etcd") holding key
+// under value (a redislock value; on etcd its JSON, in etcdlock's layout
+// under a lease), for a minute, and returns the store and its client.
+func heldOnBackend(t *testing.T, ctx context.Context, backend, key, value string) (detectors.Store, any) {
+	t.Helper()
+	if backend == "redis" {
+		c := newRedis(t)
+		if err := c.Set(ctx, key, value, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return redisStore(t, c), c
+	}
+	c := newEtcd(t)
+	grant, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
+	if _, err := c.Put(ctx, entry, value[strings.Index(value, "{"):], clientv3.WithLease(grant.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return etcdStore(t, c), c
+}
+
 // An unreadable heartbeat key proves alive only the process that wrote it:
 // when its value names a host and pid (JSON too large to decode, as an
 // older publisher wrote), only that process, not a dead one that went by
@@ -434,33 +458,8 @@ func TestLocks_AnUnreadableHeartbeatKeyProvesOnlyItsOwnProcessAlive(t *testing.T
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
-			var s detectors.Store
-			var client any
-			var putLock func(key, value string)
-			if backend == "redis" {
-				c := newRedis(t)
-				s, client = redisStore(t, c), c
-				putLock = func(key, value string) {
-					if err := c.Set(ctx, key, value, time.Minute).Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			} else {
-				c := newEtcd(t)
-				s, client = etcdStore(t, c), c
-				putLock = func(key, value string) {
-					grant, err := c.Grant(ctx, 60)
-					if err != nil {
-						t.Fatal(err)
-					}
-					entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
-					if _, err := c.Put(ctx, entry, value[strings.Index(value, "{"):], clientv3.WithLease(grant.ID)); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			s, client := heldOnBackend(t, ctx, backend, "lock:old", deadValue("checkout", 10))
 			// "checkout" (host-checkout, pid 10) holds lock:old and beats.
-			putLock("lock:old", deadValue("checkout", 10))
 			old := otherBeat("checkout", 10)
 			old.Held = []fleet.HeldLock{{Key: "lock:old", Backend: backend, Since: time.Now()}}
 			putBeat(t, ctx, client, old)
@@ -516,33 +515,8 @@ func TestLocks_AHeartbeatKeyWithoutATTLProvesNothingEvenWhenItDecodes(t *testing
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
-			var s detectors.Store
-			var client any
-			var putLock func(key, value string)
-			if backend == "redis" {
-				c := newRedis(t)
-				s, client = redisStore(t, c), c
-				putLock = func(key, value string) {
-					if err := c.Set(ctx, key, value, time.Minute).Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			} else {
-				c := newEtcd(t)
-				s, client = etcdStore(t, c), c
-				putLock = func(key, value string) {
-					grant, err := c.Grant(ctx, 60)
-					if err != nil {
-						t.Fatal(err)
-					}
-					entry := etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(grant.ID))
-					if _, err := c.Put(ctx, entry, value[strings.Index(value, "{"):], clientv3.WithLease(grant.ID)); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			s, client := heldOnBackend(t, ctx, backend, "lock:old", deadValue("checkout", 10))
 			// "checkout" (host-checkout, pid 10) holds lock:old and beats.
-			putLock("lock:old", deadValue("checkout", 10))
 			hb := otherBeat("checkout", 10)
 			hb.Held = []fleet.HeldLock{{Key: "lock:old", Backend: backend, Since: time.Now()}}
 			putBeat(t, ctx, client, hb)
