@@ -201,7 +201,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 				startWaiting()
 				// The holder may have released before the subscription was
 				// confirmed; try again as soon as it is.
-				if err := waitReady(ctx, w.ready, cfg.PollInterval); err != nil {
+				if err := waitReady(ctx, w, cfg.PollInterval); err != nil {
 					return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
 				}
 				continue
@@ -262,11 +262,17 @@ func (l *Locker) pause(ctx context.Context, w *waiter, d time.Duration) error {
 	return nil
 }
 
-func waitReady(ctx context.Context, ready <-chan struct{}, limit time.Duration) error {
+// waitReady waits for w's subscription to be confirmed, at most limit. It
+// also returns when w is woken: by a release heard meanwhile, or by the
+// connection breaking, after which the notifier wakes every waiter to try
+// again (a Fair waiter is queued already, and may have been handed the
+// lock while its SUBSCRIBE kept failing).
+func waitReady(ctx context.Context, w *waiter, limit time.Duration) error {
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case <-ready:
+	case <-w.ready:
+	case <-w.wake:
 	case <-t.C: // not confirmed in time: fall back to polling
 	case <-ctx.Done():
 		return context.Cause(ctx)

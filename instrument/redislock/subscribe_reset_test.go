@@ -18,8 +18,12 @@ import (
 // reset in that window goes unnoticed by the reader, so the writer's
 // SUBSCRIBE of a key first waited on then fails, go-redis redials inside
 // that Subscribe without the new channel, and the barrier confirms it. The
-// waiter, queued with a "confirmed" subscription Redis does not have, takes
-// the lock only at its next attempt (1.67 s), not at the release.
+// waiter, queued with a "confirmed" subscription Redis does not have, took
+// the lock only at its next attempt (1.67 s), not at the release. Since a
+// waiter woken by a broken connection tries again at once (waitReady), this
+// test may pass with that bug back; TestWait_ReleaseHeardAfterAFailedSubscribeWrite
+// catches it deterministically. This one keeps the guarantee under real
+// resets: the release is heard.
 func TestWait_ReleaseHeardOnAKeyFirstWaitedOnRightAfterTwoResets(t *testing.T) {
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
@@ -65,7 +69,11 @@ func TestWait_ReleaseHeardOnAKeyFirstWaitedOnRightAfterTwoResets(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = <-done
-		if took := time.Since(start); err != nil || subs != 1 || took > time.Second {
+		// A waiter woken by the reset tries again before its subscription
+		// is confirmed, so it may be queued with none yet (subs 0); the
+		// confirmation then wakes it again. What must hold is that the
+		// release is heard: the lock taken long before the next attempt.
+		if took := time.Since(start); err != nil || took > time.Second {
 			lost = append(lost, fmt.Sprintf("try %d: %d subscribers of the key's channel, lock taken %v after the release (%v)", i, subs, took, err))
 		}
 	}
