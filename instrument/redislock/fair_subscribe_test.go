@@ -1,15 +1,10 @@
 package redislock_test
 
 import (
-	"bytes"
-	"context"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
@@ -24,9 +19,8 @@ type resetSubscribeConn struct {
 }
 
 func (c *resetSubscribeConn) Write(b []byte) (int, error) {
-	if c.on.Load() && bytes.Contains(b, []byte("subscribe")) && !bytes.Contains(b, []byte("unsubscribe")) && bytes.Contains(b, []byte(c.channel)) {
-		_ = c.Conn.Close()
-		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	if c.on.Load() && subscribes(b, c.channel) {
+		return resetUnder(c.Conn)
 	}
 	return c.Conn.Write(b)
 }
@@ -43,19 +37,9 @@ func TestFair_AWaiterWhoseSubscriptionKeepsFailingStillTakesTheLockItWasHanded(t
 	r, admin := setup(t)
 	const key = "lock:fair-sub-fails"
 	var failing atomic.Bool
-	var d net.Dialer
-	c := redis.NewClient(&redis.Options{
-		Addr: r.Addr(), ContextTimeoutEnabled: true, MaxRetries: 1,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &resetSubscribeConn{Conn: cn, on: &failing, channel: "{" + key + "}:released"}, nil
-		},
+	c := clientDialingThrough(t, r.Addr(), func(cn net.Conn) net.Conn {
+		return &resetSubscribeConn{Conn: cn, on: &failing, channel: "{" + key + "}:released"}
 	})
-	t.Cleanup(func() { _ = c.Close() })
 	ctx := timeout(t, time.Minute)
 	holder, err := newLocker(t, admin, redislock.Fair()).Acquire(ctx, key, instrument.WithTTL(time.Minute))
 	if err != nil {

@@ -26,14 +26,43 @@ type failSubscribeConn struct {
 }
 
 func (c *failSubscribeConn) Write(b []byte) (int, error) {
-	if p := c.fail.Load(); p != nil && bytes.Contains(b, []byte("subscribe")) && !bytes.Contains(b, []byte("unsubscribe")) && bytes.Contains(b, []byte(*p)) {
-		if c.fail.CompareAndSwap(p, nil) {
-			_ = c.Conn.Close()
-			close(c.fired)
-			return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
-		}
+	if p := c.fail.Load(); p != nil && subscribes(b, *p) && c.fail.CompareAndSwap(p, nil) {
+		close(c.fired)
+		return resetUnder(c.Conn)
 	}
 	return c.Conn.Write(b)
+}
+
+// subscribes reports whether b, a write to Redis, is a SUBSCRIBE naming a
+// channel that contains channel.
+func subscribes(b []byte, channel string) bool {
+	return bytes.Contains(b, []byte("subscribe")) && !bytes.Contains(b, []byte("unsubscribe")) && bytes.Contains(b, []byte(channel))
+}
+
+// resetUnder closes cn and fails the write as a connection reset would.
+func resetUnder(cn net.Conn) (int, error) {
+	_ = cn.Close()
+	return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+}
+
+// clientDialingThrough is a client of addr (one resend, 1 s timeouts) whose
+// connections are wrapped by wrap.
+func clientDialingThrough(t *testing.T, addr string, wrap func(net.Conn) net.Conn) *redis.Client {
+	t.Helper()
+	var d net.Dialer
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(cn), nil
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestWait_ReleaseHeardAfterAFailedSubscribeWrite: the writer's
@@ -55,23 +84,9 @@ func TestWait_ReleaseHeardAfterAFailedSubscribeWrite(t *testing.T) {
 	const key = "lock:lost-sub"
 	var fail atomic.Pointer[string]
 	fired := make(chan struct{})
-	var d net.Dialer
-	c := redis.NewClient(&redis.Options{
-		Addr:                  r.Addr(),
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-		MaxRetries:            1,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &failSubscribeConn{Conn: cn, fail: &fail, fired: fired}, nil
-		},
+	c := clientDialingThrough(t, r.Addr(), func(cn net.Conn) net.Conn {
+		return &failSubscribeConn{Conn: cn, fail: &fail, fired: fired}
 	})
-	t.Cleanup(func() { _ = c.Close() })
 	l := newLocker(t, c)
 	other := newLocker(t, admin)
 	ctx := timeout(t, time.Minute)
