@@ -33,10 +33,12 @@ func (c *failSubscribeConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// subscribes reports whether b, a write to Redis, is a SUBSCRIBE naming a
-// channel that contains channel.
+// subscribes reports whether b, a write to Redis, is a SUBSCRIBE command
+// naming a channel that contains channel. It matches the command's RESP
+// bulk string, not the word anywhere: a script sent whole (EVAL) has
+// "subscribe" in its comments and may carry the channel as an argument.
 func subscribes(b []byte, channel string) bool {
-	return bytes.Contains(b, []byte("subscribe")) && !bytes.Contains(b, []byte("unsubscribe")) && bytes.Contains(b, []byte(channel))
+	return bytes.Contains(b, []byte("$9\r\nsubscribe\r\n")) && bytes.Contains(b, []byte(channel))
 }
 
 // resetUnder closes cn and fails the write as a connection reset would.
