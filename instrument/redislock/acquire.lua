@@ -1,5 +1,6 @@
--- acquire.lua: take the lock if it is free, in one round trip. Runs after
--- acquire_lib.lua (next_fence, owned_fence, lock_value).
+-- acquire.lua: take the lock if it is free, in one round trip. Uses
+-- acquire_lib.lua (next_fence, owned_fence, lock_value), which scripts.go
+-- puts where the "#include" line is.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter key (same hash slot as KEYS[1])
@@ -27,6 +28,8 @@
 -- acquire_fair.lua), it only makes a release a handoff.
 --
 -- Needs Redis 6.2 or later (SET ... GET).
+
+-- #include acquire_lib.lua
 
 -- Every attempt moves the counter, a failed one too: fences need only
 -- increase, not be dense, and quorum mode takes the largest fence over all

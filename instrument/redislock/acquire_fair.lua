@@ -1,6 +1,7 @@
 -- acquire_fair.lua: take the lock only if it is free and this caller is at
 -- the head of the queue (or the queue is empty); otherwise queue up, FIFO.
--- Runs after acquire_lib.lua (next_fence, owned_fence, lock_value).
+-- Uses acquire_lib.lua (next_fence, owned_fence, lock_value), which
+-- scripts.go puts where the "#include" line is.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter key
@@ -23,6 +24,7 @@
 -- every fence issued after it: a waiter ignores a handoff notification
 -- whose fence is not above it (the notification is older than this
 -- attempt).
+-- #include acquire_lib.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 

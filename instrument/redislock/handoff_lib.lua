@@ -1,6 +1,6 @@
--- handoff_lib.lua: what release.lua and leave.lua share. scripts.go puts it
--- after acquire_lib.lua (next_fence, lock_value) in front of both; it is
--- never run alone.
+-- handoff_lib.lua: what release.lua and leave.lua share. scripts.go puts it,
+-- after acquire_lib.lua (next_fence, lock_value), where their "#include"
+-- line says; it is never run alone.
 --
 -- hand_over gives a lock its owner is giving up straight to the first live
 -- waiter in queue, so that a release is a handoff in one round trip: the
@@ -25,13 +25,12 @@
 -- The waiter's lease counts from before its last attempt was sent (the
 -- handoff happened after that attempt ran), never from the handoff itself,
 -- and a waiter that gave up finds the lock in its leave.lua and hands it on.
-local function hand_over(lock, counter, queue, waiters, channel, retention)
+--
+-- first, if given, is the head entry the caller popped already.
+local function hand_over(lock, counter, queue, waiters, channel, retention, first)
 	local t, now
-	while true do
-		local e = redis.call('LPOP', queue)
-		if not e then
-			break
-		end
+	local e = first or redis.call('LPOP', queue)
+	while e do
 		if not t then
 			t = redis.call('TIME')
 			now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -45,6 +44,7 @@ local function hand_over(lock, counter, queue, waiters, channel, retention)
 			redis.call('PUBLISH', channel .. ':' .. lid, string.sub(redis.sha1hex(tok), 1, 24) .. ' ' .. f)
 			return true
 		end
+		e = redis.call('LPOP', queue)
 	end
 	redis.call('DEL', lock)
 	return false

@@ -1,7 +1,10 @@
 -- release.lua: give the lock up only if this token owns it: hand it to the
 -- first live waiter (handoff_lib.lua) or delete it, and leave a short-lived
--- tombstone that only this token can recognise. Runs after acquire_lib.lua
--- and handoff_lib.lua.
+-- tombstone that only this token can recognise. acquire_lib.lua and
+-- handoff_lib.lua go where the "#include" line is, on the one path that
+-- calls them: Lua makes a closure for each of their functions every time
+-- it runs past their definitions, and most releases have no waiter
+-- (measured: docs/BENCHMARKS.md, "redis-server's instructions").
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  this token's tombstone key (same hash slot as KEYS[1])
@@ -30,8 +33,10 @@
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
 	redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
-	if KEYS[3] then
-		hand_over(KEYS[1], KEYS[4], KEYS[3], KEYS[5], ARGV[2], tonumber(ARGV[4]))
+	local first = KEYS[3] and redis.call('LPOP', KEYS[3])
+	if first then
+		-- #include acquire_lib.lua handoff_lib.lua
+		hand_over(KEYS[1], KEYS[4], KEYS[3], KEYS[5], ARGV[2], tonumber(ARGV[4]), first)
 	else
 		redis.call('DEL', KEYS[1])
 	end

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,16 +23,45 @@ var (
 	//go:embed leave.lua
 	leaveSrc string
 
-	// Redis shares no Lua between scripts: the scripts carry the functions
-	// of acquire_lib.lua (and release and leave those of handoff_lib.lua)
-	// in front of their own text.
-	acquireScript = redis.NewScript(acquireLibSrc + acquireSrc)
-	releaseScript = redis.NewScript(acquireLibSrc + handoffLibSrc + releaseSrc)
+	// Redis shares no Lua between scripts: a script carries the functions
+	// of acquire_lib.lua (and handoff_lib.lua) it calls, where its
+	// "#include" line says.
+	acquireScript = redis.NewScript(acquireSrcFull)
+	releaseScript = redis.NewScript(releaseSrcFull)
 	refreshScript = redis.NewScript(refreshSrc)
-	leaveScript   = redis.NewScript(acquireLibSrc + handoffLibSrc + leaveSrc)
+	leaveScript   = redis.NewScript(withLibs(leaveSrc))
 
-	acquireFairScript = redis.NewScript(acquireLibSrc + acquireFairSrc)
+	acquireFairScript = redis.NewScript(withLibs(acquireFairSrc))
+
+	acquireSrcFull = withLibs(acquireSrc)
+	releaseSrcFull = withLibs(releaseSrc)
 )
+
+// withLibs returns src with each line "-- #include <file> ..." (indented
+// or not) replaced by the named libraries' text. A library goes where it
+// is needed, not in front of every script: Lua makes a closure for each
+// function definition it runs past, on every run of the script, and a
+// release with no waiter runs past none of handoff_lib.lua's. Unknown
+// names panic: the scripts are part of the binary.
+func withLibs(src string) string {
+	libs := map[string]string{"acquire_lib.lua": acquireLibSrc, "handoff_lib.lua": handoffLibSrc}
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		names, ok := strings.CutPrefix(strings.TrimSpace(line), "-- #include ")
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		for _, name := range strings.Fields(names) {
+			lib, ok := libs[name]
+			if !ok {
+				panic("redislock: script includes unknown library " + name)
+			}
+			b.WriteString(lib)
+		}
+	}
+	return b.String()
+}
 
 // luaCall is a script as evalsha sends it: digest and source boxed once.
 type luaCall struct{ sha, src any }
@@ -39,6 +69,6 @@ type luaCall struct{ sha, src any }
 func callOf(s *redis.Script, src string) luaCall { return luaCall{sha: s.Hash(), src: src} }
 
 var (
-	acquireCall = callOf(acquireScript, acquireLibSrc+acquireSrc)
-	releaseCall = callOf(releaseScript, acquireLibSrc+handoffLibSrc+releaseSrc)
+	acquireCall = callOf(acquireScript, acquireSrcFull)
+	releaseCall = callOf(releaseScript, releaseSrcFull)
 )
