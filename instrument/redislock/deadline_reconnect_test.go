@@ -139,3 +139,55 @@ func TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis(t *testing.T
 		t.Errorf("an Acquire with a %v deadline that gave up while queued returned after %v", budget, took)
 	}
 }
+
+// TestWait_ALeaveThatCannotReachRedisIsTriedAgain: a waiter gives up while
+// Redis is out of its reach, so its leave.lua fails, and then the holder
+// releases: release.lua hands the lock to the waiter's entry, whose
+// deadline has not passed. Nobody uses that lock. Once Redis can be reached
+// again, the waiter's leave must run and hand it on (here: free it), not
+// leave it held for the minute of its TTL.
+func TestWait_ALeaveThatCannotReachRedisIsTriedAgain(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	l := newLocker(t, newClient(t, p.Addr()))
+	other := newLocker(t, admin)
+	ctx := timeout(t, time.Minute)
+	const key = "lock:leave-retried"
+	holder, err := other.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(wctx, key, instrument.WithTTL(time.Minute))
+		errc <- err
+	}()
+	waitFor(t, ctx, "the waiter's queue entry", func() bool { return admin.LLen(ctx, "{"+key+"}:queue").Val() == 1 })
+
+	p.Blackhole(true)
+	giveUp()
+	if err := <-errc; err == nil {
+		t.Fatal("Acquire took the lock from its holder")
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The default waiter timeout is 5s: the entry is still live, so the
+	// release handed it the lock.
+	if n := admin.Exists(ctx, key).Val(); n != 1 {
+		t.Fatal("the release did not hand the lock to the queued waiter: the test's premise failed")
+	}
+
+	p.Blackhole(false)
+	start := time.Now()
+	waitFor(t, ctx, "the lock handed to a waiter that gave up to be freed", func() bool { return admin.Exists(ctx, key).Val() == 0 })
+	// One leave.lua times out (a second) and the next runs within the
+	// back-off; the rest is slack for a loaded machine. Without the retry
+	// the key lives out its minute.
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the lock was freed %v after Redis came back", took)
+	}
+}

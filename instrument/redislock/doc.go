@@ -152,6 +152,9 @@
 //     turn. The leave is a round trip of its own, bounded by a second, not
 //     by the waiter's context, which has ended: it runs in the background
 //     (Close waits for it), so that Acquire returns by its deadline. A
+//     leave that fails (Redis out of reach) is tried again, backing off to
+//     a second between tries, until it runs or no longer matters (the
+//     waiter timeout plus the TTL after giving up) or Close. A
 //     waiter that died without leaving is skipped once its deadline (the
 //     waiter timeout after its last attempt) passed; one that died less
 //     than that before a release is handed the lock, which then stays unused

@@ -37,7 +37,7 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 
 // leave takes the waiter out of the queue, so the next one need not wait
 // for its deadline to pass; the deadline is the net.
-func (s fairNode) leave(ctx context.Context, r *request) { leave(ctx, s.c, r, true) }
+func (s fairNode) leave(ctx context.Context, r *request) error { return leave(ctx, s.c, r, true) }
 
 // wakeID is the waiter's id: a release hands the lock to the head of the
 // queue and wakes only that waiter.

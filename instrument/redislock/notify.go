@@ -363,12 +363,16 @@ func (n *notifier) goTracked(f func()) bool {
 // backOff waits *delay, then doubles it up to maxReconnectDelay: the pause
 // of the reader and of the writer after a failure. It reports false if the
 // connection was stopped meanwhile.
-func (pc *pubsubConn) backOff(delay *time.Duration) bool {
+func (pc *pubsubConn) backOff(delay *time.Duration) bool { return backOff(delay, pc.quit) }
+
+// backOff waits *delay, then doubles it up to maxReconnectDelay. It
+// reports false if stop was closed first.
+func backOff(delay *time.Duration, stop <-chan struct{}) bool {
 	t := time.NewTimer(*delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-pc.quit:
+	case <-stop:
 		return false
 	}
 	*delay = min(2**delay, maxReconnectDelay)

@@ -190,7 +190,7 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 }
 
 // leave does nothing: quorum waiters do not queue.
-func (q *quorum) leave(context.Context, *request) {}
+func (q *quorum) leave(context.Context, *request) error { return nil }
 
 // wakeID says no: no single node's release notification speaks for the
 // majority, so quorum waiters poll.

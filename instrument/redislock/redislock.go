@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type Locker struct {
 	notify    notifier
 	local     localQueue
 	retention time.Duration
+	waiterTTL time.Duration // how long a queue entry outlives its waiter's last attempt
 	value     lockvalue.Writer
 	// lid names this Locker's own release channels: a handoff is published
 	// on the key's channel + ":" + lid, so only the process whose waiter
@@ -73,6 +75,7 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 		local:     localQueue{closed: done},
 		lid:       lid,
 		retention: o.retention,
+		waiterTTL: o.waiterTTL,
 		value:     value,
 	}, nil
 }
@@ -234,10 +237,36 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 // a round trip of its own, bounded by a second (store.go), not by ctx, which
 // has ended: it runs on a goroutine that Close waits for, so that Acquire
 // returns by its deadline. On a closed Locker, Close may be waiting
-// already: it runs in the caller then.
+// already: it runs once in the caller then.
+//
+// A try that fails is tried again, with back-off, for as long as it can
+// still matter: the entry can be handed the lock until its deadline (at
+// most the waiter timeout after its last attempt, which was before now),
+// and a lock handed to it lives its TTL from then. Without the retry, a
+// waiter that gave up while Redis was out of its reach, and that a release
+// handed the lock to before the entry's deadline, held the lock for a
+// whole TTL with nobody using it. Close stops the retries.
 func (l *Locker) leave(ctx context.Context, r *request) {
-	if !l.notify.goTracked(func() { l.store.leave(ctx, r) }) {
-		l.store.leave(ctx, r)
+	if l.notify.goTracked(func() { l.leaveUntil(ctx, r, time.Now().Add(l.waiterTTL+r.ttl)) }) {
+		return
+	}
+	_ = l.store.leave(ctx, r)
+}
+
+// leaveUntil runs leave.lua until it succeeds, Redis refuses it (an error
+// reply: trying again would not change it), the client or the Locker
+// closes, or the next try would start after until.
+func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
+	delay := minReconnectDelay
+	for {
+		err := l.store.leave(ctx, r)
+		var reply redis.Error
+		if err == nil || errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || time.Now().Add(delay).After(until) {
+			return
+		}
+		if !backOff(&delay, l.notify.done) {
+			return
+		}
 	}
 }
 

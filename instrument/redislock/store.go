@@ -24,8 +24,9 @@ type store interface {
 	attempt(ctx context.Context, r *request) (attempt, error)
 	// leave takes a waiter that gives up out of the store's queue, when
 	// attempt said it had joined one, and hands on the lock if a release
-	// handed it to the waiter meanwhile. Best effort.
-	leave(ctx context.Context, r *request)
+	// handed it to the waiter meanwhile. One try; an error says it may not
+	// have run (Locker.leave tries again).
+	leave(ctx context.Context, r *request) error
 	// wakeID says whether a deadline waiter can wait for a release
 	// notification (ok), and which id the notification must name to wake
 	// it ("": any release). A waiter that subscribed queues for a handoff
@@ -189,20 +190,23 @@ func decodeAcquire(res []int64) (attempt, error) {
 	return attempt{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
 }
 
-func (s node) leave(ctx context.Context, r *request) { leave(ctx, s.c, r, false) }
+func (s node) leave(ctx context.Context, r *request) error { return leave(ctx, s.c, r, false) }
 
-// leave runs leave.lua: out of the queue, and the lock handed on if a
-// release handed it to this waiter meanwhile.
-func leave(ctx context.Context, c redis.UniversalClient, r *request, fair bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+// leave runs leave.lua once, within a second: out of the queue, and the
+// lock handed on if a release handed it to this waiter meanwhile.
+func leave(ctx context.Context, c redis.UniversalClient, r *request, fair bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	f := "0"
 	if fair {
 		f = "1"
 	}
-	_ = leaveScript.Run(ctx, c, []string{r.keys.lock, r.keys.queue, r.keys.waiters, r.keys.fence},
+	return leaveScript.Run(ctx, c, []string{r.keys.lock, r.keys.queue, r.keys.waiters, r.keys.fence},
 		r.tok, r.keys.channel, r.queueEntry(), (r.fenceTTL - r.ttl).Milliseconds(), f).Err()
 }
+
+// leaveTimeout bounds one try of leave.lua.
+const leaveTimeout = time.Second
 
 // wakeID names the waiter by its id: a release hands the lock to the head
 // of the queue and wakes only that waiter.
