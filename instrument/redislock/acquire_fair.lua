@@ -28,9 +28,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- Skip waiters at the head that stopped retrying.
+-- Skip waiters at the head that stopped retrying. head is then the first
+-- live waiter, or false: the queue is empty (nothing below changes it
+-- before it is read again).
+local head
 while true do
-	local head = redis.call('LINDEX', KEYS[3], 0)
+	head = redis.call('LINDEX', KEYS[3], 0)
 	if not head then
 		break
 	end
@@ -52,7 +55,6 @@ end
 
 local queueTTL = tonumber(ARGV[5]) * 2 + tonumber(ARGV[2])
 if not cur then
-	local head = redis.call('LINDEX', KEYS[3], 0)
 	if not head or head == ARGV[7] then
 		if head then
 			redis.call('LPOP', KEYS[3])
@@ -60,7 +62,7 @@ if not cur then
 		end
 		local fence, f = next_fence(t, KEYS[2], ARGV[4])
 		redis.call('SET', KEYS[1], lock_value(ARGV[1], f, ARGV[3]), 'PX', ARGV[2])
-		if redis.call('EXISTS', KEYS[3]) == 1 then
+		if head and redis.call('EXISTS', KEYS[3]) == 1 then
 			redis.call('PEXPIRE', KEYS[3], queueTTL)
 			redis.call('PEXPIRE', KEYS[4], queueTTL)
 		end
