@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -189,5 +190,57 @@ func TestWait_ALeaveThatCannotReachRedisIsTriedAgain(t *testing.T) {
 	// the key lives out its minute.
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("the lock was freed %v after Redis came back", took)
+	}
+}
+
+// TestWait_AHalfOpenPubSubConnectionIsReplaced: the waiter's pub/sub
+// connection goes half-open (the proxy drops everything on it and closes
+// nothing: a NAT or a partition that lost the flow), and then the lock is
+// handed to the waiter. No read on that connection ever fails, so only a
+// health check can tell; without one the waiter hears nothing and takes
+// the lock at its next retry, a minute later here (Fair, waiter timeout 3
+// minutes, poll interval a minute).
+func TestWait_AHalfOpenPubSubConnectionIsReplaced(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	w := newLocker(t, newClient(t, p.Addr()), redislock.Fair(), redislock.WithWaiterTimeout(3*time.Minute))
+	ctx := timeout(t, 2*time.Minute)
+	const key = "lock:half-open-pubsub"
+	holder, err := newLocker(t, admin, redislock.Fair()).Acquire(ctx, key, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   instrument.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := w.Acquire(ctx, key, instrument.WithTTL(time.Minute), instrument.WithPollInterval(time.Minute))
+		got <- result{l, err}
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	// A Fair waiter may queue before its SUBSCRIBE is sent: wait until
+	// Redis has it, so that the connection made half-open is the one the
+	// waiter listens on.
+	waitFor(t, ctx, "the waiter's subscription", func() bool {
+		return len(admin.PubSubChannels(ctx, "{"+key+"}:released*").Val()) == 1
+	})
+	p.HalfOpen()
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-got
+	if res.err != nil {
+		t.Fatalf("the waiter handed the lock got %v", res.err)
+	}
+	defer res.l.Release(ctx)
+	// Two health checks (2 s apart) find the connection silent, then the
+	// waiter's attempt may wait out a read timeout (a second) on a pooled
+	// connection that is half-open too; the rest is slack for a loaded
+	// machine.
+	if took := time.Since(released); took > 20*time.Second {
+		t.Errorf("the waiter took the lock handed to it %v after the release", took)
 	}
 }

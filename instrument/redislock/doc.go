@@ -146,7 +146,10 @@
 //     handoff after it carries a larger fence. The clock is what makes this
 //     hold once the counter expired under a long holder.
 //   - A lost notification (pub/sub reconnecting) costs time, not the lock:
-//     the waiter's next attempt finds the lock its own.
+//     the waiter's next attempt finds the lock its own. A pub/sub
+//     connection that goes half-open (no reply to its health check's PING,
+//     every 2s while anyone waits) is replaced within about 4s, and every
+//     waiter tries again then.
 //   - A waiter that gives up leaves the queue (leave.lua); if a release had
 //     handed it the lock before it heard, leave.lua hands the lock on in
 //     turn. The leave is a round trip of its own, bounded by a second, not

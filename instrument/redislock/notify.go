@@ -36,6 +36,16 @@ const pending = math.MaxUint64
 // barrierPrefix marks the payload of the notifier's own PINGs.
 const barrierPrefix = "redislock:"
 
+// healthInterval is how often the writer checks a connection that has
+// waiters: one that delivered nothing since the last check is sent a
+// barrier PING, and one that has not answered it by the next check is
+// taken for half-open (a NAT or a partition that dropped the flow without
+// a reset, which no read error reports for minutes, until TCP keepalive
+// gives up) and replaced. go-redis's PubSub.Channel checks every 3s the
+// same way; lockgov reads with Receive, which has no such check, because
+// it needs the PINGs' replies.
+const healthInterval = 2 * time.Second
+
 // ErrClosed is returned by Acquire on a Locker after Close.
 var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 
@@ -87,6 +97,8 @@ type notifier struct {
 	// connection's channel: the local queue's (localQueue.closed).
 	done chan struct{}
 
+	health time.Duration // healthInterval, shorter in tests
+
 	mu   sync.Mutex
 	conn *pubsubConn    // nil while there is no connection
 	wg   sync.WaitGroup // the readers and writers, and detached leaves (goTracked)
@@ -95,6 +107,8 @@ type notifier struct {
 // pubsubConn is one pub/sub connection, the goroutine that reads it and the
 // goroutine that writes to it.
 type pubsubConn struct {
+	// ps is replaced, under the notifier's mutex, by the writer alone (a
+	// half-open connection: check), which may read it without the mutex.
 	ps       *redis.PubSub
 	chans    map[string]*channelState
 	drop     []string // channels (with the suffix) whose UNSUBSCRIBE the writer owes
@@ -102,6 +116,8 @@ type pubsubConn struct {
 	waitersN int      // waiters on all channels
 	seq      uint64   // last barrier PING numbered
 	needPing bool     // a barrier is owed after a broken connection
+	heard    bool     // a message or a reply arrived since the last health check
+	probed   bool     // the last health check owed a barrier: it must be answered by the next
 	timer    *time.Timer
 	armed    bool
 	kick     chan struct{} // buffered 1: the writer has something to write
@@ -394,10 +410,18 @@ func (pc *pubsubConn) wake() {
 func (n *notifier) write(pc *pubsubConn) {
 	defer n.wg.Done()
 	defer func() { _ = pc.ps.Close() }()
+	health := time.NewTicker(n.health)
+	defer health.Stop()
 	delay := minReconnectDelay
 	for {
 		select {
 		case <-pc.kick:
+		case <-health.C:
+			if old := n.check(pc); old != nil {
+				// Ends the reader's Receive on it: the reader goes on with
+				// the new one.
+				_ = old.Close()
+			}
 		case <-pc.quit:
 			return
 		}
@@ -412,6 +436,43 @@ func (n *notifier) write(pc *pubsubConn) {
 		}
 		pc.wake()
 	}
+}
+
+// check is the health check (healthInterval) of pc while it has waiters. A
+// connection that delivered nothing since the last check owes a barrier; one
+// that delivered nothing since that barrier was owed is replaced by a new
+// PubSub, which the writer subscribes to every channel before a new
+// barrier, and check returns the old one for the writer to close. As after
+// a broken connection, every waiter tries again now, and again when its
+// channel is confirmed on the new connection.
+func (n *notifier) check(pc *pubsubConn) *redis.PubSub {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.conn != pc {
+		return nil
+	}
+	heard := pc.heard
+	pc.heard = false
+	if heard || pc.waitersN == 0 {
+		pc.probed = false
+		return nil
+	}
+	if !pc.probed {
+		pc.probed = true
+		pc.needPing = true
+		pc.wake()
+		return nil
+	}
+	pc.probed = false
+	old := pc.ps
+	pc.ps = n.c.Subscribe(context.Background()) // no channel: no I/O yet
+	pc.drop = nil                               // the new connection has none of the old one's channels
+	for _, cs := range pc.chans {
+		cs.unsent = true
+	}
+	n.brokenLocked(pc)
+	pc.wake()
+	return old
 }
 
 // flush writes what the connection is owed: the UNSUBSCRIBEs of dropped
@@ -530,13 +591,17 @@ func (n *notifier) read(pc *pubsubConn) {
 	ctx := context.Background()
 	delay := minReconnectDelay
 	for {
-		msg, err := pc.ps.Receive(ctx)
+		n.mu.Lock()
+		ps := pc.ps
+		n.mu.Unlock()
+		msg, err := ps.Receive(ctx)
 		n.mu.Lock()
 		if n.conn != pc {
 			n.mu.Unlock()
 			return
 		}
 		if err == nil {
+			pc.heard = true
 			n.dispatchLocked(pc, msg)
 			delay = minReconnectDelay
 			n.mu.Unlock()

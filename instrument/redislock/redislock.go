@@ -71,7 +71,7 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 	done := make(chan struct{})
 	return &Locker{
 		store:     s,
-		notify:    notifier{c: c, idle: o.idleTimeout, suffix: ":" + lid, done: done},
+		notify:    notifier{c: c, idle: o.idleTimeout, health: healthInterval, suffix: ":" + lid, done: done},
 		local:     localQueue{closed: done},
 		lid:       lid,
 		retention: o.retention,
