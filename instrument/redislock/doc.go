@@ -157,7 +157,9 @@
 //     (Close waits for it), so that Acquire returns by its deadline. A
 //     leave that fails (Redis out of reach) is tried again, backing off to
 //     a second between tries, until it runs or no longer matters (the
-//     waiter timeout plus the TTL after giving up) or Close. A
+//     waiter timeout plus the TTL after giving up) or Close; an error
+//     reply ends it too, unless it says Redis is not serving now (BUSY,
+//     LOADING, READONLY and the like). A
 //     waiter that died without leaving is skipped once its deadline (the
 //     waiter timeout after its last attempt) passed; one that died less
 //     than that before a release is handed the lock, which then stays unused

@@ -254,20 +254,36 @@ func (l *Locker) leave(ctx context.Context, r *request) {
 }
 
 // leaveUntil runs leave.lua until it succeeds, Redis refuses it (an error
-// reply: trying again would not change it), the client or the Locker
-// closes, or the next try would start after until.
+// reply other than a transient one: trying again would not change it), the
+// client or the Locker closes, or the next try would start after until.
 func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 	delay := minReconnectDelay
 	for {
 		err := l.store.leave(ctx, r)
 		var reply redis.Error
-		if err == nil || errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || time.Now().Add(delay).After(until) {
+		final := errors.As(err, &reply) && !transientReply(err)
+		if err == nil || final || errors.Is(err, redis.ErrClosed) || time.Now().Add(delay).After(until) {
 			return
 		}
 		if !backOff(&delay, l.notify.done) {
 			return
 		}
 	}
+}
+
+// transientReply reports whether err is an error reply that says Redis
+// could not run the command now, not that the command is wrong: a script
+// of another client running past busy-reply-threshold (BUSY), a dataset
+// loading after a restart, a failover or a cluster reconfiguring, or the
+// client limit. go-redis retries most of them itself, but only a few times
+// within the try's second.
+func transientReply(err error) bool {
+	for _, prefix := range []string{"BUSY ", "LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "NOREPLICAS ", "max number of clients"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // pause sleeps for d, or until a release notification, or until ctx ends.
