@@ -27,3 +27,7 @@ func Leave(ctx context.Context, c redis.UniversalClient, key, tok, entry string,
 
 // AcquireLibSrc is acquire_lib.lua, for tests that call its functions.
 var AcquireLibSrc = acquireLibSrc
+
+// SetHealthInterval sets how often l's pub/sub connection is checked while
+// it has waiters (healthInterval). Call it before l's first Acquire.
+func SetHealthInterval(l *Locker, d time.Duration) { l.notify.health = d }
