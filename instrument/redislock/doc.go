@@ -278,9 +278,13 @@
 // go-redis reconnects and resubscribes, and releases published meanwhile are
 // lost. Every waiter tries again at once and again when the resubscription
 // is confirmed, so none waits for a release that already happened; until
-// then waiters poll. A half-open connection (the peer gone without a reset)
-// is noticed only by TCP keepalive; meanwhile waiters fall back to the poll
-// interval.
+// then waiters poll. A half-open pub/sub connection (the peer gone without
+// a reset) is found by its health check and replaced within about 4s (see
+// "Waiting: the handoff"); meanwhile waiters fall back to the poll
+// interval. A half-open pooled connection costs the call that takes it the
+// client's read timeout (or its context's deadline, if sooner), and
+// go-redis's retry may take another: a Release can then fail with its
+// outcome unknown (above).
 //
 // The client should set ContextTimeoutEnabled so that calls honour context
 // deadlines; otherwise a blackholed server can hold a call for ReadTimeout.
