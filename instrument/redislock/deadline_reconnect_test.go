@@ -150,29 +150,12 @@ func TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis(t *testing.T
 func TestWait_ALeaveThatCannotReachRedisIsTriedAgain(t *testing.T) {
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
-	l := newLocker(t, newClient(t, p.Addr()))
-	other := newLocker(t, admin)
 	ctx := timeout(t, time.Minute)
 	const key = "lock:leave-retried"
-	holder, err := other.Acquire(ctx, key, instrument.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	wctx, giveUp := context.WithCancel(ctx)
-	defer giveUp()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := l.Acquire(wctx, key, instrument.WithTTL(time.Minute))
-		errc <- err
-	}()
-	waitFor(t, ctx, "the waiter's queue entry", func() bool { return admin.LLen(ctx, "{"+key+"}:queue").Val() == 1 })
+	holder, giveUp := queuedBehindAHolder(t, ctx, admin, newLocker(t, newClient(t, p.Addr())), newLocker(t, admin), key)
 
 	p.Blackhole(true)
 	giveUp()
-	if err := <-errc; err == nil {
-		t.Fatal("Acquire took the lock from its holder")
-	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -242,5 +225,32 @@ func TestWait_AHalfOpenPubSubConnectionIsReplaced(t *testing.T) {
 	// machine.
 	if took := time.Since(released); took > 20*time.Second {
 		t.Errorf("the waiter took the lock handed to it %v after the release", took)
+	}
+}
+
+// queuedBehindAHolder takes key on holderL (TTL a minute) and starts an
+// Acquire of it on waiterL (TTL a minute, poll a minute) that waits until
+// it queues in Redis. giveUp cancels that Acquire and fails the test if it
+// took the lock.
+func queuedBehindAHolder(t *testing.T, ctx context.Context, admin *redis.Client, waiterL, holderL *redislock.Locker, key string) (holder instrument.Lease, giveUp func()) {
+	t.Helper()
+	holder, err := holderL.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := waiterL.Acquire(wctx, key, instrument.WithTTL(time.Minute), instrument.WithPollInterval(time.Minute))
+		errc <- err
+	}()
+	waitQueued(t, ctx, admin, key, 1)
+	return holder, func() {
+		t.Helper()
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("Acquire took the lock from its holder")
+		}
 	}
 }
