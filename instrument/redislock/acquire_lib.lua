@@ -1,6 +1,6 @@
--- acquire_lib.lua: what acquire.lua and acquire_fair.lua share. Redis runs
--- each script on its own, so scripts.go puts this text in front of both;
--- it is never run alone.
+-- acquire_lib.lua: what acquire.lua, acquire_fair.lua and handoff_lib.lua
+-- share. Redis runs each script on its own, so scripts.go puts this text
+-- where a script's "#include" line names it; it is never run alone.
 --
 -- KEYS, ARGV: none of its own; its functions take what they need as
 -- arguments.

@@ -272,13 +272,17 @@ func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 }
 
 // transientReply reports whether err is an error reply that says Redis
-// could not run the command now, not that the command is wrong: a script
-// of another client running past busy-reply-threshold (BUSY), a dataset
-// loading after a restart, a failover or a cluster reconfiguring, or the
-// client limit. go-redis retries most of them itself, but only a few times
-// within the try's second.
+// could not run the command now, not that the command is wrong: the
+// replies storefail.Unavailable counts as a store not serving (LOADING,
+// CLUSTERDOWN, MASTERDOWN, TRYAGAIN), and those that are no reason to
+// decide without the store but are to try again: a script of another
+// client running past busy-reply-threshold (BUSY), a replica after a
+// failover (READONLY), too few replicas (NOREPLICAS), the client limit.
 func transientReply(err error) bool {
-	for _, prefix := range []string{"BUSY ", "LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "NOREPLICAS ", "max number of clients"} {
+	if storefail.Unavailable(err) {
+		return true
+	}
+	for _, prefix := range []string{"BUSY ", "READONLY ", "NOREPLICAS ", "max number of clients"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
