@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,6 +271,123 @@ func TestDo_RetriedReleaseAfterHandoff(t *testing.T) {
 			}
 			if n := admin.LLen(ctx, queueKey(key)).Val(); n != 0 {
 				t.Fatalf("queue holds %d entries after the handoff", n)
+			}
+		})
+	}
+}
+
+// TestDo_RetriedReleaseAfterHandoffLeavesTheNextWaiterQueued: as
+// TestDo_RetriedReleaseAfterHandoff, with a second waiter C queued behind
+// B. release.lua pops the head entry itself (and passes it to hand_over):
+// the retry, which finds B's lock, must pop nothing, so C stays queued and
+// B stays the one holder.
+func TestDo_RetriedReleaseAfterHandoffLeavesTheNextWaiterQueued(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			r, admin := setup(t)
+			p := testenv.NewProxy(t, r.Addr())
+			gate := make(chan struct{})
+			var opts []redislock.Option
+			if fair {
+				opts = append(opts, redislock.Fair())
+			}
+			la := newLocker(t, gatedClient(t, p.Addr(), gate), opts...)
+			// B and C on Lockers of their own (a Locker queues one
+			// waiter per key in Redis, the rest locally).
+			lb := newLocker(t, admin, opts...)
+			lc := newLocker(t, admin, opts...)
+			ctx := timeout(t, time.Minute)
+			const key = "lock:retried-handoff-two"
+			warm, err := la.Acquire(ctx, "lock:warm", instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			var dropped <-chan struct{}
+			got, held := make(chan instrument.Lease, 2), make(chan instrument.Lease, 1)
+			// The waiters end with the test (a C still waiting when it
+			// fails), and report nothing after it.
+			wctx, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer stop()
+			acquire := func(l *redislock.Locker) {
+				defer wg.Done()
+				l2, err := l.Acquire(wctx, key, instrument.WithPollInterval(time.Minute))
+				if err != nil && wctx.Err() == nil {
+					t.Errorf("waiter: %v", err)
+				}
+				got <- l2
+			}
+			err = instrument.Do(ctx, la, key, func(context.Context) error {
+				wg.Add(2)
+				go acquire(lb)
+				waitQueued(t, ctx, admin, key, 1)
+				go acquire(lc)
+				waitQueued(t, ctx, admin, key, 2)
+				dropped = p.DropNextReply()
+				go func() {
+					// The first try ran and handed the lock to B; the retry
+					// runs once B holds it, C still queued.
+					select {
+					case <-dropped:
+					case <-ctx.Done():
+						return
+					}
+					select {
+					case b := <-got:
+						held <- b
+					case <-ctx.Done():
+					}
+					close(gate)
+				}()
+				return nil
+			})
+			select {
+			case <-dropped:
+			default:
+				t.Fatal("no reply was dropped: the scenario did not happen")
+			}
+			if err != nil {
+				t.Fatalf("Do after a handed-over release whose reply was lost and retried: %v, want nil", err)
+			}
+			var b instrument.Lease
+			select {
+			case b = <-held:
+			case <-ctx.Done():
+				t.Fatal("B never got the lock")
+			}
+			if b == nil {
+				t.FailNow()
+			}
+			v := admin.Get(ctx, key).Val()
+			if f := redislock.DecodeValue(v).Fence; f != b.Fence() || b.Context().Err() != nil {
+				t.Fatalf("after the retried release the lock is %q (fence %d), want B's (fence %d, lease live)", v, f, b.Fence())
+			}
+			if n := admin.LLen(ctx, queueKey(key)).Val(); n != 1 {
+				t.Fatalf("queue holds %d entries after the retried release, want 1 (C)", n)
+			}
+			select {
+			case c := <-got:
+				t.Fatalf("C got the lock (%v) while B holds it", c)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if err := b.Release(ctx); err != nil {
+				t.Fatalf("B's Release after the retried release: %v, want nil (B's lock untouched)", err)
+			}
+			select {
+			case c := <-got:
+				if c == nil {
+					t.FailNow()
+				}
+				if err := c.Release(ctx); err != nil {
+					t.Errorf("C's Release: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("C never got the lock after B released")
 			}
 		})
 	}
