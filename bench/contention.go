@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/lockgov/lockgov/bench/internal/floor"
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
@@ -51,14 +52,9 @@ const (
 	nameFloorC    = "floor: token ring, no lock"
 )
 
-// handoffFloor is the least a pub/sub handoff can cost: one script that writes what a release
-// writes (the next holder's lock value, a tombstone, a queue pop, the fence) and publishes,
-// sent by one client and heard by another's subscriber.
-var handoffFloor = redis.NewScript(`redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[3])
-redis.call('set', KEYS[2], '1', 'px', ARGV[4])
-redis.call('lpop', KEYS[3])
-redis.call('incr', KEYS[4])
-return redis.call('publish', ARGV[1], ARGV[2])`)
+// handoffFloor is the least a pub/sub handoff can cost (floor.Handoff): scriptcost counts
+// the same script's instructions.
+var handoffFloor = floor.Handoff
 
 // tokenRing is the contention table's floor: no lock at all, only the messages a handoff
 // through redis-server cannot do without. The contenders form a ring, each subscribed to a

@@ -3,11 +3,19 @@
 // not move with the load of a shared machine, so that a change to a script
 // can be judged by one run of before and after.
 //
-//	cd bench && go run ./scriptcost [-n 3000]
+//	cd bench && go run ./scriptcost [-n 3000] [-keep]
+//
+// The cases: the raw pair (SET NX PX, then a compare-and-delete script),
+// lockgov's uncontended Acquire + Release in both modes, two references
+// that run scripts doing nothing, and one handoff under contention (a
+// waiter's attempt that queues, the holder's Release that hands it the
+// lock, and the message that tells the waiter) for lockgov in both modes
+// and for the contention table's floor (bench/internal/floor). -keep keeps
+// callgrind's dumps, one per case, for callgrind_annotate.
 //
 // It starts its own redis-server (no persistence, a free loopback port)
 // under callgrind, and for each case runs a warm-up, zeroes the counters
-// (callgrind_control -z), runs n operations from one goroutine, and dumps
+// (callgrind_control -z), runs n operations one after another, and dumps
 // the counters (callgrind_control -d). Instructions are user-space only: the
 // kernel's share of a round trip (the reads and writes) is not counted, and
 // is the same for a lock's two round trips whatever the scripts do. It needs
@@ -36,12 +44,13 @@ import (
 func main() {
 	n := flag.Int("n", 3000, "operations per case")
 	server := flag.String("redis-server", "redis-server", "the redis-server binary")
+	keep := flag.Bool("keep", false, "keep the callgrind dumps (one per case) and print where they are")
 	flag.Parse()
 	if *n < 1 {
 		fmt.Fprintln(os.Stderr, "scriptcost: -n must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(*n, *server); err != nil {
+	if err := run(*n, *server, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)
 	}
@@ -53,7 +62,7 @@ type kase struct {
 	op   func(ctx context.Context, i int) error
 }
 
-func run(n int, server string) error {
+func run(n int, server string, keep bool) error {
 	for _, tool := range []string{"valgrind", "callgrind_control"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s not found (Debian: apt-get install -y valgrind): %w", tool, err)
@@ -63,7 +72,13 @@ func run(n int, server string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if keep {
+			fmt.Printf("\ncallgrind dumps kept in %s (one per case, in order: callgrind_annotate --inclusive=yes %s.N)\n", dir, filepath.Join(dir, "callgrind.out"))
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -98,7 +113,7 @@ func run(n int, server string) error {
 		return err
 	}
 	defer closeLockers()
-	fmt.Printf("redis-server instructions per operation (callgrind, %d operations per case, one goroutine); %s\n\n", n, version(ctx, c))
+	fmt.Printf("redis-server instructions per operation (callgrind, %d operations per case, one after another); %s\n\n", n, version(ctx, c))
 	fmt.Println("| case | instructions per op | vs the raw pair |")
 	fmt.Println("|---|---|---|")
 	var raw float64
@@ -147,7 +162,14 @@ func casesOn(c *redis.Client) ([]kase, func(), error) {
 		_ = bare.Close()
 		return nil, nil, err
 	}
+	hd, err := newHandoffs(c)
+	if err != nil {
+		_ = bare.Close()
+		_ = fair.Close()
+		return nil, nil, err
+	}
 	closeLockers := func() {
+		hd.close()
 		_ = bare.Close()
 		_ = fair.Close()
 	}
@@ -190,6 +212,9 @@ func casesOn(c *redis.Client) ([]kase, func(), error) {
 			return nop.Run(ctx, c, []string{k, k + ":rel:0123456789ab", k + ":queue", k + ":fence", k + ":waiters"},
 				tok, k+":released", 5000, 600000).Err()
 		}},
+		{"handoff floor: ZADD (a wait registered) + floor.Handoff to a subscriber, heard", hd.floor},
+		{"lockgov handoff, default wait: a queued attempt + a Release that hands over, heard", hd.lockgov(0)},
+		{"lockgov handoff, Fair(): a queued attempt + a Release that hands over, heard", hd.lockgov(1)},
 	}, closeLockers, nil
 }
 
