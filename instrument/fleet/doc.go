@@ -21,6 +21,17 @@
 // workerid attaches every WorkerID lease. The first attachment's options
 // configure the publisher (WithInstance, WithInterval, WithClock, ...).
 //
+// Store.ID is the store's addresses, so one store reached under two of them
+// (two clients of one Redis by name and by IP, a Sentinel client beside a
+// direct one, two etcd clients with other endpoint lists) gets two
+// publishers writing one key. On stores that are Swappers (both of
+// lockgov's) each write returns the beat it replaced, stamped with its
+// publisher (Heartbeat.Publisher): a beat of another publisher of this
+// process makes the two siblings, and from their next beats on each lists
+// what both track; the last of them to stop deletes the key. Until then a
+// beat may list one publisher's half, for at most one interval after the
+// second publisher's first beat.
+//
 // Each beat, on a timer goroutine, its round trips to the store bounded by
 // the timeout (default half the interval, at most 2s; encoding the beat is
 // not charged to it; the clock samples get at most half of it, so that the
@@ -67,5 +78,9 @@
 // the last attachment closes while a new one starts on the same store, the
 // old publisher's delete can remove the new one's first beat: it is
 // written again one interval later. Two processes configured with one
-// instance name overwrite each other's heartbeat.
+// instance name overwrite each other's heartbeat, and the agent sees one
+// of them at a time: a publisher whose write replaces another process's
+// beat written since its own last one logs it (at most once a minute, with
+// the other's host and pid); a beat left by the name's previous process,
+// found by the first write, is not logged.
 package fleet

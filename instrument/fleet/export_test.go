@@ -10,6 +10,7 @@ func Abandon(a *Attachment) {
 	p.stopped = true
 	p.timer.Stop()
 	delete(publishers.m, p.id)
+	p.unlinkLocked()
 	p.mu.Unlock()
 	publishers.mu.Unlock()
 	p.beatMu.Lock() // wait for a beat in flight

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,11 @@ import (
 // tokens: it names keys and fences, which anyone who can read the store can
 // read anyway.
 type Heartbeat struct {
+	// Publisher is a random stamp of the publisher that wrote the beat,
+	// unique per publisher and process run; it comes first in the encoding
+	// (see StampOf). A process reaching one store under two addresses has
+	// two publishers on one key, which know each other by it.
+	Publisher string `json:"publisher,omitempty"`
 	// Instance identifies the process across the fleet (default: host name
 	// plus pid); Service is its service name.
 	Instance string `json:"instance"`
@@ -141,6 +147,21 @@ func InstanceFromKey(key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// StampOf returns the Publisher of an encoded heartbeat without decoding
+// it, "" when there is none: Encode writes it first.
+func StampOf(data []byte) string {
+	const prefix = `{"publisher":"`
+	rest, ok := bytes.CutPrefix(data, []byte(prefix))
+	if !ok {
+		return ""
+	}
+	stamp, _, ok := bytes.Cut(rest, []byte(`"`))
+	if !ok {
+		return ""
+	}
+	return string(stamp)
 }
 
 // ErrNotHeartbeat is returned by Decode for bytes that are not a heartbeat.

@@ -3,6 +3,8 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,10 +28,15 @@ import (
 // key per process, listing everything the process holds there, however
 // many Lockers it built. The first attachment starts the publisher, the
 // last one to close stops it.
+//
+// byStamp finds a running publisher by the stamp its beats carry: a beat
+// that replaces another publisher's of this process has found a sibling
+// (see publisher.replaced).
 var publishers = struct {
-	mu sync.Mutex
-	m  map[string]*publisher
-}{m: map[string]*publisher{}}
+	mu      sync.Mutex
+	m       map[string]*publisher
+	byStamp map[string]*publisher
+}{m: map[string]*publisher{}, byStamp: map[string]*publisher{}}
 
 // Attachment is one user's share of the process's publisher for a store: a
 // governed Locker's or a WorkerID lease's. Close it when done (Govern and
@@ -55,6 +62,15 @@ type publisher struct {
 
 	beatMu sync.Mutex    // held by the beat in flight; shutdown waits for it
 	rtt    time.Duration // last round trip to the store (a sample or the write); beatMu
+	wrote  bool          // a beat of this publisher was written; beatMu
+
+	// stamp is the Publisher every beat carries: random, one per publisher.
+	stamp string
+	// sibs are the other publishers of this process found writing this
+	// one's heartbeat key: one store reached under two IDs (two clients of
+	// one Redis under two addresses, a Sentinel client and a direct one).
+	// Each beat lists what all of them track. Under publishers.mu.
+	sibs map[*publisher]struct{}
 
 	trackMu sync.Mutex
 	held    map[any]HeldLock
@@ -101,6 +117,7 @@ func Attach(s Store, opts ...Option) (*Attachment, error) {
 			return nil, err
 		}
 		publishers.m[id] = p
+		publishers.byStamp[p.stamp] = p
 	}
 	a := &Attachment{p: p, s: s}
 	p.mu.Lock()
@@ -123,8 +140,12 @@ func newPublisher(id, backend string, cfg config) (*publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: register metrics: %w", err)
 	}
+	var stamp [8]byte
+	_, _ = rand.Read(stamp[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return &publisher{
 		id: id, backend: backend, cfg: cfg, started: cfg.now(), m: m,
+		stamp:    hex.EncodeToString(stamp[:]),
+		sibs:     map[*publisher]struct{}{},
 		held:     map[any]HeldLock{},
 		waiting:  map[any]WaitingLock{},
 		workers:  map[any]WorkerID{},
@@ -141,7 +162,9 @@ func CheckOptions(opts ...Option) error {
 
 // Close detaches. The last attachment of a store stops its publisher and
 // deletes the heartbeat, waiting for a beat in flight (each is bounded by
-// the publisher's timeout). Closing twice does nothing.
+// the publisher's timeout); a publisher with a sibling still running (the
+// same store under another ID) leaves the heartbeat to it. Closing twice
+// does nothing.
 func (a *Attachment) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return nil
@@ -151,10 +174,12 @@ func (a *Attachment) Close() error {
 	p.mu.Lock()
 	p.atts = slices.DeleteFunc(p.atts, func(x *Attachment) bool { return x == a })
 	last := len(p.atts) == 0
+	shared := false
 	if last {
 		p.stopped = true
 		p.timer.Stop()
 		delete(publishers.m, p.id)
+		shared = p.unlinkLocked()
 	}
 	p.mu.Unlock()
 	publishers.mu.Unlock()
@@ -163,6 +188,11 @@ func (a *Attachment) Close() error {
 	}
 	p.beatMu.Lock() // a beat in flight finishes before the key is deleted
 	defer p.beatMu.Unlock()
+	if shared {
+		// The sibling's next beat rewrites the key without this
+		// publisher's locks; deleting it would hide the process until then.
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.timeout)
 	defer cancel()
 	if err := a.s.Delete(ctx, p.cfg.instance); err != nil {
@@ -267,11 +297,18 @@ func (p *publisher) beat() {
 	if err == nil {
 		for _, s := range stores {
 			t0 := time.Now()
-			if err = s.Put(ctx, p.cfg.instance, data, 3*p.cfg.interval); err == nil {
+			var prev []byte
+			if sw, ok := s.(Swapper); ok {
+				prev, err = sw.Swap(ctx, p.cfg.instance, data, 3*p.cfg.interval)
+			} else {
+				err = s.Put(ctx, p.cfg.instance, data, 3*p.cfg.interval)
+			}
+			if err == nil {
 				// The next beat's samples are judged by it: a store
 				// whose samples no longer fit is measured again once
 				// its writes say it is near enough.
 				p.rtt = time.Since(t0)
+				p.replaced(prev)
 				break
 			}
 		}
@@ -288,6 +325,86 @@ func (p *publisher) beat() {
 		p.timer.Reset(p.cfg.interval)
 	}
 	p.mu.Unlock()
+}
+
+// replaced looks at the beat this publisher's write replaced (beatMu):
+// one of its own is the rule. One of another publisher of this process
+// means both write one key (one store under two IDs): they become siblings,
+// and from their next beats on each lists what both track. One of another
+// process, written since this publisher's last beat, means two processes
+// share this instance name and the agent sees one of them at a time: that
+// is logged (at most once a minute). A beat there before this publisher's
+// first (the name's previous process, restarted) or one of a sibling that
+// has stopped since is neither.
+func (p *publisher) replaced(prev []byte) {
+	wrote := p.wrote
+	p.wrote = true
+	if prev == nil {
+		return
+	}
+	stamp := StampOf(prev)
+	if stamp == p.stamp {
+		return
+	}
+	publishers.mu.Lock()
+	if q := publishers.byStamp[stamp]; q != nil && stamp != "" {
+		if _, ok := p.sibs[q]; !ok && !p.stoppedLocked() {
+			p.sibs[q] = struct{}{}
+			q.sibs[p] = struct{}{}
+		}
+		publishers.mu.Unlock()
+		return
+	}
+	publishers.mu.Unlock()
+	if !wrote {
+		return
+	}
+	hb, err := Decode(prev)
+	if err != nil {
+		p.warn("instance", "lockgov: another process writes this process's heartbeat key, in a form this version cannot read; the agent sees one of them at a time (give each process its own WithInstance name)",
+			"instance", p.cfg.instance, "backend", p.backend, "error", err)
+		return
+	}
+	if hb.PID == os.Getpid() && hb.Host == p.cfg.host {
+		return // a stopped sibling's last beat
+	}
+	p.warn("instance", "lockgov: another process publishes its heartbeat under this instance name; the agent sees one of them at a time (give each process its own WithInstance name)",
+		"instance", p.cfg.instance, "backend", p.backend, "other_host", hb.Host, "other_pid", hb.PID, "other_service", hb.Service)
+}
+
+// stoppedLocked reports whether p has stopped (under publishers.mu, which
+// Close holds while it stops a publisher).
+func (p *publisher) stoppedLocked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
+// unlinkLocked takes a stopping p out of the process's publishers by stamp
+// and out of its siblings' sets (under publishers.mu), and reports whether
+// a sibling still runs.
+func (p *publisher) unlinkLocked() bool {
+	delete(publishers.byStamp, p.stamp)
+	shared := len(p.sibs) > 0
+	for q := range p.sibs {
+		delete(q.sibs, p)
+	}
+	clear(p.sibs)
+	return shared
+}
+
+// siblings returns p's siblings (see publisher.sibs).
+func (p *publisher) siblings() []*publisher {
+	publishers.mu.Lock()
+	defer publishers.mu.Unlock()
+	if len(p.sibs) == 0 {
+		return nil
+	}
+	out := make([]*publisher, 0, len(p.sibs))
+	for q := range p.sibs {
+		out = append(out, q)
+	}
+	return out
 }
 
 // measure updates the process's offset to the store: from the store's clock
@@ -358,6 +475,7 @@ func (p *publisher) warn(kind, msg string, args ...any) {
 // cut at MaxLocks; encodeWithin cuts them to MaxBeatBytes.
 func (p *publisher) snapshot() *Heartbeat {
 	hb := &Heartbeat{
+		Publisher: p.stamp,
 		Instance:  p.cfg.instance,
 		Service:   p.cfg.service,
 		Version:   version(),
@@ -371,17 +489,19 @@ func (p *publisher) snapshot() *Heartbeat {
 	if s := p.skew.Load(); s != nil {
 		hb.Tier = s.tier.String()
 	}
-	p.trackMu.Lock()
-	for _, w := range p.workers {
-		hb.WorkerIDs = append(hb.WorkerIDs, w)
+	for _, q := range append([]*publisher{p}, p.siblings()...) {
+		q.trackMu.Lock()
+		for _, w := range q.workers {
+			hb.WorkerIDs = append(hb.WorkerIDs, w)
+		}
+		for _, h := range q.held {
+			hb.Held = append(hb.Held, h)
+		}
+		for _, w := range q.waiting {
+			hb.Waiting = append(hb.Waiting, w)
+		}
+		q.trackMu.Unlock()
 	}
-	for _, h := range p.held {
-		hb.Held = append(hb.Held, h)
-	}
-	for _, w := range p.waiting {
-		hb.Waiting = append(hb.Waiting, w)
-	}
-	p.trackMu.Unlock()
 	slices.SortFunc(hb.WorkerIDs, func(a, b WorkerID) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(hb.Held, func(a, b HeldLock) int { return a.Since.Compare(b.Since) })
 	slices.SortFunc(hb.Waiting, func(a, b WaitingLock) int { return a.Since.Compare(b.Since) })

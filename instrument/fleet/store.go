@@ -31,3 +31,14 @@ type Store interface {
 
 // ErrNoStoreTime is returned by Store.Time when the store exposes no clock.
 var ErrNoStoreTime = errors.New("fleet: the store exposes no clock")
+
+// Swapper is a Store that writes a heartbeat and returns the value it
+// replaced (nil when there was none), in one round trip: Redis SET ... GET,
+// an etcd Put with its previous key-value. The publisher uses it instead of
+// Put when a store has it: the value it replaced says whether another
+// publisher wrote the key since its last beat, one of this process (the
+// same store reached under two IDs: their beats then list what both
+// track) or of another process configured with this instance name (logged).
+type Swapper interface {
+	Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) (prev []byte, err error)
+}

@@ -1,8 +1,9 @@
 // Package etcdstore is the fleet.Store of an etcd cluster: a heartbeat is a
 // key attached to a lease of three intervals (rounded up to whole seconds,
-// and never below what the server grants), kept alive by each beat.
-// etcdlock.Locker and workerid's etcd registry return one from their
-// FleetStore methods; services do not need to import it.
+// and never below what the server grants), kept alive by each beat, and
+// written with its previous key-value (fleet.Swapper). etcdlock.Locker and
+// workerid's etcd registry return one from their FleetStore methods;
+// services do not need to import it.
 //
 // etcd exposes no clock, so Time returns fleet.ErrNoStoreTime and the
 // process's offset comes from the agent's fleet.TierReport.
@@ -55,6 +56,21 @@ func (s *Store) Backend() string { return "etcd" }
 // one when there is none, or when it expired or its TTL changed) and writes
 // the value on it.
 func (s *Store) Put(ctx context.Context, instance string, value []byte, ttl time.Duration) error {
+	_, err := s.put(ctx, instance, value, ttl)
+	return err
+}
+
+// Swap implements fleet.Swapper: Put, returning the value the write
+// replaced (its previous key-value).
+func (s *Store) Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) ([]byte, error) {
+	resp, err := s.put(ctx, instance, value, ttl, clientv3.WithPrevKV())
+	if err != nil || resp.PrevKv == nil {
+		return nil, err
+	}
+	return resp.PrevKv.Value, nil
+}
+
+func (s *Store) put(ctx context.Context, instance string, value []byte, ttl time.Duration, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	secs := int64((ttl + time.Second - 1) / time.Second)
@@ -63,21 +79,21 @@ func (s *Store) Put(ctx context.Context, instance string, value []byte, ttl time
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.lease = 0
 		} else if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if s.lease == 0 || s.ttl != secs {
 		g, err := s.c.Grant(ctx, secs)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.lease, s.ttl = g.ID, secs
 	}
-	_, err := s.c.Put(ctx, fleet.EtcdKey(instance), string(value), clientv3.WithLease(s.lease))
+	resp, err := s.c.Put(ctx, fleet.EtcdKey(instance), string(value), append(opts, clientv3.WithLease(s.lease))...)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		s.lease = 0
 	}
-	return err
+	return resp, err
 }
 
 // Delete implements fleet.Store: it revokes the lease, which deletes the

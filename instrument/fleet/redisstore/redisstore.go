@@ -1,5 +1,6 @@
 // Package redisstore is the fleet.Store of a Redis deployment: heartbeats
-// are SET with PX (three intervals), the clock is read with TIME.
+// are SET with PX (three intervals) and GET, which returns the beat the
+// write replaced (fleet.Swapper), the clock is read with TIME.
 // redislock.Locker and workerid's Redis registry return one from their
 // FleetStore methods; services do not need to import it.
 //
@@ -81,4 +82,14 @@ func (s *Store) TierReport(ctx context.Context, instance string) ([]byte, error)
 		return nil, nil
 	}
 	return b, err
+}
+
+// Swap implements fleet.Swapper with SET key value PX ttl GET (Redis 6.2 or
+// later, as lockgov's lock scripts need).
+func (s *Store) Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) ([]byte, error) {
+	prev, err := s.c.SetArgs(ctx, fleet.RedisKey(instance), value, redis.SetArgs{TTL: ttl, Get: true}).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return prev, err
 }

@@ -1,0 +1,209 @@
+package fleet_test
+
+import (
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/instrument/fleet/etcdstore"
+	"github.com/lockgov/lockgov/instrument/fleet/redisstore"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// okBeats is how many heartbeats the publisher registered on reg wrote.
+func okBeats(t *testing.T, reg *prometheus.Registry) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lockgov_fleet_heartbeats_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "ok" {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func heldKeys(hb *fleet.Heartbeat) []string {
+	if hb == nil {
+		return nil
+	}
+	var keys []string
+	for _, h := range hb.Held {
+		keys = append(keys, h.Key)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// secondAddress returns a client of c's Redis under another address
+// ("localhost" for "127.0.0.1"): to lockgov, another store.
+func secondAddress(t *testing.T, c *redis.Client) *redis.Client {
+	t.Helper()
+	_, port, err := net.SplitHostPort(c.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("localhost", port), ContextTimeoutEnabled: true, MaxRetries: 1})
+	t.Cleanup(func() { _ = c2.Close() })
+	if err := c2.Ping(ctxFor(t, 5*time.Second)).Err(); err != nil {
+		t.Skipf("localhost does not reach %s: %v", c.Options().Addr, err)
+	}
+	return c2
+}
+
+// One process reaching one store under two addresses (two clients of one
+// Redis, a Sentinel client and a direct one, two etcd clients with other
+// endpoint lists) has two publishers, one per address, writing one
+// heartbeat key. Each beat lists what the whole process holds there, not
+// what one publisher's Lockers hold: the agent builds its wait-for graph
+// from the beat it reads, and half of it hides deadlocks.
+func TestHeartbeat_OneStoreUnderTwoAddressesListsEveryLockOfTheProcess(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		c := redisClient(t)
+		c2 := secondAddress(t, c)
+		const inst = "two-addresses"
+		oneStoreTwoIDs(t, inst, redisstore.New(c), redisstore.New(c2), func() *fleet.Heartbeat { return redisBeat(t, c, inst) })
+	})
+	t.Run("etcd", func(t *testing.T) {
+		e := testenv.NewEtcd(t)
+		c := e.Client(t)
+		u, err := url.Parse(e.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = net.JoinHostPort("localhost", u.Port())
+		c2 := testenv.NewEtcdClient(t, u.String())
+		if _, err := c2.Get(ctxFor(t, 5*time.Second), "probe"); err != nil {
+			t.Skipf("localhost does not reach %s: %v", e.Endpoint(), err)
+		}
+		const inst = "two-endpoints"
+		oneStoreTwoIDs(t, inst, etcdstore.New(c), etcdstore.New(c2), func() *fleet.Heartbeat { hb, _ := etcdBeat(t, c, inst); return hb })
+	})
+}
+
+// oneStoreTwoIDs attaches a publisher to s1 and then one to s2, two IDs of
+// one store, each tracking a lock, and checks the beats read by read.
+func oneStoreTwoIDs(t *testing.T, inst string, s1, s2 fleet.Store, read func() *fleet.Heartbeat) {
+	t.Helper()
+	if s1.ID() == s2.ID() {
+		t.Fatalf("both clients have store ID %q: the test needs two", s1.ID())
+	}
+	reg1, reg2 := prometheus.NewRegistry(), prometheus.NewRegistry()
+	opts := func(reg prometheus.Registerer) []fleet.Option {
+		return []fleet.Option{fleet.WithInstance(inst), fleet.WithInterval(interval), fleet.WithLogger(quiet), fleet.WithRegisterer(reg)}
+	}
+	a1, err := fleet.Attach(s1, opts(reg1)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a1.Close()
+	backend := s1.Backend()
+	a1.TrackHeld("one", fleet.HeldLock{Key: "lock:one", Pattern: "lock:one", Backend: backend, Since: time.Now()})
+	eventually(t, "the first publisher's beat", func() bool { return okBeats(t, reg1) >= 1 })
+
+	a2, err := fleet.Attach(s2, opts(reg2)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	a2.TrackHeld("two", fleet.HeldLock{Key: "lock:two", Pattern: "lock:two", Backend: backend, Since: time.Now()})
+	// The second publisher's first beat replaces the first's: from then on
+	// both know of each other. A beat of the first that was in flight then
+	// may still list its half; two more of its beats are past it.
+	eventually(t, "the second publisher's beat", func() bool { return okBeats(t, reg2) >= 1 })
+	n1 := okBeats(t, reg1)
+	eventually(t, "two more beats of the first", func() bool { return okBeats(t, reg1) >= n1+2 && okBeats(t, reg2) >= 2 })
+
+	want := []string{"lock:one", "lock:two"}
+	for range 20 {
+		if got := heldKeys(read()); !slices.Equal(got, want) {
+			t.Fatalf("heartbeat lists %v, want %v (every lock the process holds in this store)", got, want)
+		}
+		time.Sleep(interval / 2)
+	}
+
+	// One publisher stopping leaves the other's beat in place: its delete
+	// would hide the process until the other's next beat.
+	if err := a1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hb := read(); hb == nil {
+		t.Fatal("closing one of the two publishers deleted the heartbeat the other still writes")
+	}
+	// A beat of the second in flight at Close may still list both; the
+	// one after it started with the first stopped.
+	n2 := okBeats(t, reg2)
+	eventually(t, "a beat of the second alone", func() bool { return okBeats(t, reg2) >= n2+2 })
+	if got, want := heldKeys(read()), []string{"lock:two"}; !slices.Equal(got, want) {
+		t.Fatalf("after the first publisher closed, heartbeat lists %v, want %v", got, want)
+	}
+	if err := a2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hb := read(); hb != nil {
+		t.Fatalf("the last publisher closed and left its heartbeat: %+v", hb)
+	}
+}
+
+// Two processes configured with one instance name overwrite each other's
+// heartbeat, and the agent sees one of them at a time. The publisher says
+// so in its log when a beat replaces another process's beat written since
+// its own last one; a beat left by the name's previous process (a restart)
+// is not that.
+func TestHeartbeat_AnotherProcessUnderThisInstanceNameIsLogged(t *testing.T) {
+	c := redisClient(t)
+	const inst = "shared-name"
+	other := func(pid int) []byte {
+		b, err := fleet.Encode(&fleet.Heartbeat{Instance: inst, Service: "other", Host: "other-host", PID: pid,
+			StartedAt: time.Now(), SentAt: time.Now(), Interval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// The name's previous process left its beat.
+	if err := c.Set(ctxFor(t, 5*time.Second), fleet.RedisKey(inst), other(1), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	a, err := fleet.Attach(redisstore.New(c), fleet.WithInstance(inst), fleet.WithInterval(interval),
+		fleet.WithRegisterer(reg), fleet.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	eventually(t, "three beats", func() bool { return okBeats(t, reg) >= 3 })
+	if s := logs.String(); strings.Contains(s, "another process") {
+		t.Fatalf("a beat left before this publisher started was logged as another process's:\n%s", s)
+	}
+
+	// Another live process writes under the name between two beats.
+	if err := c.Set(ctxFor(t, 5*time.Second), fleet.RedisKey(inst), other(os.Getpid()+1), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the log line", func() bool { return strings.Contains(logs.String(), "another process") })
+	for _, want := range []string{"instance=" + inst, "other_host=other-host", "other_pid="} {
+		if s := logs.String(); !strings.Contains(s, want) {
+			t.Errorf("log line lacks %q:\n%s", want, s)
+		}
+	}
+}
