@@ -31,3 +31,6 @@ var AcquireLibSrc = acquireLibSrc
 // SetHealthInterval sets how often l's pub/sub connection is checked while
 // it has waiters (healthInterval). Call it before l's first Acquire.
 func SetHealthInterval(l *Locker, d time.Duration) { l.notify.health = d }
+
+// Jittered is jittered, the wait of one back-off step.
+func Jittered(d time.Duration) time.Duration { return jittered(d) }

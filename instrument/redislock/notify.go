@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -381,10 +382,13 @@ func (n *notifier) goTracked(f func()) bool {
 // connection was stopped meanwhile.
 func (pc *pubsubConn) backOff(delay *time.Duration) bool { return backOff(delay, pc.quit) }
 
-// backOff waits *delay, then doubles it up to maxReconnectDelay. It
-// reports false if stop was closed first.
+// backOff waits between half of *delay and *delay (jittered), then
+// doubles *delay up to maxReconnectDelay. It reports false if stop was
+// closed first. The jitter spreads the retries of many processes that
+// failed in one outage (their pub/sub reconnections, their waiters'
+// leaves), which would otherwise reach the server in step when it returns.
 func backOff(delay *time.Duration, stop <-chan struct{}) bool {
-	t := time.NewTimer(*delay)
+	t := time.NewTimer(jittered(*delay))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -393,6 +397,14 @@ func backOff(delay *time.Duration, stop <-chan struct{}) bool {
 	}
 	*delay = min(2**delay, maxReconnectDelay)
 	return true
+}
+
+// jittered returns a duration drawn uniformly from [d/2, d].
+func jittered(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d - rand.N(d/2+1)
 }
 
 // wake tells the writer that there is something to write.

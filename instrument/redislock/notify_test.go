@@ -366,3 +366,22 @@ func TestNew_IdleTimeoutMustBePositive(t *testing.T) {
 		}
 	}
 }
+
+// Back-off steps are jittered within [d/2, d], so that the retries of many
+// processes that failed in one outage (reconnections, leaves) do not reach
+// the server in step when it returns.
+func TestBackOff_StepsAreJitteredWithinHalfToFull(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 50 * time.Millisecond, time.Second} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			got := redislock.Jittered(d)
+			if got < d/2 || got > d {
+				t.Fatalf("Jittered(%v) = %v, want within [%v, %v]", d, got, d/2, d)
+			}
+			seen[got] = true
+		}
+		if d >= time.Millisecond && len(seen) < 100 {
+			t.Errorf("Jittered(%v): %d distinct waits in 200 draws: not spread", d, len(seen))
+		}
+	}
+}
