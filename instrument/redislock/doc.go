@@ -156,7 +156,9 @@
 //     by the waiter's context, which has ended: it runs in the background
 //     (Close waits for it), so that Acquire returns by its deadline. A
 //     leave that fails (Redis out of reach) is tried again, backing off to
-//     a second between tries, until it runs or no longer matters (the
+//     a second between tries (each wait jittered within [d/2, d], as the
+//     pub/sub reconnections', so that many waiters that gave up in one
+//     outage do not retry in step), until it runs or no longer matters (the
 //     waiter timeout plus the TTL after giving up) or Close; an error
 //     reply ends it too, unless it says Redis is not serving now (BUSY,
 //     LOADING, READONLY and the like). A
