@@ -10,9 +10,10 @@ func Abandon(a *Attachment) {
 	p.stopped = true
 	p.timer.Stop()
 	delete(publishers.m, p.id)
-	p.unlinkLocked()
+	delete(publishers.byStamp, p.stamp)
 	p.mu.Unlock()
 	publishers.mu.Unlock()
 	p.beatMu.Lock() // wait for a beat in flight
+	p.unlink()
 	p.beatMu.Unlock()
 }

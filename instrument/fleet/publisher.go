@@ -174,12 +174,11 @@ func (a *Attachment) Close() error {
 	p.mu.Lock()
 	p.atts = slices.DeleteFunc(p.atts, func(x *Attachment) bool { return x == a })
 	last := len(p.atts) == 0
-	shared := false
 	if last {
 		p.stopped = true
 		p.timer.Stop()
 		delete(publishers.m, p.id)
-		shared = p.unlinkLocked()
+		delete(publishers.byStamp, p.stamp) // no new sibling finds it
 	}
 	p.mu.Unlock()
 	publishers.mu.Unlock()
@@ -188,7 +187,11 @@ func (a *Attachment) Close() error {
 	}
 	p.beatMu.Lock() // a beat in flight finishes before the key is deleted
 	defer p.beatMu.Unlock()
-	if shared {
+	// Only now, its last write done, does p leave its siblings: of siblings
+	// stopping together the last to finish its writes deletes the key.
+	// Unlinked at once, p would leave the key to a sibling whose delete
+	// may come before p's write in flight lands, and the key outlives both.
+	if p.unlink() {
 		// The sibling's next beat rewrites the key without this
 		// publisher's locks; deleting it would hide the process until then.
 		return nil
@@ -373,18 +376,20 @@ func (p *publisher) replaced(prev []byte) {
 }
 
 // stoppedLocked reports whether p has stopped (under publishers.mu, which
-// Close holds while it stops a publisher).
+// Close holds while it stops a publisher and takes it out of byStamp).
 func (p *publisher) stoppedLocked() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stopped
 }
 
-// unlinkLocked takes a stopping p out of the process's publishers by stamp
-// and out of its siblings' sets (under publishers.mu), and reports whether
-// a sibling still runs.
-func (p *publisher) unlinkLocked() bool {
-	delete(publishers.byStamp, p.stamp)
+// unlink takes a stopped p, its last write done, out of its siblings'
+// sets, and reports whether a sibling is left to write the key: one still
+// running, or one stopping that has not unlinked yet (its write in flight
+// may still land, and it deletes the key once that is done).
+func (p *publisher) unlink() bool {
+	publishers.mu.Lock()
+	defer publishers.mu.Unlock()
 	shared := len(p.sibs) > 0
 	for q := range p.sibs {
 		delete(q.sibs, p)
@@ -393,16 +398,17 @@ func (p *publisher) unlinkLocked() bool {
 	return shared
 }
 
-// siblings returns p's siblings (see publisher.sibs).
+// siblings returns p's running siblings (see publisher.sibs): a stopped
+// one's locks are no longer the process's, though it stays a sibling until
+// its last write is done (see Attachment.Close).
 func (p *publisher) siblings() []*publisher {
 	publishers.mu.Lock()
 	defer publishers.mu.Unlock()
-	if len(p.sibs) == 0 {
-		return nil
-	}
-	out := make([]*publisher, 0, len(p.sibs))
+	var out []*publisher
 	for q := range p.sibs {
-		out = append(out, q)
+		if !q.stoppedLocked() {
+			out = append(out, q)
+		}
 	}
 	return out
 }

@@ -1,12 +1,15 @@
 package fleet_test
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,5 +208,99 @@ func TestHeartbeat_AnotherProcessUnderThisInstanceNameIsLogged(t *testing.T) {
 		if s := logs.String(); !strings.Contains(s, want) {
 			t.Errorf("log line lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// aliasStore is one Redis under another ID, as a client of it under another
+// address is to lockgov. A write held with hold waits until released: a
+// beat in flight, which reaches the server late (past the beat's deadline).
+type aliasStore struct {
+	*redisstore.Store
+	id   string
+	held atomic.Pointer[heldWrite]
+}
+
+type heldWrite struct{ entered, release chan struct{} }
+
+func alias(s *redisstore.Store, name string) *aliasStore {
+	return &aliasStore{Store: s, id: s.ID() + "#" + name}
+}
+
+func (s *aliasStore) ID() string { return s.id }
+
+// hold holds the next write until the returned release is called; entered
+// waits until that write is in flight.
+func (s *aliasStore) hold(t *testing.T) (entered func(), release func()) {
+	t.Helper()
+	h := &heldWrite{entered: make(chan struct{}), release: make(chan struct{})}
+	s.held.Store(h)
+	var once sync.Once
+	release = func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(release)
+	entered = func() {
+		t.Helper()
+		select {
+		case <-h.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("gave up waiting: a write in flight")
+		}
+	}
+	return entered, release
+}
+
+func (s *aliasStore) Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) ([]byte, error) {
+	if h := s.held.Swap(nil); h != nil {
+		close(h.entered)
+		<-h.release
+		ctx = context.WithoutCancel(ctx)
+	}
+	return s.Store.Swap(ctx, instance, value, ttl)
+}
+
+func attachAs(t *testing.T, s fleet.Store, inst string, d time.Duration, reg prometheus.Registerer) *fleet.Attachment {
+	t.Helper()
+	a, err := fleet.Attach(s, fleet.WithInstance(inst), fleet.WithInterval(d), fleet.WithLogger(quiet), fleet.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+// Two siblings stopping together, one with a beat in flight: the write
+// lands after the other, the last to stop by the time Close was called,
+// deleted the key. The heartbeat of a process that stopped publishing
+// must not outlive it (the agent would list its locks as held for three
+// more intervals): the last sibling to finish its writes deletes the key.
+func TestHeartbeat_SiblingsStoppingWithABeatInFlightLeaveNoHeartbeat(t *testing.T) {
+	c := redisClient(t)
+	const inst = "siblings-stopping"
+	rs := redisstore.New(c)
+	sa, sb := alias(rs, "a"), alias(rs, "b")
+	a := attachAs(t, sa, inst, interval, prometheus.NewRegistry())
+	a.TrackHeld("one", fleet.HeldLock{Key: "lock:one", Pattern: "lock:one", Backend: "redis", Since: time.Now()})
+	b := attachAs(t, sb, inst, interval, prometheus.NewRegistry())
+	b.TrackHeld("two", fleet.HeldLock{Key: "lock:two", Pattern: "lock:two", Backend: "redis", Since: time.Now()})
+	eventually(t, "siblings: a beat listing both locks", func() bool {
+		return slices.Equal(heldKeys(redisBeat(t, c, inst)), []string{"lock:one", "lock:two"})
+	})
+
+	entered, release := sa.hold(t)
+	entered() // a's beat is in flight
+	closedA := make(chan error, 1)
+	go func() { closedA <- a.Close() }()
+	// b's beats stop listing a's lock once a has stopped.
+	eventually(t, "a beat of b alone", func() bool {
+		return slices.Equal(heldKeys(redisBeat(t, c, inst)), []string{"lock:two"})
+	})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release() // a's write lands
+	if err := <-closedA; err != nil {
+		t.Fatal(err)
+	}
+	if hb := redisBeat(t, c, inst); hb != nil {
+		t.Fatalf("both publishers closed and the heartbeat is left (listing %v) until it expires", heldKeys(hb))
 	}
 }
