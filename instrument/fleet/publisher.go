@@ -69,7 +69,8 @@ type publisher struct {
 	// sibs are the other publishers of this process found writing this
 	// one's heartbeat key: one store reached under two IDs (two clients of
 	// one Redis under two addresses, a Sentinel client and a direct one).
-	// Each beat lists what all of them track. Under publishers.mu.
+	// Each beat lists what all of them track; a sibling's siblings are
+	// this one's (see linkLocked). Under publishers.mu.
 	sibs map[*publisher]struct{}
 
 	trackMu sync.Mutex
@@ -352,8 +353,7 @@ func (p *publisher) replaced(prev []byte) {
 	publishers.mu.Lock()
 	if q := publishers.byStamp[stamp]; q != nil && stamp != "" {
 		if _, ok := p.sibs[q]; !ok && !p.stoppedLocked() {
-			p.sibs[q] = struct{}{}
-			q.sibs[p] = struct{}{}
+			linkLocked(p, q)
 		}
 		publishers.mu.Unlock()
 		return
@@ -373,6 +373,28 @@ func (p *publisher) replaced(prev []byte) {
 	}
 	p.warn("instance", "lockgov: another process publishes its heartbeat under this instance name; the agent sees one of them at a time (give each process its own WithInstance name)",
 		"instance", p.cfg.instance, "backend", p.backend, "other_host", hb.Host, "other_pid", hb.PID, "other_service", hb.Service)
+}
+
+// linkLocked makes p and q siblings, and each of their siblings a sibling
+// of the other's (under publishers.mu): all of them write one key. A link
+// is found only between two publishers whose writes follow each other, so
+// with three IDs of one store the first and the third may never meet: the
+// first would list neither the third's locks nor leave the key to it.
+func linkLocked(p, q *publisher) {
+	group := []*publisher{p, q}
+	for x := range p.sibs {
+		group = append(group, x)
+	}
+	for x := range q.sibs {
+		group = append(group, x)
+	}
+	for _, x := range group {
+		for _, y := range group {
+			if x != y {
+				x.sibs[y] = struct{}{}
+			}
+		}
+	}
 }
 
 // stoppedLocked reports whether p has stopped (under publishers.mu, which

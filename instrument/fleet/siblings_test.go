@@ -304,3 +304,37 @@ func TestHeartbeat_SiblingsStoppingWithABeatInFlightLeaveNoHeartbeat(t *testing.
 		t.Fatalf("both publishers closed and the heartbeat is left (listing %v) until it expires", heldKeys(hb))
 	}
 }
+
+// Three IDs of one store: the second publisher's beat replaces the first's,
+// the third's the second's. All three write one key, so all three are
+// siblings: the first stopping after the second must leave the key to the
+// third, and the third's beats must list the first's locks.
+func TestHeartbeat_ThreeAddressesOfOneStoreAreAllSiblings(t *testing.T) {
+	c := redisClient(t)
+	const inst = "three-addresses"
+	rs := redisstore.New(c)
+	// One beat each, at Attach: the interval never comes round.
+	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()}
+	var atts []*fleet.Attachment
+	for i, name := range []string{"one", "two", "three"} {
+		a := attachAs(t, alias(rs, name), inst, time.Hour, regs[i])
+		a.TrackHeld(name, fleet.HeldLock{Key: "lock:" + name, Pattern: "lock:" + name, Backend: "redis", Since: time.Now()})
+		atts = append(atts, a)
+		eventually(t, "the beat of publisher "+name, func() bool { return okBeats(t, regs[i]) >= 1 })
+	}
+	if err := atts[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := atts[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hb := redisBeat(t, c, inst); hb == nil {
+		t.Fatal("the first publisher closed and deleted the heartbeat the third still writes")
+	}
+	if err := atts[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hb := redisBeat(t, c, inst); hb != nil {
+		t.Fatalf("the last publisher closed and left its heartbeat: %+v", hb)
+	}
+}
