@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -37,6 +38,8 @@ type Store struct {
 	mu    sync.Mutex
 	lease clientv3.LeaseID
 	ttl   int64
+
+	noSwap atomic.Bool // a Put with its previous key-value was refused: Swap is Put (see Swap)
 }
 
 // New returns the fleet store of c.
@@ -61,13 +64,23 @@ func (s *Store) Put(ctx context.Context, instance string, value []byte, ttl time
 }
 
 // Swap implements fleet.Swapper: Put, returning the value the write
-// replaced (its previous key-value).
+// replaced (its previous key-value). The previous key-value needs read
+// permission on the key: a user that may only write it is refused
+// (permission denied), and from then on this store writes with Put and
+// returns no previous value. Its heartbeat is what matters; the previous
+// value only finds siblings and other processes under this instance name.
 func (s *Store) Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) ([]byte, error) {
-	resp, err := s.put(ctx, instance, value, ttl, clientv3.WithPrevKV())
-	if err != nil || resp.PrevKv == nil {
-		return nil, err
+	if !s.noSwap.Load() {
+		resp, err := s.put(ctx, instance, value, ttl, clientv3.WithPrevKV())
+		if err == nil && resp.PrevKv != nil {
+			return resp.PrevKv.Value, nil
+		}
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return nil, err
+		}
+		s.noSwap.Store(true)
 	}
-	return resp.PrevKv.Value, nil
+	return nil, s.Put(ctx, instance, value, ttl)
 }
 
 func (s *Store) put(ctx context.Context, instance string, value []byte, ttl time.Duration, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +31,8 @@ import (
 type Store struct {
 	c  redis.UniversalClient
 	id string
+
+	noSwap atomic.Bool // SET ... GET was refused: Swap is Put (see Swap)
 }
 
 // New returns the fleet store of c.
@@ -85,11 +88,21 @@ func (s *Store) TierReport(ctx context.Context, instance string) ([]byte, error)
 }
 
 // Swap implements fleet.Swapper with SET key value PX ttl GET (Redis 6.2 or
-// later, as lockgov's lock scripts need).
+// later, as lockgov's lock scripts need). GET needs read access to the key:
+// a user that may only write it (a Redis 7 %W~ key pattern) is refused
+// (NOPERM), and from then on this store writes with Put and returns no
+// previous value. Its heartbeat is what matters; the previous value only
+// finds siblings and other processes under this instance name.
 func (s *Store) Swap(ctx context.Context, instance string, value []byte, ttl time.Duration) ([]byte, error) {
-	prev, err := s.c.SetArgs(ctx, fleet.RedisKey(instance), value, redis.SetArgs{TTL: ttl, Get: true}).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	if !s.noSwap.Load() {
+		prev, err := s.c.SetArgs(ctx, fleet.RedisKey(instance), value, redis.SetArgs{TTL: ttl, Get: true}).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			return prev, err
+		}
+		s.noSwap.Store(true)
 	}
-	return prev, err
+	return nil, s.Put(ctx, instance, value, ttl)
 }
