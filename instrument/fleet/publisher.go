@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,8 @@ type publisher struct {
 	rtt    time.Duration // last round trip to the store (a sample or the write); beatMu
 	wrote  bool          // a beat of this publisher was written; beatMu
 
-	// stamp is the Publisher every beat carries: random, one per publisher.
+	// stamp is the Publisher every beat carries: random, one per publisher,
+	// beginning with processStamp.
 	stamp string
 	// sibs are the other publishers of this process found writing this
 	// one's heartbeat key: one store reached under two IDs (two clients of
@@ -141,17 +143,28 @@ func newPublisher(id, backend string, cfg config) (*publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: register metrics: %w", err)
 	}
-	var stamp [8]byte
-	_, _ = rand.Read(stamp[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return &publisher{
 		id: id, backend: backend, cfg: cfg, started: cfg.now(), m: m,
-		stamp:    hex.EncodeToString(stamp[:]),
+		stamp:    processStamp + "-" + randomHex(),
 		sibs:     map[*publisher]struct{}{},
 		held:     map[any]HeldLock{},
 		waiting:  map[any]WaitingLock{},
 		workers:  map[any]WorkerID{},
 		lastWarn: map[string]time.Time{},
 	}, nil
+}
+
+// processStamp begins the stamp of every publisher of this process run: a
+// beat of one that has stopped (a sibling, this store's previous publisher)
+// is known as this process's by it, which its host name and pid cannot
+// tell: containers sharing the host's network have one host name, and each
+// runs its service as pid 1.
+var processStamp = randomHex()
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // CheckOptions reports the error Attach would return for opts, for
@@ -359,17 +372,14 @@ func (p *publisher) replaced(prev []byte) {
 		return
 	}
 	publishers.mu.Unlock()
-	if !wrote {
-		return
+	if !wrote || strings.HasPrefix(stamp, processStamp+"-") {
+		return // the name's previous process; a stopped publisher of this one
 	}
 	hb, err := Decode(prev)
 	if err != nil {
 		p.warn("instance", "lockgov: another process writes this process's heartbeat key, in a form this version cannot read; the agent sees one of them at a time (give each process its own WithInstance name)",
 			"instance", p.cfg.instance, "backend", p.backend, "error", err)
 		return
-	}
-	if hb.PID == os.Getpid() && hb.Host == p.cfg.host {
-		return // a stopped sibling's last beat
 	}
 	p.warn("instance", "lockgov: another process publishes its heartbeat under this instance name; the agent sees one of them at a time (give each process its own WithInstance name)",
 		"instance", p.cfg.instance, "backend", p.backend, "other_host", hb.Host, "other_pid", hb.PID, "other_service", hb.Service)

@@ -338,3 +338,87 @@ func TestHeartbeat_ThreeAddressesOfOneStoreAreAllSiblings(t *testing.T) {
 		t.Fatalf("the last publisher closed and left its heartbeat: %+v", hb)
 	}
 }
+
+// Two containers sharing the host's network (Docker --network host,
+// Kubernetes hostNetwork) have one host name, and each runs its service as
+// pid 1: they share the default instance name, host name plus pid, and
+// overwrite each other's heartbeat. A beat of the same host and pid is not
+// this process's unless one of this process's publishers wrote it.
+func TestHeartbeat_AnotherProcessOfTheSameHostAndPIDIsLogged(t *testing.T) {
+	for _, stamp := range []string{"", "0123456789abcdef-0123456789abcdef"} {
+		t.Run("stamp="+stamp, func(t *testing.T) {
+			c := redisClient(t)
+			const inst = "host-1"
+			host, _ := os.Hostname()
+			var logs syncBuffer
+			reg := prometheus.NewRegistry()
+			a, err := fleet.Attach(redisstore.New(c), fleet.WithInstance(inst), fleet.WithInterval(interval),
+				fleet.WithRegisterer(reg), fleet.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			eventually(t, "a beat", func() bool { return okBeats(t, reg) >= 1 })
+			b, err := fleet.Encode(&fleet.Heartbeat{Publisher: stamp, Instance: inst, Service: "other", Host: host, PID: os.Getpid(),
+				StartedAt: time.Now(), SentAt: time.Now(), Interval: interval})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Set(ctxFor(t, 5*time.Second), fleet.RedisKey(inst), b, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			n := okBeats(t, reg)
+			eventually(t, "two more beats", func() bool { return okBeats(t, reg) >= n+2 })
+			if s := logs.String(); !strings.Contains(s, "another process") {
+				t.Fatalf("another process's beat, of this host name and pid, replaced without a word:\n%s", s)
+			}
+		})
+	}
+}
+
+// A sibling's last beat, written as it stopped, is replaced by the other's
+// next: that is this process's own beat, not another process's.
+func TestHeartbeat_AStoppedSiblingsLastBeatIsNotAnotherProcess(t *testing.T) {
+	c := redisClient(t)
+	const inst = "sibling-stopped"
+	rs := redisstore.New(c)
+	sa, sb := alias(rs, "a"), alias(rs, "b")
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	regB := prometheus.NewRegistry()
+	attach := func(s fleet.Store, reg prometheus.Registerer) *fleet.Attachment {
+		a, err := fleet.Attach(s, fleet.WithInstance(inst), fleet.WithInterval(interval), fleet.WithLogger(logger), fleet.WithRegisterer(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		return a
+	}
+	a := attach(sa, prometheus.NewRegistry())
+	a.TrackHeld("one", fleet.HeldLock{Key: "lock:one", Pattern: "lock:one", Backend: "redis", Since: time.Now()})
+	b := attach(sb, regB)
+	b.TrackHeld("two", fleet.HeldLock{Key: "lock:two", Pattern: "lock:two", Backend: "redis", Since: time.Now()})
+	eventually(t, "siblings: a beat listing both locks", func() bool {
+		return slices.Equal(heldKeys(redisBeat(t, c, inst)), []string{"lock:one", "lock:two"})
+	})
+	// a's last write lands after a has stopped, after b's beats alone.
+	entered, release := sa.hold(t)
+	entered()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	eventually(t, "a beat of b alone", func() bool {
+		return slices.Equal(heldKeys(redisBeat(t, c, inst)), []string{"lock:two"})
+	})
+	release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	n := okBeats(t, regB)
+	eventually(t, "two more beats of b", func() bool { return okBeats(t, regB) >= n+2 })
+	if s := logs.String(); strings.Contains(s, "another process") {
+		t.Fatalf("a stopped sibling's last beat was logged as another process's:\n%s", s)
+	}
+	if got := heldKeys(redisBeat(t, c, inst)); !slices.Equal(got, []string{"lock:two"}) {
+		t.Fatalf("heartbeat lists %v, want [lock:two]", got)
+	}
+}
