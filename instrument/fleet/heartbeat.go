@@ -16,8 +16,9 @@ import (
 type Heartbeat struct {
 	// Publisher is a random stamp of the publisher that wrote the beat,
 	// unique per publisher and process run (one of the process run, a dash,
-	// one of the publisher); it comes first in the encoding (see StampOf). A process reaching one store under two addresses has
-	// two publishers on one key, which know each other by it.
+	// one of the publisher); it comes first in the encoding (see StampOf).
+	// A process reaching one store under two addresses has two publishers
+	// on one key, which know each other by it.
 	Publisher string `json:"publisher,omitempty"`
 	// Instance identifies the process across the fleet (default: host name
 	// plus pid); Service is its service name.
