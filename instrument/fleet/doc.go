@@ -27,10 +27,13 @@
 // publishers writing one key. On stores that are Swappers (both of
 // lockgov's) each write returns the beat it replaced, stamped with its
 // publisher (Heartbeat.Publisher): a beat of another publisher of this
-// process makes the two siblings, and from their next beats on each lists
-// what both track; the last of them to stop deletes the key. Until then a
-// beat may list one publisher's half, for at most one interval after the
-// second publisher's first beat.
+// process makes the two siblings (and each of their siblings the other's:
+// three addresses make three siblings), and from their next beats on each
+// lists what all of them track; the last of them to finish its writes
+// deletes the key. Until then a beat may list one publisher's half, for at
+// most one interval after the second publisher's first beat. Reading the
+// replaced beat needs read access to the key: a user that may only write
+// it publishes with plain writes, without these checks (docs/SECURITY.md).
 //
 // Each beat, on a timer goroutine, its round trips to the store bounded by
 // the timeout (default half the interval, at most 2s; encoding the beat is
