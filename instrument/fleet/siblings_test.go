@@ -22,28 +22,6 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// okBeats is how many heartbeats the publisher registered on reg wrote.
-func okBeats(t *testing.T, reg *prometheus.Registry) int {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "lockgov_fleet_heartbeats_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == "ok" {
-					return int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return 0
-}
-
 func heldKeys(hb *fleet.Heartbeat) []string {
 	if hb == nil {
 		return nil
@@ -120,7 +98,7 @@ func oneStoreTwoIDs(t *testing.T, inst string, s1, s2 fleet.Store, read func() *
 	defer a1.Close()
 	backend := s1.Backend()
 	a1.TrackHeld("one", fleet.HeldLock{Key: "lock:one", Pattern: "lock:one", Backend: backend, Since: time.Now()})
-	eventually(t, "the first publisher's beat", func() bool { return okBeats(t, reg1) >= 1 })
+	eventually(t, "the first publisher's beat", func() bool { return beats(t, reg1, "ok") >= 1 })
 
 	a2, err := fleet.Attach(s2, opts(reg2)...)
 	if err != nil {
@@ -131,9 +109,9 @@ func oneStoreTwoIDs(t *testing.T, inst string, s1, s2 fleet.Store, read func() *
 	// The second publisher's first beat replaces the first's: from then on
 	// both know of each other. A beat of the first that was in flight then
 	// may still list its half; two more of its beats are past it.
-	eventually(t, "the second publisher's beat", func() bool { return okBeats(t, reg2) >= 1 })
-	n1 := okBeats(t, reg1)
-	eventually(t, "two more beats of the first", func() bool { return okBeats(t, reg1) >= n1+2 && okBeats(t, reg2) >= 2 })
+	eventually(t, "the second publisher's beat", func() bool { return beats(t, reg2, "ok") >= 1 })
+	n1 := beats(t, reg1, "ok")
+	eventually(t, "two more beats of the first", func() bool { return beats(t, reg1, "ok") >= n1+2 && beats(t, reg2, "ok") >= 2 })
 
 	want := []string{"lock:one", "lock:two"}
 	for range 20 {
@@ -153,8 +131,8 @@ func oneStoreTwoIDs(t *testing.T, inst string, s1, s2 fleet.Store, read func() *
 	}
 	// A beat of the second in flight at Close may still list both; the
 	// one after it started with the first stopped.
-	n2 := okBeats(t, reg2)
-	eventually(t, "a beat of the second alone", func() bool { return okBeats(t, reg2) >= n2+2 })
+	n2 := beats(t, reg2, "ok")
+	eventually(t, "a beat of the second alone", func() bool { return beats(t, reg2, "ok") >= n2+2 })
 	if got, want := heldKeys(read()), []string{"lock:two"}; !slices.Equal(got, want) {
 		t.Fatalf("after the first publisher closed, heartbeat lists %v, want %v", got, want)
 	}
@@ -186,26 +164,34 @@ func TestHeartbeat_AnotherProcessUnderThisInstanceNameIsLogged(t *testing.T) {
 	if err := c.Set(ctxFor(t, 5*time.Second), fleet.RedisKey(inst), other(1), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
-	reg := prometheus.NewRegistry()
-	a, err := fleet.Attach(redisstore.New(c), fleet.WithInstance(inst), fleet.WithInterval(interval),
-		fleet.WithRegisterer(reg), fleet.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	eventually(t, "three beats", func() bool { return okBeats(t, reg) >= 3 })
+	logs, reg := attachLogged(t, c, inst)
+	eventually(t, "three beats", func() bool { return beats(t, reg, "ok") >= 3 })
 	if s := logs.String(); strings.Contains(s, "another process") {
 		t.Fatalf("a beat left before this publisher started was logged as another process's:\n%s", s)
 	}
 
 	// Another live process writes under the name between two beats.
-	beatUntilLogged(t, c, inst, other(os.Getpid()+1), &logs)
+	beatUntilLogged(t, c, inst, other(os.Getpid()+1), logs)
 	for _, want := range []string{"instance=" + inst, "other_host=other-host", "other_pid="} {
 		if s := logs.String(); !strings.Contains(s, want) {
 			t.Errorf("log line lacks %q:\n%s", want, s)
 		}
 	}
+}
+
+// attachLogged attaches a publisher of inst to c's Redis that logs into
+// the returned buffer and counts its beats on the returned registry; it is
+// closed when the test ends.
+func attachLogged(t *testing.T, c *redis.Client, inst string) (*syncBuffer, *prometheus.Registry) {
+	t.Helper()
+	logs, reg := &syncBuffer{}, prometheus.NewRegistry()
+	a, err := fleet.Attach(redisstore.New(c), fleet.WithInstance(inst), fleet.WithInterval(interval),
+		fleet.WithRegisterer(reg), fleet.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return logs, reg
 }
 
 // beatUntilLogged writes value as inst's heartbeat, again and again as a
@@ -336,7 +322,7 @@ func TestHeartbeat_ThreeAddressesOfOneStoreAreAllSiblings(t *testing.T) {
 		a := attachAs(t, alias(rs, name), inst, time.Hour, regs[i])
 		a.TrackHeld(name, fleet.HeldLock{Key: "lock:" + name, Pattern: "lock:" + name, Backend: "redis", Since: time.Now()})
 		atts = append(atts, a)
-		eventually(t, "the beat of publisher "+name, func() bool { return okBeats(t, regs[i]) >= 1 })
+		eventually(t, "the beat of publisher "+name, func() bool { return beats(t, regs[i], "ok") >= 1 })
 	}
 	if err := atts[1].Close(); err != nil {
 		t.Fatal(err)
@@ -366,21 +352,14 @@ func TestHeartbeat_AnotherProcessOfTheSameHostAndPIDIsLogged(t *testing.T) {
 			c := redisClient(t)
 			const inst = "host-1"
 			host, _ := os.Hostname()
-			var logs syncBuffer
-			reg := prometheus.NewRegistry()
-			a, err := fleet.Attach(redisstore.New(c), fleet.WithInstance(inst), fleet.WithInterval(interval),
-				fleet.WithRegisterer(reg), fleet.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			eventually(t, "a beat", func() bool { return okBeats(t, reg) >= 1 })
+			logs, reg := attachLogged(t, c, inst)
+			eventually(t, "a beat", func() bool { return beats(t, reg, "ok") >= 1 })
 			b, err := fleet.Encode(&fleet.Heartbeat{Publisher: stamp, Instance: inst, Service: "other", Host: host, PID: os.Getpid(),
 				StartedAt: time.Now(), SentAt: time.Now(), Interval: interval})
 			if err != nil {
 				t.Fatal(err)
 			}
-			beatUntilLogged(t, c, inst, b, &logs)
+			beatUntilLogged(t, c, inst, b, logs)
 		})
 	}
 }
@@ -422,8 +401,8 @@ func TestHeartbeat_AStoppedSiblingsLastBeatIsNotAnotherProcess(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	n := okBeats(t, regB)
-	eventually(t, "two more beats of b", func() bool { return okBeats(t, regB) >= n+2 })
+	n := beats(t, regB, "ok")
+	eventually(t, "two more beats of b", func() bool { return beats(t, regB, "ok") >= n+2 })
 	if s := logs.String(); strings.Contains(s, "another process") {
 		t.Fatalf("a stopped sibling's last beat was logged as another process's:\n%s", s)
 	}
