@@ -377,8 +377,9 @@ func (n *notifier) goTracked(f func()) bool {
 	return true
 }
 
-// backOff waits *delay, then doubles it up to maxReconnectDelay: the pause
-// of the reader and of the writer after a failure. It reports false if the
+// backOff is the package's backOff (a jittered wait, then *delay doubled up
+// to maxReconnectDelay): the pause of the reader and of the writer after a
+// failure. It reports false if the
 // connection was stopped meanwhile.
 func (pc *pubsubConn) backOff(delay *time.Duration) bool { return backOff(delay, pc.quit) }
 

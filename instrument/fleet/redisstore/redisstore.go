@@ -99,7 +99,7 @@ func (s *Store) Swap(ctx context.Context, instance string, value []byte, ttl tim
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
-		if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		if err == nil || !redis.HasErrorPrefix(err, "NOPERM") {
 			return prev, err
 		}
 		s.noSwap.Store(true)
