@@ -34,3 +34,6 @@ func SetHealthInterval(l *Locker, d time.Duration) { l.notify.health = d }
 
 // Jittered is jittered, the wait of one back-off step.
 func Jittered(d time.Duration) time.Duration { return jittered(d) }
+
+// MaxLeaving is how many leave.lua tries of one Locker run at once.
+const MaxLeaving = maxLeaving

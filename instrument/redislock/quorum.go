@@ -151,9 +151,11 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	var granted, answered int
 	var fence, pttl int64 = 0, -1
 	var errs []error
+	lost := false // a node may have granted the lock, its reply lost
 	for i, rep := range replies {
 		if rep.err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+			lost = lost || unanswered(rep.err)
 			continue
 		}
 		answered++
@@ -182,15 +184,25 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 		_, _ = q.release(context.WithoutCancel(ctx), r)
 	}
 	if answered < q.majority {
-		return attempt{}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
+		return attempt{unanswered: lost}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
 			instrument.ErrNotAcquired, answered, len(q.nodes), q.majority, errors.Join(errs...))
 	}
 	// pttl < 0: granted by a majority too late; try again soon.
-	return attempt{holderTTL: time.Duration(max(pttl, 0)) * time.Millisecond}, nil
+	return attempt{holderTTL: time.Duration(max(pttl, 0)) * time.Millisecond, unanswered: lost}, nil
 }
 
-// leave does nothing: quorum waiters do not queue.
-func (q *quorum) leave(context.Context, *request) error { return nil }
+// leave gives back what an Acquire that gave up may hold on nodes whose
+// reply to its last attempt was lost (quorum waiters do not queue): an
+// owner-checked release on every node, which leaves any other token's lock
+// alone. An error says a node did not answer (Locker.leave tries again).
+func (q *quorum) leave(ctx context.Context, r *request) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	defer cancel()
+	_, _, err := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
+		return runRelease(ctx, n.c, r, false)
+	})
+	return err
+}
 
 // wakeID says no: no single node's release notification speaks for the
 // majority, so quorum waiters poll.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,10 @@ type Locker struct {
 	// on the key's channel + ":" + lid, so only the process whose waiter
 	// got the lock wakes (see notifier).
 	lid string
+	// leaving holds a token per leave.lua try in flight in the background;
+	// pendingLeaves counts the background leaves (see leave).
+	leaving       chan struct{}
+	pendingLeaves atomic.Int64
 }
 
 // New returns a Locker on c. The client should have ContextTimeoutEnabled
@@ -74,6 +79,7 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 		notify:    notifier{c: c, idle: o.idleTimeout, health: healthInterval, suffix: ":" + lid, done: done},
 		local:     localQueue{closed: done},
 		lid:       lid,
+		leaving:   make(chan struct{}, maxLeaving),
 		retention: o.retention,
 		waiterTTL: o.waiterTTL,
 		value:     value,
@@ -132,9 +138,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		}
 	}
 	var w *waiter
-	queued := false // in the store's queue: leave it when giving up
+	// mustLeave: this Acquire may have left something in the store that
+	// only its token can take back, an entry in the queue or a lock whose
+	// reply was lost: leave.lua takes both back when it gives up.
+	mustLeave := false
 	defer func() {
-		if queued {
+		if mustLeave {
 			l.leave(ctx, r)
 		}
 		if leaveQueue != nil {
@@ -168,21 +177,23 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		sent = time.Now()
 		a, err := l.store.attempt(ctx, r)
 		if err != nil {
-			// The attempt may have run and queued this waiter.
-			queued = queued || r.queue
-			if cerr := storefail.Ended(ctx); cerr != nil && (w != nil || n > 1) {
+			// The attempt may have run although no reply said so: queued
+			// this waiter, or taken the lock under r.tok, which nobody
+			// would then release before its TTL ran out (see unanswered).
+			mustLeave = mustLeave || r.queue || a.unanswered || unanswered(err)
+			if cerr := storefail.Ended(ctx); cerr != nil {
 				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
 		cfg.Observer.Attempt(a.acquired)
 		if a.acquired {
-			queued = false // acquiring took this waiter out of the queue
+			mustLeave = false // acquiring took this waiter out of the queue
 			lease := newLease(l.store, key, r, a.fence, sent, &cfg, leaveQueue)
 			leaveQueue = nil
 			return lease, nil
 		}
-		queued, seen = a.queued, a.seen
+		mustLeave, seen = a.queued || a.unanswered, a.seen
 
 		var sleep time.Duration
 		switch cfg.Wait {
@@ -225,7 +236,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			// is confirmed by the next attempt instead, which re-arms the
 			// TTL (acquire.lua finds the lock this token's).
 			cfg.Observer.Attempt(true)
-			queued = false // the handoff took this waiter out of the queue
+			mustLeave = false // the handoff took this waiter out of the queue
 			lease := newLease(l.store, key, r, f, sent, &cfg, leaveQueue)
 			leaveQueue = nil
 			return lease, nil
@@ -233,8 +244,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	}
 }
 
-// leave takes a waiter that gave up out of the store's queue. leave.lua is
-// a round trip of its own, bounded by a second (store.go), not by ctx, which
+// leave takes back what an Acquire that gave up may have left under its
+// token (store.leave): its entry in the queue, and the lock, if a release
+// handed it over meanwhile or an attempt whose reply was lost took it
+// (unanswered). leave.lua is a round trip of its own, bounded by a second (store.go), not by ctx, which
 // has ended: it runs on a goroutine that Close waits for, so that Acquire
 // returns by its deadline. On a closed Locker, Close may be waiting
 // already: it runs once in the caller then.
@@ -246,12 +259,35 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 // waiter that gave up while Redis was out of its reach, and that a release
 // handed the lock to before the entry's deadline, held the lock for a
 // whole TTL with nobody using it. Close stops the retries.
+//
+// The leaves in the background are bounded, so that an outage in which
+// many callers give up (every attempt timing out against an unreachable
+// server) neither piles up goroutines nor takes the client's pool from
+// the application: at most maxLeaving tries run at once, and at most
+// maxPendingLeaves leaves wait for their turn; one past that is not tried,
+// and what it would have taken back ends by itself (the entry at its
+// deadline, a lock at its TTL).
 func (l *Locker) leave(ctx context.Context, r *request) {
-	if l.notify.goTracked(func() { l.leaveUntil(ctx, r, time.Now().Add(l.waiterTTL+r.ttl)) }) {
+	if l.pendingLeaves.Add(1) > maxPendingLeaves {
+		l.pendingLeaves.Add(-1)
 		return
 	}
+	if l.notify.goTracked(func() {
+		defer l.pendingLeaves.Add(-1)
+		l.leaveUntil(ctx, r, time.Now().Add(l.waiterTTL+r.ttl))
+	}) {
+		return
+	}
+	l.pendingLeaves.Add(-1)
 	_ = l.store.leave(ctx, r)
 }
+
+// maxLeaving bounds the leave.lua tries of one Locker in flight at once;
+// maxPendingLeaves the leaves waiting for one of them (Locker.leave).
+const (
+	maxLeaving       = 4
+	maxPendingLeaves = 4096
+)
 
 // leaveUntil runs leave.lua until it succeeds, Redis refuses it (an error
 // reply other than a transient one: trying again would not change it), the
@@ -259,7 +295,19 @@ func (l *Locker) leave(ctx context.Context, r *request) {
 func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 	delay := minReconnectDelay
 	for {
+		select {
+		case l.leaving <- struct{}{}:
+		default:
+			// Wait for a try to end; after Close only a free slot is
+			// taken, so that Close does not wait for a queue of tries.
+			select {
+			case l.leaving <- struct{}{}:
+			case <-l.notify.done:
+				return
+			}
+		}
 		err := l.store.leave(ctx, r)
+		<-l.leaving
 		var reply redis.Error
 		final := errors.As(err, &reply) && !transientReply(err)
 		if err == nil || final || errors.Is(err, redis.ErrClosed) || time.Now().Add(delay).After(until) {

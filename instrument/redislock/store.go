@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -22,10 +23,12 @@ import (
 type store interface {
 	// attempt runs the acquire script once.
 	attempt(ctx context.Context, r *request) (attempt, error)
-	// leave takes a waiter that gives up out of the store's queue, when
-	// attempt said it had joined one, and hands on the lock if a release
-	// handed it to the waiter meanwhile. One try; an error says it may not
-	// have run (Locker.leave tries again).
+	// leave takes back what an Acquire that gives up may have left in the
+	// store under its token: its entry in the store's queue, when attempt
+	// said it had joined one, and the lock, if a release handed it to the
+	// waiter meanwhile or an attempt whose reply was lost took it (leave
+	// hands it on, or deletes it). One try; an error says it may not have
+	// run (Locker.leave tries again).
 	leave(ctx context.Context, r *request) error
 	// wakeID says whether a deadline waiter can wait for a release
 	// notification (ok), and which id the notification must name to wake
@@ -104,7 +107,10 @@ type attempt struct {
 	holderTTL time.Duration // not acquired: the holder's remaining TTL (<= 0: unknown)
 	pos       int64         // fair mode: the caller's place in the queue (0: next in line)
 	queued    bool          // the caller joined the store's queue: leave it on giving up
-	seen      uint64        // not acquired: >= every fence issued before this attempt, < every later one
+	// unanswered: a node's reply to this attempt was lost (quorum mode;
+	// see unanswered): the node may hold the lock under this token.
+	unanswered bool
+	seen       uint64 // not acquired: >= every fence issued before this attempt, < every later one
 }
 
 // node is a lock on one Redis deployment (a single node, Sentinel or
@@ -280,4 +286,27 @@ const maxTombstoneTTL = time.Minute
 // caller's, or a batch's (combiner.send raises a batched release's TTL).
 func tombstoneTTL(ctx context.Context) int64 {
 	return storefail.ResendWindow(ctx, maxTombstoneTTL).Milliseconds()
+}
+
+// unanswered reports whether a command that failed with err may have run
+// on the server all the same: its reply was lost (a read timeout, the
+// caller's context ending while the reply was on its way, a connection
+// that broke after the write). An error reply is an answer, and a command
+// that was never sent (no connection could be dialled or taken from the
+// pool, or the client is closed) cannot have run. A context that ended
+// before the command was written counts as unanswered too: nothing says
+// which side of the write it ended on.
+func unanswered(err error) bool {
+	if err == nil {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout) && !errors.Is(err, redis.ErrPoolExhausted)
 }

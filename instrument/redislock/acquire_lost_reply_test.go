@@ -1,0 +1,265 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind: an attempt that
+// took the lock, but whose reply was lost and whose caller's context ended
+// before go-redis could send it again, returns an error, so nobody knows the
+// token that holds the lock. Without a cleanup the lock stays taken for its
+// whole TTL (an hour here) and every other caller is refused meanwhile: the
+// "reply lost after the command ran" fault, on Acquire. The attempt's own
+// token must give the lock up in the background, as a waiter that gave up
+// leaves the queue, and Acquire must say the lock was not acquired.
+func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fair bool
+		opts []instrument.AcquireOption
+	}{
+		{"default/fail-fast", false, []instrument.AcquireOption{instrument.FailFast()}},
+		{"default/retry", false, []instrument.AcquireOption{instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3)}},
+		{"default/wait", false, nil},
+		{"fair/fail-fast", true, []instrument.AcquireOption{instrument.FailFast()}},
+		{"fair/wait", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, admin := setup(t)
+			p := testenv.NewProxy(t, r.Addr())
+			var opts []redislock.Option
+			if tc.fair {
+				opts = append(opts, redislock.Fair())
+			}
+			l := newLocker(t, newClient(t, p.Addr()), opts...)
+			other := newLocker(t, admin, opts...)
+			ctx := context.Background()
+			ttl := instrument.WithTTL(time.Hour)
+
+			// Load the scripts and pool a connection first, so that the
+			// next reply through the proxy is the attempt's own.
+			warm, err := l.Acquire(ctx, "lock:warm-up", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			key := "lock:acquire-lost-reply"
+			dropped := p.DropNextReply()
+			actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			lease, err := l.Acquire(actx, key, append([]instrument.AcquireOption{ttl}, tc.opts...)...)
+			if err == nil {
+				t.Fatalf("Acquire returned a lease (fence %d) although its reply was lost", lease.Fence())
+			}
+			select {
+			case <-dropped:
+			default:
+				t.Fatalf("no reply was dropped; Acquire returned %v", err)
+			}
+			if !errors.Is(err, instrument.ErrNotAcquired) {
+				t.Errorf("Acquire = %v, want it to wrap ErrNotAcquired: the lock it may have taken is given up", err)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire = %v, want it to wrap the context's end", err)
+			}
+
+			// The attempt ran: the lock was taken under a token nobody
+			// holds. It must be given up well before its hour.
+			eventually(t, "the lock taken by the lost attempt to be given up", func() bool {
+				return admin.Exists(ctx, key).Val() == 0
+			})
+			got, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("another caller cannot take the lock after the lost attempt was cleaned up: %v", err)
+			}
+			if err := got.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := admin.LLen(ctx, queueKey(key)).Val(); n != 0 {
+				t.Errorf("queue of %q holds %d entries, want none", key, n)
+			}
+		})
+	}
+}
+
+// TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind: the same
+// fault in quorum mode. Two of three nodes run the attempt and grant it,
+// but their replies are lost and the caller's context ends; the third node
+// denies it (another holder has it there), so no grant is seen and none is
+// given back with the attempt. The two lost grants would keep every other
+// caller from a majority for the TTL (an hour) after the other holder is
+// done. They must be given back in the background.
+func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	cs := quorumClients(t, nodes)
+	var proxies []*testenv.Proxy
+	for i := range 2 {
+		p := testenv.NewProxy(t, nodes[i].Addr())
+		proxies = append(proxies, p)
+		cs[i] = newClient(t, p.Addr())
+	}
+	l, err := redislock.NewQuorum(cs, redislock.WithNodeTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
+	admins := quorumClients(t, nodes)
+	ctx := timeout(t, time.Minute)
+	ttl := instrument.WithTTL(time.Hour)
+	warm, err := l.Acquire(ctx, "lock:warm-up", ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const key = "lock:quorum-lost-replies"
+	if err := admins[2].Set(ctx, key, "someone-else 1 {}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var dropped []<-chan struct{}
+	for _, p := range proxies {
+		dropped = append(dropped, p.DropNextReply())
+	}
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if lease, err := l.Acquire(actx, key, ttl, instrument.FailFast()); err == nil {
+		t.Fatalf("Acquire returned a lease (fence %d) although a majority's replies were lost", lease.Fence())
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Errorf("Acquire = %v, want it to wrap ErrNotAcquired", err)
+	}
+	for i, d := range dropped {
+		select {
+		case <-d:
+		default:
+			t.Fatalf("node %d's reply was not dropped", i)
+		}
+	}
+	// The other holder is done with it.
+	if err := admins[2].Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the lost grants to be given back on every node", func() bool {
+		for _, c := range admins {
+			if c.Exists(ctx, key).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	got, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another caller cannot take the lock after the lost grants were given back: %v", err)
+	}
+	if err := got.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inFlightLeaves counts the leave.lua tries (EVALSHA or EVAL with four
+// keys) running at once through a client, and those that succeeded.
+type inFlightLeaves struct {
+	mu              sync.Mutex
+	now, max, tries int
+	ok              int
+}
+
+func (h *inFlightLeaves) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *inFlightLeaves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *inFlightLeaves) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(a) != 12 || fmt.Sprint(a[2]) != "4" {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		h.now++
+		h.tries++
+		h.max = max(h.max, h.now)
+		h.mu.Unlock()
+		err := next(ctx, cmd)
+		h.mu.Lock()
+		h.now--
+		if err == nil {
+			h.ok++
+		}
+		h.mu.Unlock()
+		return err
+	}
+}
+
+func (h *inFlightLeaves) counts() (maxInFlight, tries, ok int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.max, h.tries, h.ok
+}
+
+// TestAcquire_LeavesInAnOutageAreBounded: in an outage every attempt times
+// out, and each Acquire that gives up leaves in the background, since its
+// attempt may have run. Those leaves must not all run at once (each try
+// holds a pooled connection for up to a second while the server does not
+// answer, which the application needs too): at most MaxLeaving tries are
+// in flight, and every leave still runs once the server answers again.
+func TestAcquire_LeavesInAnOutageAreBounded(t *testing.T) {
+	r, _ := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	h := &inFlightLeaves{}
+	c := newClient(t, p.Addr())
+	c.AddHook(h)
+	l := newLocker(t, c)
+	ctx := timeout(t, time.Minute)
+	warm, err := l.Acquire(ctx, "lock:warm-up", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const callers = 3 * redislock.MaxLeaving
+	p.Blackhole(true)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			if _, err := l.Acquire(actx, fmt.Sprintf("lock:outage:%d", i), instrument.FailFast()); err == nil {
+				t.Error("Acquire succeeded through a blackhole")
+			}
+		})
+	}
+	wg.Wait()
+	// Every caller has given up; let the leaves try against the silent
+	// server until each has had a first try at least.
+	eventually(t, "every leave to have been tried once", func() bool {
+		_, tries, _ := h.counts()
+		return tries >= callers
+	})
+	p.Blackhole(false)
+	eventually(t, "every leave to succeed once the server answers", func() bool {
+		_, _, ok := h.counts()
+		return ok >= callers
+	})
+	if m, _, _ := h.counts(); m > redislock.MaxLeaving {
+		t.Errorf("%d leave.lua tries ran at once, want at most %d", m, redislock.MaxLeaving)
+	}
+}
