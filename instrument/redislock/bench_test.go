@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -79,6 +80,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		reportServer(b, c, srv)
 	}
 	b.Run("redislock", func(b *testing.B) { run(b, backend, "lock:bench:backend") })
+	b.Run("redislock-fair", func(b *testing.B) { run(b, newLocker(b, c, redislock.Fair()), "lock:bench:fair") })
 	governed, err := instrument.NewGoverned(backend, instrument.WithRegisterer(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)

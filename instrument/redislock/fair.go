@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // fairNode is a lock on one Redis deployment that goes to its waiters in
@@ -15,24 +17,33 @@ type fairNode struct {
 
 func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 	r.queue = !r.once // every attempt but a single one queues
-	kk, args := r.scriptArgs()
-	kk = append(kk, r.keys.queue, r.keys.waiters)
-	once := "0"
+	// The command line of acquire_fair.lua from pointers into r, as
+	// node.attempt builds acquire.lua's, through the same combiner.
+	r.ttlMs, r.fenceTTLMs, r.waiterTTLMs = r.ttl.Milliseconds(), r.fenceTTL.Milliseconds(), s.waiterTTL.Milliseconds()
+	r.queueEntry()
+	var once any = "0"
 	if r.once {
 		once = "1" // one attempt: do not join the queue only to leave it
 	}
-	args = append(args, s.waiterTTL.Milliseconds(), once, r.queueEntry())
-	a, res, err := runAcquire(ctx, s.c, acquireFairScript, kk, args)
-	if err == nil && !a.acquired {
-		a.queued = !r.once
+	a := &r.args
+	a[2], a[3], a[4], a[5], a[6] = 4, &r.keys.lock, &r.keys.fence, &r.keys.queue, &r.keys.waiters
+	a[7], a[8], a[9], a[10] = &r.tok, &r.ttlMs, &r.meta, &r.fenceTTLMs
+	a[11], a[12], a[13] = &r.waiterTTLMs, once, &r.entry
+	res, err := evalsha(ctx, s.send, nil, &acquireFairCall, a[:14], redis.NewIntSliceCmd).Result()
+	var att attempt
+	if err == nil {
+		att, err = decodeAcquire(res)
+	}
+	if err == nil && !att.acquired {
+		att.queued = !r.once
 		if len(res) > 2 {
-			a.pos = res[2]
+			att.pos = res[2]
 		}
 		if len(res) > 3 {
-			a.seen = uint64(max(res[3], 0))
+			att.seen = uint64(max(res[3], 0))
 		}
 	}
-	return a, err
+	return att, err
 }
 
 // leave takes the waiter out of the queue, so the next one need not wait

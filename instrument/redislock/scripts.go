@@ -31,10 +31,11 @@ var (
 	refreshScript = redis.NewScript(refreshSrc)
 	leaveScript   = redis.NewScript(withLibs(leaveSrc))
 
-	acquireFairScript = redis.NewScript(withLibs(acquireFairSrc))
+	acquireFairScript = redis.NewScript(acquireFairSrcFull)
 
-	acquireSrcFull = withLibs(acquireSrc)
-	releaseSrcFull = withLibs(releaseSrc)
+	acquireSrcFull     = withLibs(acquireSrc)
+	acquireFairSrcFull = withLibs(acquireFairSrc)
+	releaseSrcFull     = withLibs(releaseSrc)
 )
 
 // withLibs returns src with each line "-- #include <file> ..." (indented
@@ -69,6 +70,7 @@ type luaCall struct{ sha, src any }
 func callOf(s *redis.Script, src string) luaCall { return luaCall{sha: s.Hash(), src: src} }
 
 var (
-	acquireCall = callOf(acquireScript, acquireSrcFull)
-	releaseCall = callOf(releaseScript, releaseSrcFull)
+	acquireCall     = callOf(acquireScript, acquireSrcFull)
+	acquireFairCall = callOf(acquireFairScript, acquireFairSrcFull)
+	releaseCall     = callOf(releaseScript, releaseSrcFull)
 )
