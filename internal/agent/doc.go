@@ -45,6 +45,9 @@
 //     (etcd: a transaction on its leader key's revision; Redis: a script
 //     comparing fences). Followers serve the last record they read and
 //     answer "leader": false.
+//   - An instance is a heartbeat key under a TTL (a lease on etcd), as for
+//     the detectors: a key without one proves no live process, and is
+//     neither listed nor given a lockgov_clock_skew_seconds series.
 //   - A leader that stops (Close, or its context ends) resigns: another
 //     agent leads within one interval (its wait is woken by the resignation).
 //   - Every store is pinged every interval, each ping bounded by the scan

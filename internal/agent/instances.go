@@ -41,7 +41,12 @@ func instanceOf(storeName string, hb *fleet.Heartbeat) Instance {
 }
 
 // readInstances reads up to limit heartbeats of s. Values that are not
-// heartbeats are skipped.
+// heartbeats are skipped, and so are keys without a TTL (a lease on etcd),
+// as the detectors skip them: a publisher writes every beat under one, so a
+// key without it (a PERSIST, a copy or restore that dropped TTLs, a key
+// written by hand) proves no live process, and listing it would keep a
+// process gone long ago, and its last clock offset in the skew gauges,
+// for good. A key SCAN returns twice is read once.
 func readInstances(ctx context.Context, s *store, limit int) ([]Instance, error) {
 	var out []Instance
 	if limit <= 0 {
@@ -61,6 +66,9 @@ func readInstances(ctx context.Context, s *store, limit int) ([]Instance, error)
 				return out, err
 			}
 			for _, kv := range resp.Kvs {
+				if kv.Lease == 0 {
+					continue
+				}
 				if !add(kv.Value) {
 					return out, nil
 				}
@@ -72,6 +80,7 @@ func readInstances(ctx context.Context, s *store, limit int) ([]Instance, error)
 		}
 	}
 	stop := errors.New("stop")
+	seen := map[string]bool{}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
@@ -81,13 +90,22 @@ func readInstances(ctx context.Context, s *store, limit int) ([]Instance, error)
 			}
 			if len(keys) > 0 {
 				pipe := c.Pipeline()
-				cmds := make([]*redis.StringCmd, len(keys))
+				gets := make([]*redis.StringCmd, len(keys))
+				ttls := make([]*redis.DurationCmd, len(keys))
 				for i, k := range keys {
-					cmds[i] = pipe.Get(ctx, k)
+					gets[i], ttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
 				}
 				_, _ = pipe.Exec(ctx)
-				for _, cmd := range cmds {
-					if v, err := cmd.Bytes(); err == nil && !add(v) {
+				for i, cmd := range gets {
+					v, err := cmd.Bytes()
+					if err != nil || seen[keys[i]] {
+						continue
+					}
+					if d, err := ttls[i].Result(); err != nil || d <= 0 {
+						continue
+					}
+					seen[keys[i]] = true
+					if !add(v) {
 						return stop
 					}
 				}
