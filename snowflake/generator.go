@@ -88,18 +88,10 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 	if c.clock != nil {
 		wall = c.clock.Wall()
 	}
-	switch {
-	case c.epoch.After(wall):
-		return nil, fmt.Errorf("%w: epoch %s is in the future", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
-	case c.epoch.Before(time.Unix(0, 0)):
-		return nil, fmt.Errorf("%w: epoch %s is before 1970", ErrInvalid, c.epoch.Format(time.RFC3339Nano))
-	case c.epoch.UnixNano() != c.epoch.UnixMilli()*nsPerMs:
-		return nil, fmt.Errorf("%w: epoch %s is not a whole millisecond", ErrInvalid, c.epoch)
+	if err := c.layout.ValidateEpoch(c.epoch, wall); err != nil {
+		return nil, err
 	}
 	now := wall.UnixNano()
-	if (now-g.epochNs)/nsPerMs > g.maxMs {
-		return nil, fmt.Errorf("%w: epoch %s: layout %s ended at %s", ErrLifetimeOver, c.epoch.Format(time.RFC3339), c.layout, c.layout.End(c.epoch).Format(time.RFC3339))
-	}
 	if c.lease != nil {
 		if id := c.lease.WorkerID(); id != workerID {
 			return nil, fmt.Errorf("%w: lease is for worker id %d, generator for %d", ErrInvalid, id, workerID)
@@ -107,6 +99,11 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		if ll, ok := c.lease.(layoutLease); ok {
 			if l, ok := ll.Layout(); ok && !l.same(c.layout) {
 				return nil, fmt.Errorf("%w: lease for worker id %d is for layout %s, generator has layout %s: every generator on a WorkerID's key prefix must use the same layout and epoch", ErrInvalid, workerID, l, c.layout)
+			}
+		}
+		if el, ok := c.lease.(epochLease); ok {
+			if e, ok := el.Epoch(); ok && !e.Equal(c.epoch) {
+				return nil, fmt.Errorf("%w: lease for worker id %d is for epoch %s, generator has epoch %s: every generator on a WorkerID's key prefix must use the same layout and epoch", ErrInvalid, workerID, e.UTC().Format(time.RFC3339Nano), c.epoch.UTC().Format(time.RFC3339Nano))
 			}
 		}
 		if b, ok := c.lease.(generatorBinder); ok {

@@ -22,6 +22,7 @@ func TestNew_RefusesBadInput(t *testing.T) {
 		{"widths do not sum to 63", 1, []Option{WithLayout(Layout{TimeBits: 40, WorkerBits: 10, SequenceBits: 12})}, "sum to 62, want 63"},
 		{"epoch in the future", 1, []Option{WithEpoch(time.Now().Add(time.Hour).Truncate(time.Millisecond))}, "is in the future"},
 		{"epoch not whole ms", 1, []Option{WithEpoch(DefaultEpoch.Add(time.Microsecond))}, "not a whole millisecond"},
+		{"zero epoch", 1, []Option{WithEpoch(time.Time{})}, "epoch is the zero time"},
 		{"negative max wait", 1, []Option{WithMaxWait(-time.Millisecond)}, "negative max wait"},
 		{"lease for another worker", 1, []Option{WithLease(&fakeLease{id: 2})}, "lease is for worker id 2"},
 	} {
@@ -286,4 +287,29 @@ func TestNew_LeaseForALayoutBindsOnlyThatLayout(t *testing.T) {
 		t.Fatalf("generator of 42/8/13 on a lease for 41/10/12: %v, want ErrInvalid", err)
 	}
 	mustNew(t, 5, WithLease(l)) // Bits 63 is the default layout's zero Bits
+}
+
+// epochFakeLease is a fakeLease from a registry for one epoch.
+type epochFakeLease struct {
+	*fakeLease
+	epoch time.Time
+}
+
+func (l epochFakeLease) Epoch() (time.Time, bool) { return l.epoch, true }
+
+// TestNew_LeaseForAnEpochBindsOnlyThatEpoch: a lease's high-water mark is a Unix
+// millisecond, an ID's time counts from its generator's epoch, so a generator of another
+// epoch than the lease's registry records would issue, above the mark, IDs the slot's
+// earlier holders issued. New refuses it, before binding the lease.
+func TestNew_LeaseForAnEpochBindsOnlyThatEpoch(t *testing.T) {
+	later := DefaultEpoch.AddDate(0, 0, 1)
+	l := epochFakeLease{validLease(5), later}
+	_, err := New(5, WithLease(l))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is for epoch 2024-01-02T00:00:00Z, generator has epoch 2024-01-01T00:00:00Z") {
+		t.Fatalf("generator of the default epoch on a lease for a day later: %v, want ErrInvalid naming both epochs", err)
+	}
+	if l.last != nil {
+		t.Fatal("the refused generator registered its last-used time with the lease")
+	}
+	mustNew(t, 5, WithLease(l), WithEpoch(later.In(time.FixedZone("UTC+2", 2*3600)))) // one instant, another zone
 }

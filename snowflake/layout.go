@@ -75,6 +75,30 @@ func (l Layout) Validate() error {
 	return nil
 }
 
+// ValidateEpoch reports why generators of layout l cannot count their IDs' time from epoch
+// at the wall time now, or nil. The zero time, an epoch after now, before 1970 or not a
+// whole millisecond is ErrInvalid; an epoch whose lifetime for l (see Lifetime) ended by
+// now is ErrLifetimeOver. New checks its epoch with it, and so does a workerid Registry
+// built WithEpoch.
+func (l Layout) ValidateEpoch(epoch, now time.Time) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case epoch.IsZero():
+		return fmt.Errorf("%w: epoch is the zero time: give the epoch the IDs count from (default %s)", ErrInvalid, DefaultEpoch.Format(time.RFC3339))
+	case epoch.After(now):
+		return fmt.Errorf("%w: epoch %s is in the future", ErrInvalid, epoch.Format(time.RFC3339Nano))
+	case epoch.Before(time.Unix(0, 0)):
+		return fmt.Errorf("%w: epoch %s is before 1970", ErrInvalid, epoch.Format(time.RFC3339Nano))
+	case epoch.UnixNano() != epoch.UnixMilli()*nsPerMs:
+		return fmt.Errorf("%w: epoch %s is not a whole millisecond", ErrInvalid, epoch)
+	case (now.UnixNano()-epoch.UnixNano())/nsPerMs > int64(1)<<l.TimeBits-1:
+		return fmt.Errorf("%w: epoch %s: layout %s ended at %s", ErrLifetimeOver, epoch.Format(time.RFC3339), l, l.End(epoch).Format(time.RFC3339))
+	}
+	return nil
+}
+
 // MaxWorker is the largest WorkerID the layout can hold.
 func (l Layout) MaxWorker() int64 { return 1<<l.WorkerBits - 1 }
 

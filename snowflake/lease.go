@@ -46,3 +46,12 @@ type generatorBinder interface {
 type layoutLease interface {
 	Layout() (l Layout, ok bool)
 }
+
+// epochLease is implemented by leases whose WorkerIDs are handed out for one epoch (a
+// *workerid.Lease: its Registry records the epoch, with the layout, beside the slot's
+// high-water mark): New refuses a generator of another epoch, as it would count its IDs'
+// time from another instant than the mark's holders did. ok is false when the lease does
+// not know the epoch.
+type epochLease interface {
+	Epoch() (epoch time.Time, ok bool)
+}
