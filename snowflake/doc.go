@@ -51,8 +51,9 @@
 // The high-water mark is a Unix millisecond, while an ID holds milliseconds since its
 // generator's epoch, split by its layout: every generator on a WorkerID's key prefix must
 // use the same epoch and layout, or one with a later epoch reissues, above the mark, the
-// IDs of one with an earlier epoch. New refuses a generator whose layout differs from the
-// lease's Registry's (workerid.WithLayout, when given); the epoch is not checked.
+// IDs of one with an earlier epoch. New refuses (ErrInvalid) a generator whose layout or
+// epoch differs from its lease's Registry's ID space (workerid.WithLayout and
+// workerid.WithEpoch, default DefaultLayout and DefaultEpoch).
 //
 // # Speed
 //

@@ -41,8 +41,8 @@ type generatorBinder interface {
 }
 
 // layoutLease is implemented by leases whose WorkerIDs are handed out for one layout (a
-// *workerid.Lease from a Registry built WithLayout): New refuses a generator of another
-// layout. ok is false when the lease does not know the layout.
+// *workerid.Lease: its Registry's, workerid.WithLayout or the default): New refuses a
+// generator of another layout. ok is false when the lease does not know the layout.
 type layoutLease interface {
 	Layout() (l Layout, ok bool)
 }

@@ -37,8 +37,10 @@ type Hooks struct {
 func WithLayout(l Layout) Option { return optionFunc(func(c *config) { c.layout = l }) }
 
 // WithEpoch sets the epoch (default DefaultEpoch, 2024-01-01T00:00:00Z). It must not be in
-// the future. Generators bound to leases on one key prefix must all use the same epoch
-// (and layout): a lease's high-water mark does not say which epoch its IDs counted from.
+// the future (see Layout.ValidateEpoch). Generators bound to leases on one key prefix must
+// all use the same epoch (and layout): a lease's high-water mark is a Unix millisecond, an
+// ID's time counts from the epoch. A *workerid.Lease binds only a generator of its
+// Registry's epoch (workerid.WithEpoch): build both with the same one.
 func WithEpoch(t time.Time) Option { return optionFunc(func(c *config) { c.epoch = t }) }
 
 // WithClock replaces the system clock, for tests.

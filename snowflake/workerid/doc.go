@@ -155,8 +155,10 @@
 //   - Generators with different epochs or layouts on one WorkerID: each issues above the
 //     mark, but their IDs cover different spans of time, so a generator whose epoch is
 //     later reissues the IDs of one whose epoch is earlier (a layout change likewise).
-//     Not detected for the epoch. For the layout, build every Registry WithLayout:
-//     snowflake.New refuses a generator of another layout on its leases. Do not change
+//     snowflake.New refuses a generator whose layout or epoch is not its lease's
+//     Registry's (WithLayout, WithEpoch; the defaults without them): build every Registry
+//     with its generators' layout and epoch. Two Registries of different epochs or layouts
+//     on one prefix are not detected. Do not change
 //     the epoch or layout of IDs in use: IDs issued under the old one can come again
 //     under the new one, whatever the key prefix.
 //   - Lease dropped without Release: when garbage-collected it is counted

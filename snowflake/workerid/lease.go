@@ -58,12 +58,15 @@ func (l *Lease) WorkerID() int64 { return l.s.claim.WorkerID }
 // Claim returns the metadata stored with the slot.
 func (l *Lease) Claim() Claim { return l.s.claim }
 
-// Layout returns the layout the Registry was built WithLayout with; ok is false when it was
-// not given one. snowflake.New refuses to bind a generator of another layout.
-func (l *Lease) Layout() (layout snowflake.Layout, ok bool) {
-	cfg := &l.s.reg.cfg
-	return cfg.layout, cfg.layoutSet
-}
+// Layout returns the layout of the Registry's ID space (WithLayout, default
+// snowflake.DefaultLayout); ok is always true. snowflake.New refuses to bind a generator of
+// another layout.
+func (l *Lease) Layout() (layout snowflake.Layout, ok bool) { return l.s.reg.cfg.layout, true }
+
+// Epoch returns the epoch of the Registry's ID space (WithEpoch, default
+// snowflake.DefaultEpoch); ok is always true. snowflake.New refuses to bind a generator of
+// another epoch.
+func (l *Lease) Epoch() (epoch time.Time, ok bool) { return l.s.reg.cfg.epoch, true }
 
 // State returns the lease as a snowflake.Generator needs it.
 func (l *Lease) State() snowflake.LeaseState { return l.s.State() }

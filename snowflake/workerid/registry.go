@@ -78,8 +78,8 @@ type config struct {
 	maxPeerTTL   time.Duration // WithMaxPeerTTL
 	hwTTL        time.Duration
 	prefix       string
-	layout       snowflake.Layout
-	layoutSet    bool // WithLayout was given: leases bind only generators of layout
+	layout       snowflake.Layout // with epoch, the ID space: leases bind only its generators
+	epoch        time.Time
 	ranges       map[string][2]int64
 	nextFree     bool
 	hostname     string
@@ -124,12 +124,24 @@ func WithServiceRange(service string, lo, hi int64) Option {
 	})
 }
 
-// WithLayout sets the snowflake layout whose WorkerIDs are handed out (default 41/10/12).
-// Given, it also binds the leases to it: snowflake.New refuses a generator of another
-// layout on them (every generator on a key prefix must use the same layout and epoch).
+// WithLayout sets the snowflake layout whose WorkerIDs are handed out (default
+// snowflake.DefaultLayout, 41/10/12). With the epoch (WithEpoch) it is the Registry's ID
+// space: its leases bind only generators of this layout (snowflake.New refuses another
+// with snowflake.ErrInvalid), whether or not the option was given. Every Registry and
+// generator on a key prefix must use the same layout and epoch.
 func WithLayout(l snowflake.Layout) Option {
-	return optionFunc(func(c *config) { c.layout, c.layoutSet = l, true })
+	return optionFunc(func(c *config) { c.layout = l })
 }
+
+// WithEpoch sets the snowflake epoch of the IDs issued under the Registry's WorkerIDs
+// (default snowflake.DefaultEpoch, 2024-01-01T00:00:00Z): give it the epoch the generators
+// are built with (snowflake.WithEpoch). With the layout (WithLayout) it is the Registry's
+// ID space: its leases bind only generators of this epoch (snowflake.New refuses another
+// with snowflake.ErrInvalid), whether or not the option was given. The epoch is checked
+// as snowflake.New checks it (snowflake.Layout.ValidateEpoch): not zero, not in the
+// future, not before 1970, a whole millisecond, and the layout's lifetime from it not
+// over.
+func WithEpoch(t time.Time) Option { return optionFunc(func(c *config) { c.epoch = t }) }
 
 // WithNextFree makes Claim take the next free slot in the service's range when the
 // preferred slot is held, instead of returning *CollisionError.
@@ -181,7 +193,7 @@ func WithMaxPeerTTL(d time.Duration) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout}
+	c := config{ttl: DefaultTTL, hwTTL: DefaultHighWaterTTL, prefix: DefaultKeyPrefix, layout: snowflake.DefaultLayout, epoch: snowflake.DefaultEpoch}
 	for _, o := range opts {
 		o.apply(&c)
 	}
@@ -213,6 +225,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if err := c.layout.Validate(); err != nil {
 		return c, err
+	}
+	if err := c.layout.ValidateEpoch(c.epoch, c.wall()); err != nil {
+		return c, fmt.Errorf("%w: WithEpoch: %w", ErrInvalid, err)
 	}
 	for s, r := range c.ranges {
 		if r[0] < 0 || r[0] > r[1] || r[1] > c.layout.MaxWorker() {

@@ -304,7 +304,9 @@ func TestNew_SecondGeneratorOnALeaseIsRefused(t *testing.T) {
 // ms, but an ID's time is in ms since its generator's epoch and its bits are split by its
 // layout, so generators of different layouts on one WorkerID reissue each other's IDs. A
 // Registry built WithLayout hands out leases that bind only generators of that layout; one
-// without WithLayout leaves the layout to the caller.
+// without WithLayout binds only generators of the default layout (it used to leave the
+// layout to the caller; its ID space is now recorded with the slot, and must be the one
+// its generators issue in).
 func TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused(t *testing.T) {
 	s := etcdStore(t)
 	l := claim(t, s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
@@ -321,8 +323,83 @@ func TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	free := claim(t, s.registry(t, workerid.WithIdentity("auth-4", ""), workerid.WithoutHeartbeat()), "auth")
-	if _, err := snowflake.New(free.WorkerID(), snowflake.WithLease(free), snowflake.WithLayout(snowflake.Layout8x13)); err != nil {
-		t.Fatalf("a Registry without WithLayout refused a generator's layout: %v", err)
+	def := claim(t, s.registry(t, workerid.WithIdentity("auth-4", ""), workerid.WithoutHeartbeat()), "auth")
+	_, err = snowflake.New(def.WorkerID(), snowflake.WithLease(def), snowflake.WithLayout(snowflake.Layout8x13))
+	if !errors.Is(err, snowflake.ErrInvalid) || !strings.Contains(err.Error(), "is for layout 41/10/12, generator has layout 42/8/13") {
+		t.Fatalf("New of 42/8/13 on a lease of a Registry without WithLayout: %v, want ErrInvalid naming both layouts", err)
+	}
+	if _, err := snowflake.New(def.WorkerID(), snowflake.WithLease(def)); err != nil {
+		t.Fatalf("New of the default layout on a lease of a Registry without WithLayout: %v", err)
+	}
+}
+
+// TestNew_GeneratorOfAnotherEpochThanTheRegistrysIsRefused: as for the layout, a lease
+// binds only generators of its Registry's epoch (WithEpoch, default snowflake.DefaultEpoch):
+// a generator counting from another epoch would issue, above the slot's Unix-ms mark, IDs
+// the slot's earlier holders issued. A refused New leaves the lease free for one of the
+// Registry's epoch.
+func TestNew_GeneratorOfAnotherEpochThanTheRegistrysIsRefused(t *testing.T) {
+	later := snowflake.DefaultEpoch.AddDate(1, 0, 0) // 2025-01-01
+	for _, s := range stores(t) {
+		t.Run(s.name, func(t *testing.T) {
+			l := claim(t, s.registry(t, workerid.WithEpoch(later), workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
+			if e, ok := l.Epoch(); !ok || !e.Equal(later) {
+				t.Fatalf("Lease.Epoch() = %s, %v, want %s", e, ok, later)
+			}
+			_, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
+			if !errors.Is(err, snowflake.ErrInvalid) || !strings.Contains(err.Error(), "is for epoch 2025-01-01T00:00:00Z, generator has epoch 2024-01-01T00:00:00Z") {
+				t.Fatalf("New of the default epoch on a lease for 2025-01-01: %v, want ErrInvalid naming both epochs", err)
+			}
+			g, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l), snowflake.WithEpoch(later))
+			if err != nil {
+				t.Fatalf("New of the registry's epoch after a refused one: %v", err)
+			}
+			if _, err := g.NextID(ctxT(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+
+			def := claim(t, s.registry(t, workerid.WithIdentity("auth-4", ""), workerid.WithoutHeartbeat()), "auth")
+			_, err = snowflake.New(def.WorkerID(), snowflake.WithLease(def), snowflake.WithEpoch(later))
+			if !errors.Is(err, snowflake.ErrInvalid) || !strings.Contains(err.Error(), "is for epoch 2024-01-01T00:00:00Z, generator has epoch 2025-01-01T00:00:00Z") {
+				t.Fatalf("New of epoch 2025-01-01 on a lease of a Registry without WithEpoch: %v, want ErrInvalid naming both epochs", err)
+			}
+			if _, err := snowflake.New(def.WorkerID(), snowflake.WithLease(def)); err != nil {
+				t.Fatalf("New of the default epoch on a lease of a Registry without WithEpoch: %v", err)
+			}
+		})
+	}
+}
+
+// TestWithEpoch_AnEpochNoGeneratorCanUseIsRefused: bad input is a clear error naming the
+// problem, checked as snowflake.New checks a generator's epoch, when the Registry is
+// built rather than at the first Claim.
+func TestWithEpoch_AnEpochNoGeneratorCanUseIsRefused(t *testing.T) {
+	s := redisStore(t)
+	short := snowflake.Layout{TimeBits: 32, WorkerBits: 10, SequenceBits: 21} // 49 days
+	for _, tc := range []struct {
+		name   string
+		epoch  time.Time
+		layout snowflake.Layout
+		want   string
+	}{
+		{"in the future", time.Now().Add(time.Hour).Truncate(time.Millisecond), snowflake.DefaultLayout, "is in the future"},
+		{"zero", time.Time{}, snowflake.DefaultLayout, "epoch is the zero time"},
+		{"before 1970", time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC), snowflake.DefaultLayout, "is before 1970"},
+		{"not a whole millisecond", snowflake.DefaultEpoch.Add(time.Microsecond), snowflake.DefaultLayout, "is not a whole millisecond"},
+		{"lifetime over", time.Unix(0, 0), short, "layout 32/10/21 ended at 1970-02-19T17:02:47Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redisClient(s.addr)
+			defer c.Close()
+			_, err := workerid.NewRedis(c, workerid.WithEpoch(tc.epoch), workerid.WithLayout(tc.layout))
+			if !errors.Is(err, workerid.ErrInvalid) || !strings.Contains(err.Error(), "WithEpoch") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("WithEpoch(%s): %v, want ErrInvalid naming WithEpoch and %q", tc.epoch, err, tc.want)
+			}
+		})
+	}
+	c := redisClient(s.addr)
+	defer c.Close()
+	if _, err := workerid.NewRedis(c, workerid.WithEpoch(time.Unix(0, 0)), workerid.WithLayout(short)); !errors.Is(err, snowflake.ErrLifetimeOver) {
+		t.Fatalf("an epoch whose lifetime is over: %v, want snowflake.ErrLifetimeOver", err)
 	}
 }
