@@ -53,7 +53,9 @@
 // use the same epoch and layout, or one with a later epoch reissues, above the mark, the
 // IDs of one with an earlier epoch. New refuses (ErrInvalid) a generator whose layout or
 // epoch differs from its lease's Registry's ID space (workerid.WithLayout and
-// workerid.WithEpoch, default DefaultLayout and DefaultEpoch).
+// workerid.WithEpoch, default DefaultLayout and DefaultEpoch), and the Registry records
+// that space beside the slot's mark, so that a Registry of another space is refused the
+// WorkerID.
 //
 // # Speed
 //

@@ -35,13 +35,21 @@ func decodeStored(b []byte) (stored, bool) {
 
 // SlotKey is the key of WorkerID slot id under prefix (DefaultKeyPrefix
 // unless the registry was given WithKeyPrefix); its high-water mark is
-// SlotKey + ":hw". The same names serve Redis and etcd.
+// SlotKey + ":hw", the ID space its mark is in SlotKey + ":space" (see the
+// package doc, ID space). The same names serve Redis and etcd; on Redis the
+// three share the hash tag {id}, so one script reaches them on a Cluster.
 func SlotKey(prefix string, id int64) string {
 	return prefix + "{" + strconv.FormatInt(id, 10) + "}"
 }
 
+// Suffixes of a slot's companion keys, appended to SlotKey.
+const (
+	highWaterSuffix = ":hw"
+	spaceSuffix     = ":space"
+)
+
 // ParseSlotKey returns the slot id of a slot key under prefix; ok is false
-// for any other key, high-water keys included.
+// for any other key, high-water and space keys included.
 func ParseSlotKey(prefix, key string) (id int64, ok bool) {
 	rest, ok := strings.CutPrefix(key, prefix+"{")
 	if !ok {

@@ -69,7 +69,7 @@ func TestDecodeClaim_ForeignValuesAndKeys(t *testing.T) {
 		}
 	}
 	p := workerid.DefaultKeyPrefix
-	for _, k := range []string{p + "{7}:hw", p + "7", p + "{x}", p + "{-1}", "other:{7}"} {
+	for _, k := range []string{p + "{7}:hw", p + "{7}:space", p + "7", p + "{x}", p + "{-1}", "other:{7}"} {
 		if _, ok := workerid.ParseSlotKey(p, k); ok {
 			t.Errorf("ParseSlotKey accepted %q", k)
 		}

@@ -18,7 +18,8 @@
 //
 // Claims are set-if-absent with a TTL: on Redis a Lua script (claim.lua) that also accepts
 // the caller's own token; on etcd a transaction on create revision 0 with the key attached
-// to an etcd lease (and the transaction's Succeeded flag checked). Renewal every TTL/3 is
+// to an etcd lease (and the transaction's Succeeded flag checked). Either also refuses a
+// slot that records another ID space than the Registry's (see ID space). Renewal every TTL/3 is
 // owner-checked as well: a script that PEXPIREs only the owner's key, never a bare EXPIRE;
 // on etcd a KeepAliveOnce plus writes conditioned on the key's create revision.
 //
@@ -78,6 +79,52 @@
 // found, and a second run of the same claim (go-redis retries EVALSHA after a read timeout,
 // the first reply lost) answers that floor instead of reading back its own reservation.
 //
+// # ID space
+//
+// The mark is a Unix millisecond, but an ID's time counts from its generator's epoch and
+// its bits are split by its layout: above one mark, generators of another epoch or layout
+// issue the IDs the slot's earlier holders issued. So a Registry has an ID space, its
+// layout and epoch (WithLayout, WithEpoch; snowflake.DefaultLayout and DefaultEpoch
+// without them), and a slot records the space its mark's IDs are in, as
+// "<layout>@<epoch in Unix ms>" (41/10/12@1704067200000 by default), in a third key beside
+// the mark, SlotKey + ":space", which shares the slot's hash tag (one script reaches all
+// three on a Redis Cluster). Decisions:
+//   - A claim that finds another space recorded is refused with *SpaceMismatchError
+//     (errors.Is ErrSpaceMismatch), which names the slot and both spaces, whether the slot
+//     is held or free; it takes and writes nothing. On Redis the check is in claim.lua, on
+//     etcd a condition of the slot's claim transaction.
+//   - A claim that finds no space recorded is accepted, and records its own. Such are
+//     the slots of a rolling upgrade (Registries older than the space key write none), a
+//     slot never used, and on Redis one whose mark expired or was lost. A Registry without
+//     WithLayout and WithEpoch records and checks the default space: a fleet mixing it with
+//     Registries of another space is caught like any other.
+//   - A lease binds only generators of its Registry's space, options or not: snowflake.New
+//     refuses another layout or epoch with snowflake.ErrInvalid. A recorded space is then
+//     that of the IDs really issued under the slot. Generators of another space than the
+//     default need their Registry built WithLayout/WithEpoch with the same values.
+//   - WithNextFree (and a host without an ordinal, which takes the first free slot) passes
+//     by a slot of another epoch of the same layout, like a held one: on different
+//     WorkerIDs the two epochs' IDs never meet, since the worker bits differ. A slot of
+//     another layout fails the Claim: IDs of two layouts meet across WorkerIDs, and no slot
+//     of the range is safe. A range with no slot left is ErrNoFreeSlot, wrapping the first
+//     mismatch too.
+//   - A live lease whose slot vanished and whose re-claim finds another space ends with
+//     ErrTakenOver (wrapping ErrSpaceMismatch): a Registry of that space used the WorkerID
+//     meanwhile.
+//   - The space key lives as long as the mark: Release never deletes it (the mark, and
+//     the IDs under it, outlive the lease); on Redis every write of the mark (claim,
+//     renewal, release) writes the space too under the same WithHighWaterTTL; on etcd it
+//     has no lease, as the mark.
+//
+// The check covers Registries of this version on one store and key prefix. Not covered:
+// Registries older than the space key neither check nor write it; on Redis the space is
+// lost with the mark (a restart without persistence, eviction, FLUSHALL) or expires with
+// it after WithHighWaterTTL idle, and the next claim records its own. A record that names
+// the wrong space (a Registry built without the options for generators of another space:
+// New refused them, but the claim had recorded the default) refuses the right Registry
+// until the key is deleted by hand (on Redis, or it expires); delete SlotKey + ":space"
+// only if no generator of the recorded space ever issued under the WorkerID.
+//
 // # Guarantees
 //
 // No two generators bound to leases on one WorkerID issue the same ID, and none issues at
@@ -94,8 +141,9 @@
 //     store and key prefix, one generator per lease (snowflake.New refuses a second
 //     generator on a lease already bound, with snowflake.ErrInvalid);
 //   - every generator on the store and key prefix uses the same epoch and layout: the mark
-//     is a Unix millisecond, an ID's time is milliseconds since its generator's epoch
-//     (see Failure modes).
+//     is a Unix millisecond, an ID's time is milliseconds since its generator's epoch.
+//     Checked for Registries of this version while the slot's space is recorded (see ID
+//     space and Failure modes).
 //
 // # Failure modes
 //
@@ -152,20 +200,21 @@
 //   - A second generator bound to one lease: snowflake.New refuses it (ErrInvalid), since
 //     it would issue the first one's IDs. Share the first generator, or claim another
 //     lease. (Lease.TrackLastUsed, called directly, does not check; New does not use it.)
-//   - Generators with different epochs or layouts on one WorkerID: each issues above the
-//     mark, but their IDs cover different spans of time, so a generator whose epoch is
-//     later reissues the IDs of one whose epoch is earlier (a layout change likewise).
-//     snowflake.New refuses a generator whose layout or epoch is not its lease's
-//     Registry's (WithLayout, WithEpoch; the defaults without them): build every Registry
-//     with its generators' layout and epoch. Two Registries of different epochs or layouts
-//     on one prefix are not detected. Do not change
-//     the epoch or layout of IDs in use: IDs issued under the old one can come again
-//     under the new one, whatever the key prefix.
+//   - Generators with different epochs or layouts on one WorkerID: each would issue above
+//     the mark, but their IDs cover different spans of time, so a generator whose epoch is
+//     later reissues the IDs of one whose epoch is earlier (a layout change likewise). The
+//     slot records its ID space: a claim of another space is refused (ErrSpaceMismatch),
+//     and snowflake.New refuses a generator whose layout or epoch is not its lease's
+//     Registry's. Not detected where no space is recorded (see ID space): slots of
+//     Registries older than the space key, and on Redis a space lost or expired with the
+//     mark. Do not change the epoch or layout of IDs in use: IDs issued under the old one
+//     can come again under the new one, whatever the key prefix; on the same prefix the
+//     recorded space refuses the change.
 //   - Lease dropped without Release: when garbage-collected it is counted
 //     (WithLeakedHook), logged (WithLogger) and released; until the collector runs, it
 //     renews and holds its slot like a live lease.
 //
-// Redis keeps the high-water key for WithHighWaterTTL (default 24h) after its last write,
-// under a TTL like every key lockgov creates. etcd keeps the high-water key without a
-// lease, deliberately: there is one per WorkerID, a bounded set.
+// Redis keeps the high-water key and the space key for WithHighWaterTTL (default 24h)
+// after their last write, under a TTL like every key lockgov creates. etcd keeps them
+// without a lease, deliberately: there is one of each per WorkerID, a bounded set.
 package workerid

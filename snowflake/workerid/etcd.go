@@ -45,26 +45,18 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		return 0, 0, fmt.Errorf("workerid: etcd grant: %w", err)
 	}
 	l.etcdLease = int64(grant.ID) // for abandon, should the claim fail from here on
-	txn, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)).
-		Then(clientv3.OpPut(l.key, string(l.value), clientv3.WithLease(grant.ID)), clientv3.OpGet(l.hwKey)).
-		Else(clientv3.OpGet(l.key)).
-		Commit()
+	txn, err := b.claimTxn(ctx, l, grant.ID)
 	if err != nil {
-		return 0, 0, fmt.Errorf("workerid: etcd claim worker id %d: %w", l.claim.WorkerID, err)
-	}
-	if !txn.Succeeded {
-		// The grant holds nothing: revoke it rather than leave it to expire. A fresh
-		// context: ctx may be why we failed.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = b.c.Revoke(rctx, grant.ID)
-		cancel()
-		var holder Claim
-		if kvs := txn.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			s, _ := decodeStored(kvs[0].Value)
-			holder = s.Claim
+		_, held := errors.AsType[*CollisionError](err)
+		_, other := errors.AsType[*SpaceMismatchError](err)
+		if held || other {
+			// Refused: the grant holds nothing, revoke it rather than leave it to
+			// expire. A fresh context: ctx may be why we failed.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			_, _ = b.c.Revoke(rctx, grant.ID)
+			cancel()
 		}
-		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: holder}
+		return 0, 0, err
 	}
 	l.etcdRevision = txn.Header.Revision
 	// etcd keeps the mark without a lease and does not lose acknowledged writes, so a
@@ -85,6 +77,57 @@ func (b *etcdBackend) claim(ctx context.Context, l *leaseState) (int64, int64, e
 		return 0, 0, fmt.Errorf("%w: worker id %d: slot changed owner while claiming", ErrCollision, l.claim.WorkerID)
 	}
 	return floor, reserve, nil
+}
+
+// claimTxnAttempts bounds claimTxn's rounds: each further round follows a change of the
+// space key between two of them (created by another claim, or deleted by hand).
+const claimTxnAttempts = 4
+
+// claimTxn creates the slot key on grant if it does not exist and the slot's space key
+// records the Registry's ID space or nothing (then it writes it), reading the high-water
+// mark in the same transaction, and returns that transaction, which succeeded: its
+// Responses[1] is the mark's range. It fails with *SpaceMismatchError when the space key
+// records another space (whether or not the slot is held), with *CollisionError when
+// another owner holds the slot.
+//
+// etcd cannot compare "missing or equal" in one condition (a value comparison on a
+// missing key fails), so the first round expects the space recorded, as on every slot
+// used since the space key exists, and a round that finds it missing expects it missing.
+func (b *etcdBackend) claimTxn(ctx context.Context, l *leaseState, grant clientv3.LeaseID) (*clientv3.TxnResponse, error) {
+	want := b.cfg.space()
+	recorded := true // expect the space key to hold want (false: to be missing)
+	for range claimTxnAttempts {
+		spaceCmp := clientv3.Compare(clientv3.Value(l.spaceKey), "=", want)
+		then := []clientv3.Op{clientv3.OpPut(l.key, string(l.value), clientv3.WithLease(grant)), clientv3.OpGet(l.hwKey)}
+		if !recorded {
+			spaceCmp = clientv3.Compare(clientv3.Version(l.spaceKey), "=", 0)
+			// Without a lease, as the mark: it says which space the mark's IDs are in.
+			then = append(then, clientv3.OpPut(l.spaceKey, want))
+		}
+		txn, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0), spaceCmp).
+			Then(then...).
+			Else(clientv3.OpGet(l.key), clientv3.OpGet(l.spaceKey)).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("workerid: etcd claim worker id %d: %w", l.claim.WorkerID, err)
+		}
+		if txn.Succeeded {
+			return txn, nil
+		}
+		slot, space := txn.Responses[0].GetResponseRange().GetKvs(), txn.Responses[1].GetResponseRange().GetKvs()
+		switch {
+		case len(space) > 0 && string(space[0].Value) != want:
+			return nil, &SpaceMismatchError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Key: l.key, Slot: string(space[0].Value), Registry: want}
+		case len(slot) > 0:
+			s, _ := decodeStored(slot[0].Value)
+			return nil, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: s.Claim}
+		}
+		// The slot is free and the space key is not as this round expected: take it as
+		// it is now.
+		recorded = len(space) > 0
+	}
+	return nil, fmt.Errorf("workerid: etcd claim worker id %d: the slot's space key %s changed between each of %d rounds", l.claim.WorkerID, l.spaceKey, claimTxnAttempts)
 }
 
 // abandon revokes the grant of l's failed claim, which deletes the slot key if the claim

@@ -36,6 +36,7 @@ type leaseState struct {
 	token        string
 	value        []byte
 	key, hwKey   string
+	spaceKey     string
 	floor        int64 // high-water mark found at claim, Unix ms
 	etcdLease    int64 // etcd lease ID
 	etcdRevision int64 // create revision of the etcd slot key
@@ -179,7 +180,9 @@ func (s *leaseState) renewOnce(ctx context.Context) (ok bool, err error) {
 	old := s.floor
 	floor, reserve, _, err = s.reg.claim(rctx, s, true)
 	switch {
-	case errors.Is(err, ErrCollision):
+	case errors.Is(err, ErrCollision), errors.Is(err, ErrSpaceMismatch):
+		// Another owner took the slot meanwhile, or one of another ID space did and left
+		// its space (it issued IDs this lease's generator must not issue again).
 		return false, fmt.Errorf("%w: worker id %d: %w", ErrTakenOver, s.claim.WorkerID, err)
 	case err != nil:
 		return false, nil

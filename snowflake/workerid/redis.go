@@ -24,7 +24,8 @@ var (
 
 // NewRedis returns a Registry on Redis (single node, Sentinel or Cluster: a slot's keys
 // share a hash tag). Claims, renewals and releases are Lua scripts that check the owner
-// token; the high-water key lives for WithHighWaterTTL (default 24h) after the last write.
+// token; the high-water key, and the ID-space key beside it, live for WithHighWaterTTL
+// (default 24h) after the last write.
 func NewRedis(c redis.UniversalClient, opts ...Option) (*Registry, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
@@ -45,18 +46,23 @@ func (*redisBackend) name() string { return "redis" }
 
 func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
 	open := l.value[:len(l.value)-1] // the script appends the floor and the closing brace
-	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey},
+	space := b.cfg.space()
+	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey, l.spaceKey},
 		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(),
-		b.cfg.longestTTL().Milliseconds()).Slice()
+		b.cfg.longestTTL().Milliseconds(), space).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}
-	if len(res) == 2 {
+	code, _ := res[0].(int64)
+	switch {
+	case code == 0 && len(res) == 2:
 		holder, _ := res[1].(string)
 		s, _ := decodeStored([]byte(holder))
 		return 0, 0, &CollisionError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Holder: s.Claim}
-	}
-	if len(res) != 3 {
+	case code == 2 && len(res) == 2:
+		found, _ := res[1].(string)
+		return 0, 0, &SpaceMismatchError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Key: l.key, Slot: found, Registry: space}
+	case code != 1 || len(res) != 3:
 		return 0, 0, fmt.Errorf("workerid: redis claim: unexpected reply %v", res)
 	}
 	floor, _ := res[1].(int64)
@@ -83,8 +89,8 @@ func (b *redisBackend) abandon(ctx context.Context, l *leaseState, reclaim bool)
 }
 
 func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, int64, time.Duration, error) {
-	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey},
-		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds()).Slice()
+	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey, l.spaceKey},
+		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(), b.cfg.space()).Slice()
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
@@ -104,7 +110,7 @@ func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, i
 }
 
 func (b *redisBackend) release(ctx context.Context, l *leaseState, lastUsed int64) error {
-	err := releaseScript.Run(ctx, b.c, []string{l.key, l.hwKey}, l.token, lastUsed, b.cfg.hwTTL.Milliseconds()).Err()
+	err := releaseScript.Run(ctx, b.c, []string{l.key, l.hwKey, l.spaceKey}, l.token, lastUsed, b.cfg.hwTTL.Milliseconds(), b.cfg.space()).Err()
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}

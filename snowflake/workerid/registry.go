@@ -99,6 +99,13 @@ func (c *config) longestTTL() time.Duration { return max(c.ttl, c.maxPeerTTL) }
 // wall reads the wall clock reservations and claim times are taken from.
 func (c *config) wall() time.Time { return c.clock.Wall() }
 
+// space is the Registry's ID space as the slot's space key records it: the layout and the
+// epoch in Unix ms, "41/10/12@1704067200000" by default. Layout.String names the three
+// widths, which fix Bits too (they must sum to it).
+func (c *config) space() string {
+	return c.layout.String() + "@" + strconv.FormatInt(c.epoch.UnixMilli(), 10)
+}
+
 // Option configures a Registry.
 type Option interface{ apply(*config) }
 
@@ -144,7 +151,9 @@ func WithLayout(l snowflake.Layout) Option {
 func WithEpoch(t time.Time) Option { return optionFunc(func(c *config) { c.epoch = t }) }
 
 // WithNextFree makes Claim take the next free slot in the service's range when the
-// preferred slot is held, instead of returning *CollisionError.
+// preferred slot is held, instead of returning *CollisionError. A slot that records
+// another epoch of the Registry's layout is passed by as a held one; one that records
+// another layout fails the Claim with *SpaceMismatchError (see the package doc, ID space).
 func WithNextFree() Option { return optionFunc(func(c *config) { c.nextFree = true }) }
 
 // WithKeyPrefix sets the key prefix (default "lockgov:workerid:"). Registries that hand out
@@ -283,6 +292,12 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // behind an earlier holder's: Claim returns and the generator refuses with
 // *snowflake.ClockBackwardsError until the clock catches up.
 //
+// A slot that records another ID space (layout and epoch) than the Registry's is refused
+// with *SpaceMismatchError, held or free; when Claim walks the range (WithNextFree, or a
+// host without an ordinal) it passes by a slot of another epoch of its layout, and fails
+// on one of another layout. A slot that records no space is taken and records the
+// Registry's. See the package doc, ID space.
+//
 // A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
 // ended, or waiting for the floor) releases the slot by its own token, so that a retry does
 // not collide with it; if that release fails too, the Registry's next Claim sends it again
@@ -323,7 +338,7 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 		return nil, err
 	}
 	r.abandonOrphans(ctx)
-	var first error
+	var held, other []error // slots passed by: held by another owner, or of another ID space
 	for _, slot := range order {
 		ls := r.newLease(service, slot, token)
 		err := r.claimSlot(ctx, ls)
@@ -344,17 +359,31 @@ func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 			}
 			return l, nil
 		}
-		if !errors.Is(err, ErrCollision) {
+		if sm, ok := errors.AsType[*SpaceMismatchError](err); ok {
+			// A slot of another epoch of this layout is passed by, like a held one: its
+			// IDs and this Registry's never meet on different WorkerIDs (the worker
+			// bits differ). IDs of two layouts do meet across WorkerIDs, so a slot of
+			// another layout fails the Claim: no slot of the range is safe.
+			if preferredOnly || !sm.sameLayout() {
+				return nil, err
+			}
+			other = append(other, err)
+			continue
+		}
+		if !errors.Is(err, ErrCollision) || preferredOnly {
 			return nil, err
 		}
-		if preferredOnly {
-			return nil, err
-		}
-		if first == nil {
-			first = err
+		held = append(held, err)
+	}
+	// The first of each kind says why: held slots free up, slots of another space do not.
+	var why []error
+	for _, errs := range [][]error{held, other} {
+		if len(errs) > 0 {
+			why = append(why, errs[0])
 		}
 	}
-	return nil, fmt.Errorf("%w: service %q, range [%d, %d] (%s): %w", ErrNoFreeSlot, service, lo, hi, r.b.name(), first)
+	return nil, fmt.Errorf("%w: service %q, range [%d, %d] (%s): %d held, %d of another ID space: %w",
+		ErrNoFreeSlot, service, lo, hi, r.b.name(), len(held), len(other), errors.Join(why...))
 }
 
 func (r *Registry) claimSlot(ctx context.Context, s *leaseState) error {
@@ -385,6 +414,9 @@ func (r *Registry) claim(ctx context.Context, s *leaseState, reclaim bool) (floo
 	}
 	if _, held := errors.AsType[*CollisionError](err); held {
 		return 0, 0, true, err // the slot is another's: nothing was taken
+	}
+	if _, other := errors.AsType[*SpaceMismatchError](err); other {
+		return 0, 0, true, err // refused before anything was written
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -470,13 +502,14 @@ func (r *Registry) newLease(service string, slot int64, token string) *leaseStat
 	}
 	value, _ := json.Marshal(stored{Owner: token, Claim: claim}) // plain strings and numbers
 	return &leaseState{
-		reg:     r,
-		claim:   claim,
-		claimed: time.Now(),
-		token:   token,
-		value:   value,
-		key:     SlotKey(r.cfg.prefix, slot),
-		hwKey:   SlotKey(r.cfg.prefix, slot) + ":hw",
-		done:    make(chan struct{}),
+		reg:      r,
+		claim:    claim,
+		claimed:  time.Now(),
+		token:    token,
+		value:    value,
+		key:      SlotKey(r.cfg.prefix, slot),
+		hwKey:    SlotKey(r.cfg.prefix, slot) + highWaterSuffix,
+		spaceKey: SlotKey(r.cfg.prefix, slot) + spaceSuffix,
+		done:     make(chan struct{}),
 	}
 }

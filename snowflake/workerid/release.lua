@@ -1,11 +1,14 @@
 -- Release a held slot: owner-checked DEL, and the high-water mark lowered from the
 -- reservation to the millisecond the generator really used last (when known).
--- KEYS[1] slot key, KEYS[2] high-water key
+-- KEYS[1] slot key, KEYS[2] high-water key, KEYS[3] ID-space key
 -- ARGV[1] owner token, ARGV[2] last used, Unix ms (0: unknown, keep the reservation; -1:
 -- the claim failed, so nothing was issued under it: the mark goes back to the floor the
 -- claim found, recorded in the slot's value, so that failed claims retried one after
--- another do not each push it a TTL further), ARGV[3] high-water TTL ms
+-- another do not each push it a TTL further), ARGV[3] high-water TTL ms, ARGV[4] the
+-- registry's ID space
 -- Returns 1 when released, 0 when the slot was not ours.
+-- The space key is never deleted: it says which space the mark's IDs are in, and the mark
+-- outlives the slot. Written with the mark, it keeps the mark's TTL.
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   return 0
@@ -26,5 +29,6 @@ elseif last > 0 then
 end
 if last > 0 then
   redis.call('SET', KEYS[2], string.format('%d', last), 'PX', ARGV[3])
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[3])
 end
 return 1
