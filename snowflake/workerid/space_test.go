@@ -106,8 +106,18 @@ func rawOf(t *testing.T, s store) raw {
 	}
 }
 
+// refusal is the error of a Claim the test expects to fail; a lease it got all the same
+// is released when the test ends.
+func refusal(ctx context.Context, t *testing.T, reg *workerid.Registry, service string) error {
+	l, err := reg.Claim(ctx, service)
+	if err == nil {
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+	}
+	return err
+}
+
 // issueSpan issues IDs on g until they span at least d of their own time, and returns them.
-func issueSpan(t *testing.T, ctx context.Context, g *snowflake.Generator, d time.Duration) []int64 {
+func issueSpan(ctx context.Context, t *testing.T, g *snowflake.Generator, d time.Duration) []int64 {
 	t.Helper()
 	var ids []int64
 	for {
@@ -138,7 +148,7 @@ func TestClaim_ARegistryOfAnotherEpochIsRefusedTheSlot(t *testing.T) {
 			ctx := ctxT(t, 30*time.Second)
 			a := claim(t, s.registry(t, workerid.WithIdentity("auth-3", "a"), workerid.WithoutHeartbeat()), "auth")
 			ga := bound(t, a)
-			idsA := issueSpan(t, ctx, ga, 100*time.Millisecond)
+			idsA := issueSpan(ctx, t, ga, 100*time.Millisecond)
 			if err := a.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -220,13 +230,13 @@ func TestClaim_ARegistryOfAnotherLayoutIsRefusedTheSlot(t *testing.T) {
 			}
 			regB := s.registry(t, workerid.WithIdentity("auth-3", "b"), workerid.WithoutHeartbeat())
 			// Held: the space is the first thing wrong (the slot will be free one day).
-			if _, err := regB.Claim(ctx, "auth"); !errors.Is(err, workerid.ErrSpaceMismatch) {
+			if err := refusal(ctx, t, regB, "auth"); !errors.Is(err, workerid.ErrSpaceMismatch) {
 				t.Fatalf("claim of the default layout while 42/8/13 holds the slot: %v, want ErrSpaceMismatch", err)
 			}
 			if err := a.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			_, err = regB.Claim(ctx, "auth")
+			err = refusal(ctx, t, regB, "auth")
 			if !errors.Is(err, workerid.ErrSpaceMismatch) || !strings.Contains(err.Error(), "the slot's IDs are of space "+layout8x13) ||
 				!strings.Contains(err.Error(), "this Registry's are of space "+defaultSpace) {
 				t.Fatalf("claim of the default layout after 42/8/13 released the slot: %v, want ErrSpaceMismatch naming both spaces", err)
@@ -274,7 +284,7 @@ func TestClaim_ASlotWithoutASpaceKeyIsAcceptedAndRecorded(t *testing.T) {
 				t.Fatal(err)
 			}
 			later := snowflake.DefaultEpoch.AddDate(0, 1, 0)
-			_, err = s.registry(t, workerid.WithEpoch(later), workerid.WithIdentity("auth-3", "x"), workerid.WithoutHeartbeat()).Claim(ctx, "auth")
+			err = refusal(ctx, t, s.registry(t, workerid.WithEpoch(later), workerid.WithIdentity("auth-3", "x"), workerid.WithoutHeartbeat()), "auth")
 			if !errors.Is(err, workerid.ErrSpaceMismatch) {
 				t.Fatalf("claim of another epoch after the space was recorded: %v, want ErrSpaceMismatch", err)
 			}
@@ -308,12 +318,12 @@ func TestClaim_AWalkOverTheRangePassesBySlotsOfAnotherEpochNotOfAnotherLayout(t 
 				t.Fatalf("no ordinal, another epoch on slot 3, slot 4 held: WorkerID %d, want 5", c.WorkerID())
 			}
 			// Another layout: the whole Claim fails.
-			_, err := s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithNextFree(), workerid.WithIdentity("auth-3", "d"), workerid.WithoutHeartbeat()).Claim(ctx, "auth")
+			err := refusal(ctx, t, s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithNextFree(), workerid.WithIdentity("auth-3", "d"), workerid.WithoutHeartbeat()), "auth")
 			if !errors.Is(err, workerid.ErrSpaceMismatch) || errors.Is(err, workerid.ErrNoFreeSlot) {
 				t.Fatalf("WithNextFree and another layout on slot 3: %v, want ErrSpaceMismatch, not a walk on", err)
 			}
 			// A range whose one slot is of another epoch: no free slot, and the error says why.
-			_, err = s.registry(t, workerid.WithEpoch(later), workerid.WithServiceRange("tiny", 3, 3), workerid.WithNextFree(), workerid.WithIdentity("tiny", "f"), workerid.WithoutHeartbeat()).Claim(ctx, "tiny")
+			err = refusal(ctx, t, s.registry(t, workerid.WithEpoch(later), workerid.WithServiceRange("tiny", 3, 3), workerid.WithNextFree(), workerid.WithIdentity("tiny", "f"), workerid.WithoutHeartbeat()), "tiny")
 			if !errors.Is(err, workerid.ErrNoFreeSlot) || !errors.Is(err, workerid.ErrSpaceMismatch) || !strings.Contains(err.Error(), "0 held, 1 of another ID space") {
 				t.Fatalf("a range whose one slot is of another epoch: %v, want ErrNoFreeSlot wrapping ErrSpaceMismatch", err)
 			}
@@ -431,7 +441,7 @@ func TestClaim_OnARedisClusterASlotsKeysShareAHashSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := reg(snowflake.DefaultEpoch.AddDate(0, 1, 0)).Claim(ctx, "auth")
+	err := refusal(ctx, t, reg(snowflake.DefaultEpoch.AddDate(0, 1, 0)), "auth")
 	if !errors.Is(err, workerid.ErrNoFreeSlot) || !strings.Contains(err.Error(), "0 held, 6 of another ID space") {
 		t.Fatalf("claim of another epoch over WorkerIDs 0-5, all of the default epoch: %v, want ErrNoFreeSlot, 6 of another space", err)
 	}
