@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,6 +35,43 @@ func ExampleNewRedis() {
 		log.Fatal(err)
 	}
 	id, err := gen.NextID(ctx) // snowflake.ErrWorkerLeaseLost once the lease may have expired
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Println(id)
+}
+
+// A service whose IDs count from another epoch than snowflake's default (or use another
+// layout) builds its Registry and its generator with the same values: the Registry records
+// that ID space with each slot it claims and is refused a slot recorded under another
+// (ErrSpaceMismatch), and snowflake.New refuses a generator of another epoch or layout on
+// its leases.
+func ExampleWithEpoch() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	epoch := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	layout := snowflake.Layout8x13
+	reg, err := workerid.NewRedis(rdb, workerid.WithServiceRange("auth", 0, 99),
+		workerid.WithEpoch(epoch), workerid.WithLayout(layout))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := reg.Claim(ctx, "auth")
+	if errors.Is(err, workerid.ErrSpaceMismatch) {
+		// The slot's IDs were issued under another epoch or layout: this one's would repeat them.
+		log.Fatal(err)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	gen, err := snowflake.New(lease.WorkerID(), snowflake.WithLease(lease),
+		snowflake.WithEpoch(epoch), snowflake.WithLayout(layout))
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := gen.NextID(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
