@@ -152,6 +152,10 @@ func TestClaim_ARegistryOfAnotherEpochIsRefusedTheSlot(t *testing.T) {
 			if err := a.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
+			markA, ok := rawOf(t, s).get(t, workerid.SlotKey(workerid.DefaultKeyPrefix, 3)+":hw")
+			if !ok {
+				t.Fatal("no high-water mark after A's release")
+			}
 			firstA, _ := ga.Decode(idsA[0])
 			epochB := snowflake.DefaultEpoch.Add(time.Since(firstA.Time).Truncate(time.Millisecond))
 
@@ -200,8 +204,12 @@ func TestClaim_ARegistryOfAnotherEpochIsRefusedTheSlot(t *testing.T) {
 					t.Fatalf("the error does not name %q: %v", want, err)
 				}
 			}
-			// Nothing was taken or moved: A's space claims the slot, above A's IDs.
+			// Nothing was taken or moved: A's space claims the slot, with A's mark as its
+			// floor, and issues above A's IDs.
 			a2 := claim(t, s.registry(t, workerid.WithIdentity("auth-3", "a2"), workerid.WithoutHeartbeat()), "auth")
+			if floor := strconv.FormatInt(a2.State().FloorUnixMilli, 10); floor != markA {
+				t.Fatalf("after the refused claim, the next holder's floor is %s, want A's mark %s", floor, markA)
+			}
 			id, err := bound(t, a2).NextID(ctx)
 			if err != nil {
 				t.Fatal(err)
