@@ -98,12 +98,12 @@ func New(workerID int64, opts ...Option) (*Generator, error) {
 		}
 		if ll, ok := c.lease.(layoutLease); ok {
 			if l, ok := ll.Layout(); ok && !l.same(c.layout) {
-				return nil, fmt.Errorf("%w: lease for worker id %d is for layout %s, generator has layout %s: every generator on a WorkerID's key prefix must use the same layout and epoch", ErrInvalid, workerID, l, c.layout)
+				return nil, fmt.Errorf("%w: lease for worker id %d is for layout %s, generator has layout %s: every generator on a WorkerID's key prefix must use the same layout and epoch, and its workerid Registry be built WithLayout and WithEpoch with them", ErrInvalid, workerID, l, c.layout)
 			}
 		}
 		if el, ok := c.lease.(epochLease); ok {
 			if e, ok := el.Epoch(); ok && !e.Equal(c.epoch) {
-				return nil, fmt.Errorf("%w: lease for worker id %d is for epoch %s, generator has epoch %s: every generator on a WorkerID's key prefix must use the same layout and epoch", ErrInvalid, workerID, e.UTC().Format(time.RFC3339Nano), c.epoch.UTC().Format(time.RFC3339Nano))
+				return nil, fmt.Errorf("%w: lease for worker id %d is for epoch %s, generator has epoch %s: every generator on a WorkerID's key prefix must use the same layout and epoch, and its workerid Registry be built WithLayout and WithEpoch with them", ErrInvalid, workerID, e.UTC().Format(time.RFC3339Nano), c.epoch.UTC().Format(time.RFC3339Nano))
 			}
 		}
 		if b, ok := c.lease.(generatorBinder); ok {
