@@ -270,19 +270,20 @@
 // a token that only this Acquire knows. go-redis resends it while the
 // caller's context lives (acquire.lua recognises its own token: the lock is
 // then acquired, not taken twice); when the context ends first, or the
-// error leaves the outcome unknown in any other way (a read timeout, a
-// connection broken after the write), Acquire returns ErrNotAcquired with
-// the context's error (or the transport error) and gives the lock back in
-// the background with leave.lua, as a waiter that gave up leaves the queue:
-// without that, the lock would stay taken, by nobody, for its whole TTL.
-// An error reply, a dial that failed, a pool timeout or a closed client
-// say the attempt did not run, and nothing is sent. In quorum mode the
-// same holds per node: an owner-checked release goes to every node when a
-// node's reply to the last attempt was lost. Background leaves are
-// bounded per Locker (4 tries in flight, 4096 waiting; past that, what a
-// leave would take back expires by itself), so that an outage in which
-// every attempt times out does not take the client's pool from the
-// application.
+// resend fails too, Acquire returns an error (ErrNotAcquired with the
+// context's error once the context ended, else the last try's error) and
+// gives the lock back in the background with leave.lua, as a waiter that
+// gave up leaves the queue: without that, the lock would stay taken, by
+// nobody, for its whole TTL. Every failed attempt counts but one through a
+// closed client: go-redis returns only the last try's error, and a dial
+// that failed, a pool timeout or an error reply (OOM, READONLY) to a resend
+// says nothing of the first try, whose reply may have been lost after it
+// took the lock. In quorum mode the same holds per node: an owner-checked
+// release goes to every node when a node's reply to the last attempt was
+// lost. Background leaves are bounded per Locker (4 tries in flight, 4096
+// waiting; past that, what a leave would take back expires by itself), so
+// that an outage in which every attempt fails does not take the client's
+// pool from the application.
 //
 // A release whose reply is lost (read timeout) is resent by go-redis on a
 // new connection; the resend finds the key gone or already the next

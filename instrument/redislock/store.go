@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
@@ -289,24 +288,20 @@ func tombstoneTTL(ctx context.Context) int64 {
 }
 
 // unanswered reports whether a command that failed with err may have run
-// on the server all the same: its reply was lost (a read timeout, the
-// caller's context ending while the reply was on its way, a connection
-// that broke after the write). An error reply is an answer, and a command
-// that was never sent (no connection could be dialled or taken from the
-// pool, or the client is closed) cannot have run. A context that ended
-// before the command was written counts as unanswered too: nothing says
-// which side of the write it ended on.
+// on the server all the same, so that what it may have taken under its
+// token must be given back: every error but a closed client's.
+//
+// A lost reply (a read timeout, the caller's context ending while the
+// reply was on its way, a connection broken after the write) leaves the
+// outcome unknown. An error that says the command was not sent (a dial
+// that failed, a pool timeout) or was refused (an error reply) speaks only
+// for the try that returned it: go-redis resends a command whose reply was
+// lost while its context lives, and returns the last try's error alone, so
+// a refused dial or an OOM reply to the resend hides a first try that ran
+// and took the lock. Nothing in the error says whether there was an
+// earlier try. A closed client sends nothing more, a leave included. A
+// context that ended before the command was written counts too: nothing
+// says which side of the write it ended on.
 func unanswered(err error) bool {
-	if err == nil {
-		return false
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return !errors.Is(err, redis.ErrClosed) && !errors.Is(err, redis.ErrPoolTimeout) && !errors.Is(err, redis.ErrPoolExhausted)
+	return err != nil && !errors.Is(err, redis.ErrClosed)
 }
