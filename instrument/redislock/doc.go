@@ -279,11 +279,12 @@
 // that failed, a pool timeout or an error reply (OOM, READONLY) to a resend
 // says nothing of the first try, whose reply may have been lost after it
 // took the lock. In quorum mode the same holds per node: an owner-checked
-// release goes to every node when a node's reply to the last attempt was
-// lost. Background leaves are bounded per Locker (4 tries in flight, 4096
-// waiting; past that, what a leave would take back expires by itself), so
-// that an outage in which every attempt fails does not take the client's
-// pool from the application.
+// release goes to each node whose reply to an attempt was lost, and to each
+// node that a minority grant's give-back (run before Acquire returns) did
+// not reach, until the node answers. Background leaves are bounded per
+// Locker (4 tries in flight, 4096 waiting; past that, what a leave would
+// take back expires by itself), so that an outage in which every attempt
+// fails does not take the client's pool from the application.
 //
 // A release whose reply is lost (read timeout) is resent by go-redis on a
 // new connection; the resend finds the key gone or already the next

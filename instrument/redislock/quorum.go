@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,13 +152,20 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	var granted, answered int
 	var fence, pttl int64 = 0, -1
 	var errs []error
-	lost := false // a node may have granted the lock, its reply lost
+	if r.nodes == nil {
+		r.nodes = make([]bool, len(q.nodes))
+	}
 	for i, rep := range replies {
 		if rep.err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
-			lost = lost || unanswered(rep.err)
+			// The node may have granted the lock, its reply lost (or
+			// hidden behind a resend's error: see unanswered).
+			r.nodes[i] = r.nodes[i] || unanswered(rep.err)
 			continue
 		}
+		// An answer is this token's grant, given back below unless the
+		// lock is acquired, or says another token holds the lock there.
+		r.nodes[i] = false
 		answered++
 		if rep.ok {
 			granted++
@@ -179,10 +187,17 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	if granted >= q.majority && validity > 0 {
 		return attempt{acquired: true, fence: uint64(fence)}, nil
 	}
-	// Give back what was granted: a minority, or a majority that came too late.
+	// Give back what was granted: a minority, or a majority that came too
+	// late. A node the give-back does not reach keeps its grant: it is
+	// given back with the nodes whose reply was lost, by the leave of an
+	// Acquire that gives up (or by the next attempt, which finds the grant
+	// this token's).
 	if granted > 0 {
-		_, _ = q.release(context.WithoutCancel(ctx), r)
+		for i, err := range q.releaseOn(context.WithoutCancel(ctx), r, nil) {
+			r.nodes[i] = unanswered(err)
+		}
 	}
+	lost := slices.Contains(r.nodes, true)
 	if answered < q.majority {
 		return attempt{unanswered: lost}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
 			instrument.ErrNotAcquired, answered, len(q.nodes), q.majority, errors.Join(errs...))
@@ -191,17 +206,48 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	return attempt{holderTTL: time.Duration(max(pttl, 0)) * time.Millisecond, unanswered: lost}, nil
 }
 
-// leave gives back what an Acquire that gave up may hold on nodes whose
-// reply to its last attempt was lost (quorum waiters do not queue): an
-// owner-checked release on every node, which leaves any other token's lock
-// alone. An error says a node did not answer (Locker.leave tries again).
+// releaseOn runs the owner-checked release, in parallel, on the nodes that
+// on says (every node when on is nil), each bounded by the node timeout,
+// and returns each node's error (nil for a node left out).
+func (q *quorum) releaseOn(ctx context.Context, r *request, on []bool) []error {
+	errs := make([]error, len(q.nodes))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		if on != nil && !on[i] {
+			continue
+		}
+		wg.Go(func() {
+			nctx, cancel := context.WithTimeout(ctx, q.timeoutFor(r.ttl))
+			defer cancel()
+			_, errs[i] = runRelease(nctx, n.c, r, false)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// leave gives back what an Acquire that gave up may hold on nodes that no
+// reply said so of (r.nodes: a reply lost, a give-back that failed; quorum
+// waiters do not queue): an owner-checked release on each of them, which
+// leaves any other token's lock alone. A node that answers is done with;
+// an error says one did not (Locker.leave tries again, on those only).
 func (q *quorum) leave(ctx context.Context, r *request) error {
+	if !slices.Contains(r.nodes, true) {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
-	_, _, err := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
-		return runRelease(ctx, n.c, r, false)
-	})
-	return err
+	var errs []error
+	for i, err := range q.releaseOn(ctx, r, r.nodes) {
+		switch {
+		case !r.nodes[i]:
+		case err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
+		default:
+			r.nodes[i] = false
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // wakeID says no: no single node's release notification speaks for the

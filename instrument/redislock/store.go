@@ -66,7 +66,11 @@ type request struct {
 	queue    bool          // a deadline waiter that subscribed: attempts queue it for a handoff
 	entry    string        // its queue entry, made on the first queued attempt
 	lid      string        // the Locker's channel suffix: a handoff is published there
-	st       store         // the store that granted the lease (set with it)
+	// nodes: quorum mode, the nodes that may hold the lock under tok
+	// although no reply said so (a reply lost, a give-back that failed);
+	// quorum.leave gives it back there.
+	nodes []bool
+	st    store // the store that granted the lease (set with it)
 
 	// What node's calls send, kept here so that a call boxes no argument:
 	// go-redis writes *string and *int64 arguments in place (see evalsha).
@@ -106,8 +110,9 @@ type attempt struct {
 	holderTTL time.Duration // not acquired: the holder's remaining TTL (<= 0: unknown)
 	pos       int64         // fair mode: the caller's place in the queue (0: next in line)
 	queued    bool          // the caller joined the store's queue: leave it on giving up
-	// unanswered: a node's reply to this attempt was lost (quorum mode;
-	// see unanswered): the node may hold the lock under this token.
+	// unanswered: quorum mode, a node may hold the lock under this token
+	// although no reply said so (request.nodes): its reply to this or an
+	// earlier attempt was lost, or the give-back of its grant failed.
 	unanswered bool
 	seen       uint64 // not acquired: >= every fence issued before this attempt, < every later one
 }
