@@ -284,7 +284,10 @@
 // not reach, until the node answers. Background leaves are bounded per
 // Locker (4 tries in flight, 4096 waiting; past that, what a leave would
 // take back expires by itself), so that an outage in which every attempt
-// fails does not take the client's pool from the application.
+// fails does not take the client's pool from the application. A leave
+// cannot stop an attempt that reaches the server after it (held up in the
+// network past the caller's deadline, on a connection go-redis gave up):
+// the lock that attempt takes expires at its TTL.
 //
 // A release whose reply is lost (read timeout) is resent by go-redis on a
 // new connection; the resend finds the key gone or already the next
