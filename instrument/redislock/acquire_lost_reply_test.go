@@ -49,13 +49,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 
 			// Load the scripts and pool a connection first, so that the
 			// next reply through the proxy is the attempt's own.
-			warm, err := l.Acquire(ctx, "lock:warm-up", ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, ctx, l, ttl)
 
 			key := "lock:acquire-lost-reply"
 			dropped := p.DropNextReply()
@@ -121,13 +115,7 @@ func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 	admins := quorumClients(t, nodes)
 	ctx := timeout(t, time.Minute)
 	ttl := instrument.WithTTL(time.Hour)
-	warm, err := l.Acquire(ctx, "lock:warm-up", ttl, instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, ctx, l, ttl, instrument.FailFast())
 
 	const key = "lock:quorum-lost-replies"
 	if err := admins[2].Set(ctx, key, "someone-else 1 {}", time.Minute).Err(); err != nil {
@@ -220,34 +208,8 @@ func (h *inFlightLeaves) counts() (maxInFlight, tries, ok int) {
 // answer, which the application needs too): at most MaxLeaving tries are
 // in flight, and every leave still runs once the server answers again.
 func TestAcquire_LeavesInAnOutageAreBounded(t *testing.T) {
-	r, _ := setup(t)
-	p := testenv.NewProxy(t, r.Addr())
-	h := &inFlightLeaves{}
-	c := newClient(t, p.Addr())
-	c.AddHook(h)
-	l := newLocker(t, c)
-	ctx := timeout(t, time.Minute)
-	warm, err := l.Acquire(ctx, "lock:warm-up", instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
 	const callers = 3 * redislock.MaxLeaving
-	p.Blackhole(true)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			if _, err := l.Acquire(actx, fmt.Sprintf("lock:outage:%d", i), instrument.FailFast()); err == nil {
-				t.Error("Acquire succeeded through a blackhole")
-			}
-		})
-	}
-	wg.Wait()
+	_, p, h := giveUpInAnOutage(t, callers)
 	// Every caller has given up; let the leaves try against the silent
 	// server until each has had a first try at least.
 	eventually(t, "every leave to have been tried once", func() bool {
@@ -262,4 +224,34 @@ func TestAcquire_LeavesInAnOutageAreBounded(t *testing.T) {
 	if m, _, _ := h.counts(); m > redislock.MaxLeaving {
 		t.Errorf("%d leave.lua tries ran at once, want at most %d", m, redislock.MaxLeaving)
 	}
+}
+
+// giveUpInAnOutage blackholes a Locker's server and has callers FailFast
+// Acquires on keys of their own give up in it (200 ms each): each leaves in
+// the background, its attempt's outcome unknown. It returns the Locker, the
+// proxy (blackholed) and the hook counting the leave tries.
+func giveUpInAnOutage(t *testing.T, callers int) (*redislock.Locker, *testenv.Proxy, *inFlightLeaves) {
+	t.Helper()
+	r, _ := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	h := &inFlightLeaves{}
+	c := newClient(t, p.Addr())
+	c.AddHook(h)
+	l := newLocker(t, c)
+	ctx := timeout(t, time.Minute)
+	warmUp(t, ctx, l, instrument.FailFast())
+
+	p.Blackhole(true)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			if _, err := l.Acquire(actx, fmt.Sprintf("lock:outage:%d", i), instrument.FailFast()); err == nil {
+				t.Error("Acquire succeeded through a blackhole")
+			}
+		})
+	}
+	wg.Wait()
+	return l, p, h
 }

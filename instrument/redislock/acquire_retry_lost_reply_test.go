@@ -128,13 +128,7 @@ func TestAcquire_AResentAttemptThatFailsOtherwiseStillGivesTheLockBack(t *testin
 
 			// Scripts loaded and one connection pooled: the attempt goes
 			// out on it, and the resend must dial.
-			warm, err := l.Acquire(ctx, "lock:warm-up", ttl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, ctx, l, ttl)
 			if n := c.PoolStats().TotalConns; n != 1 {
 				t.Fatalf("%d connections pooled after the warm-up, want 1", n)
 			}

@@ -1,15 +1,10 @@
 package redislock_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
-	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // TestClose_StopsTheLeavesWaitingInAnOutage: many callers give up in an
@@ -20,34 +15,8 @@ import (
 // and far longer with thousands waiting). It waits for the tries in flight
 // only; goleak (TestMain) checks that nothing outlives it.
 func TestClose_StopsTheLeavesWaitingInAnOutage(t *testing.T) {
-	r, _ := setup(t)
-	p := testenv.NewProxy(t, r.Addr())
-	h := &inFlightLeaves{}
-	c := newClient(t, p.Addr())
-	c.AddHook(h)
-	l := newLocker(t, c)
-	ctx := timeout(t, time.Minute)
-	warm, err := l.Acquire(ctx, "lock:warm-up", instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
 	const callers = 10 * redislock.MaxLeaving
-	p.Blackhole(true)
-	var wg sync.WaitGroup
-	for i := range callers {
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			if _, err := l.Acquire(actx, fmt.Sprintf("lock:outage:%d", i), instrument.FailFast()); err == nil {
-				t.Error("Acquire succeeded through a blackhole")
-			}
-		})
-	}
-	wg.Wait()
+	l, _, h := giveUpInAnOutage(t, callers)
 	eventually(t, "every leave slot to be taken", func() bool {
 		_, tries, _ := h.counts()
 		return tries >= redislock.MaxLeaving

@@ -86,3 +86,17 @@ func deleter(admin redis.UniversalClient) func(t *testing.T, key string) {
 		}
 	}
 }
+
+// warmUp takes and releases a lock through l, so that its scripts are
+// loaded and a connection pooled: a test that drops the next reply through
+// a proxy then drops its own command's, not a SCRIPT LOAD's or a dial's.
+func warmUp(t testing.TB, ctx context.Context, l instrument.Locker, opts ...instrument.AcquireOption) {
+	t.Helper()
+	warm, err := l.Acquire(ctx, "lock:warm-up", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -84,13 +84,7 @@ func TestQuorum_AGrantWhoseGiveBackFailsIsGivenBackLater(t *testing.T) {
 	admins := quorumClients(t, nodes)
 	ctx := timeout(t, time.Minute)
 	ttl := instrument.WithTTL(time.Hour)
-	warm, err := l.Acquire(ctx, "lock:warm-up", ttl, instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, ctx, l, ttl, instrument.FailFast())
 
 	const key = "lock:quorum-give-back"
 	for _, a := range admins[1:] {

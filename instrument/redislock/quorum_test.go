@@ -154,13 +154,7 @@ func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	// Load the script and open a connection to every node, so that the
 	// reply dropped below is the acquire's.
-	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, ctx, l, instrument.FailFast())
 
 	const key, ttl = "lock:retried", 2 * time.Second
 	// Another holder has Y and Z: the first attempt fails with X's grant

@@ -531,13 +531,7 @@ func TestFastPath_OneRoundTripEach(t *testing.T) {
 	c.AddHook(countHook{&commands})
 	l := newLocker(t, c)
 	ctx := timeout(t, 5*time.Second)
-	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmUp(t, ctx, l, instrument.FailFast())
 	commands = 0
 	lease, err := l.Acquire(ctx, "lock:fast", instrument.FailFast())
 	if err != nil {

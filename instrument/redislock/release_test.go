@@ -75,17 +75,11 @@ func TestDo_RetriedReleaseIsNotALoss(t *testing.T) {
 			const key = "lock:retried-release"
 			// Load the scripts: the dropped reply must be the release's,
 			// not a NOSCRIPT that go-redis answers with EVAL.
-			warm, err := la.Acquire(ctx, "lock:warm", instrument.FailFast())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, ctx, la, instrument.FailFast())
 
 			var dropped <-chan struct{}
 			next := make(chan struct{})
-			err = instrument.Do(ctx, la, key, func(context.Context) error {
+			err := instrument.Do(ctx, la, key, func(context.Context) error {
 				dropped = p.DropNextReply()
 				go func() {
 					defer close(next)
@@ -222,13 +216,7 @@ func retriedReleaseAfterHandoff(t *testing.T, withC bool) {
 			lc := newLocker(t, admin, opts...)
 			ctx := timeout(t, time.Minute)
 			const key = "lock:retried-handoff-two"
-			warm, err := la.Acquire(ctx, "lock:warm", instrument.FailFast())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			warmUp(t, ctx, la, instrument.FailFast())
 
 			var dropped <-chan struct{}
 			got, held := make(chan instrument.Lease, 2), make(chan instrument.Lease, 1)
@@ -246,7 +234,7 @@ func retriedReleaseAfterHandoff(t *testing.T, withC bool) {
 				}
 				got <- l2
 			}
-			err = instrument.Do(ctx, la, key, func(context.Context) error {
+			err := instrument.Do(ctx, la, key, func(context.Context) error {
 				wg.Add(1)
 				go acquire(lb)
 				waitQueued(t, ctx, admin, key, 1)
