@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,8 +168,15 @@ func TestDeadlineAttack_BlackholedRedisDegradesOnlyCallersWithTimeLeft(t *testin
 func TestDeadlineAttack_LostReplyIsNotADegradedGrantPastTheDeadline(t *testing.T) {
 	f := newBlackholeFixture(t)
 	direct := f.redis.Client(t)
+	// Each failed Acquire gives back in the background what its attempt
+	// may have taken (redislock's leave). The next reply the proxy drops
+	// must be the next Acquire's, not that leave's: each round waits for
+	// the last round's leave to have succeeded.
+	leaves := &leaveCounter{}
+	f.client.AddHook(leaves)
 
 	for i, budget := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, attackReadTimeout} {
+		testenv.WaitFor(t, 10*time.Second, "the last round's leave", func() bool { return leaves.ok.Load() == int64(i) })
 		dropped := f.proxy.DropNextReply()
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		key := fmt.Sprintf("lock:lost:%d", i)
@@ -190,6 +198,7 @@ func TestDeadlineAttack_LostReplyIsNotADegradedGrantPastTheDeadline(t *testing.T
 		t.Logf("deadline %s: %v; keys in Redis after the lost reply: %v (%v)", budget, err, keys, kerr)
 	}
 
+	testenv.WaitFor(t, 10*time.Second, "the last round's leave", func() bool { return leaves.ok.Load() == 3 })
 	dropped := f.proxy.DropNextReply()
 	ctx := withTimeout(t, 10*time.Second)
 	l, err := f.locker.Acquire(ctx, "lock:lost:long", instrument.FailFast())
@@ -203,5 +212,25 @@ func TestDeadlineAttack_LostReplyIsNotADegradedGrantPastTheDeadline(t *testing.T
 	}
 	if got := degradedLocks(t, f.reg); got != 1 {
 		t.Fatalf("degraded = %v, want 1", got)
+	}
+}
+
+// leaveCounter counts the leave.lua runs (EVALSHA or EVAL with four keys)
+// that succeeded through a client.
+type leaveCounter struct{ ok atomic.Int64 }
+
+func (h *leaveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *leaveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *leaveCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		a := cmd.Args()
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 2 && fmt.Sprint(a[2]) == "4" {
+			h.ok.Add(1)
+		}
+		return err
 	}
 }
