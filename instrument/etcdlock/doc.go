@@ -130,10 +130,13 @@
 // transaction that may have reached etcd (it retries a Txn only when the
 // request could not be sent), so a release cannot find its own earlier
 // delete and report ErrNotHeld for it: ErrNotHeld means the key was not ours
-// when the release ran. A release whose reply is lost returns the transport
-// error, ends the lease with ErrLockLost and revokes the lease (best effort;
-// the TTL is the last net); instrument.Do reports that error, not
-// ErrLockLost, because fn finished while the lock was held.
+// when the release ran. A release whose delete fails (its reply lost, etcd
+// out of reach, or the release's context ended) returns that error, ends
+// the lease with ErrLockLost and revokes the lease, which deletes the key
+// if the delete did not run; a revoke that does not get through on the
+// release's context is tried again in the background (see Failure modes).
+// instrument.Do reports that error, not ErrLockLost, because fn finished
+// while the lock was held.
 //
 // # Failure modes
 //
@@ -143,6 +146,23 @@
 // expire the lease and hand the lock to someone else. Watches use
 // WithRequireLeader, so a member cut off from the leader does not leave them
 // silently stalled.
+//
+// An Acquire that fails revokes its lease, fresh or pooled, whatever
+// failed: the attempt that put its entry may have been applied although no
+// reply said so (the reply lost as the caller's context ended, or as the
+// connection broke), and the revoke deletes the entry with the lease. The
+// revoke runs on a context of its own bounded by 2 s. When it does not get
+// through (the connection that lost a reply is often broken for the
+// requests that follow; a waiter gives up during a partition), or when a
+// Release's delete and revoke did not, the lease is revoked in the
+// background: one revoke in flight per Locker, every 50 ms doubling to 1 s
+// (jittered), until etcd revokes the lease or no longer knows it, and for
+// at most two TTLs (nobody renews the lease, so etcd has expired it by
+// then; at most 4096 leases per Locker, past which a lease ends at its
+// TTL). Without it the entry would stand, the lock or a place ahead of
+// every later waiter taken by nobody, for the lease's whole TTL. A lease
+// grant whose reply is lost leaves a lease with nothing attached, which
+// expires at its TTL.
 //
 // FromMutex adapts code that already uses concurrency.Mutex. Its leases
 // run on the same lifecycle and have the same loss signals (key watch,

@@ -39,6 +39,9 @@ type Locker struct {
 	prefix string
 	value  lockvalue.Writer
 	pool   leasePool
+	// revokes gives up, in the background, leases whose revoke did not
+	// get through (revoker).
+	revokes revoker
 	// headWatchMax is the longest queue ahead of a waiter for which it
 	// watches the whole queue (waitHead) instead of its predecessor alone
 	// (waitTurn); tests lower it to exercise waitTurn.

@@ -258,6 +258,11 @@ func (st *leaseState) release(ctx context.Context) error {
 	// own-key watch to stop; the watch ignores our own delete.
 	deleted, err := deleteOwned(ctx, st.l.c, st.own, st.fence)
 	if serr := st.stopWatch(ctx); serr != nil {
+		if err != nil {
+			// The key may stand: revoking deletes it (here ctx has ended,
+			// so in the background).
+			st.revoke(ctx, true)
+		}
 		return fmt.Errorf("release interrupted: %w", serr)
 	}
 	if err == nil && deleted && !st.core.Ended() {
@@ -267,9 +272,11 @@ func (st *leaseState) release(ctx context.Context) error {
 			_, _ = st.l.c.Revoke(ctx, st.id)
 		}
 	} else {
-		// Revoking also deletes the key if the delete did not go through;
-		// with the watchdog stopped, the lease ends at its TTL anyway.
-		_, _ = st.l.c.Revoke(ctx, st.id)
+		// Revoking also deletes the key if the delete did not go through
+		// (err): nobody renews the lease any more, but its TTL may be long,
+		// so a revoke that does not get through either is tried again in
+		// the background.
+		st.revoke(ctx, err != nil)
 	}
 	if err != nil {
 		return err
@@ -282,14 +289,17 @@ func (st *leaseState) release(ctx context.Context) error {
 
 // abandon withdraws an acquire that did not get the lock: the lease ends,
 // the own-key watch stops and the lease is revoked, which deletes the queue
-// entry and wakes the next waiter.
+// entry and wakes the next waiter. The entry may stand even when no reply
+// said it was put (a reply lost after etcd applied the attempt), so a
+// revoke that does not get through within cleanupTimeout is tried again in
+// the background (revoker).
 func (st *leaseState) abandon(ctx context.Context, cause error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	st.core.End(cause)
 	_ = st.stopWatch(rctx)
 	if st.l.c.Ctx().Err() == nil { // a closed client would only retry until rctx ends
-		_, _ = st.l.c.Revoke(rctx, st.id)
+		st.revoke(rctx, true)
 	}
 }
 
