@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -680,4 +681,79 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 		t.Fatal(err)
 	}
 	lockIsFree(t, key, other, l)
+}
+
+// TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack:
+// etcd is down (the whole cluster, here its one member) for longer than two
+// TTLs while a Release's revoke cannot get through. No leader means no
+// lease expires, and the leader elected on the restart gives every lease
+// its whole TTL again (etcd's LeaseCheckpoint is off by default), so the
+// key still stands when etcd is back: the background revoke must still be
+// trying then, not have given up at two TTLs as if etcd had expired the
+// lease meanwhile. (With the test's TTL of 1 s the key would go at its TTL
+// anyway; with an hour's, it would stand for that hour.)
+func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	var (
+		mu       sync.Mutex
+		leaseID  int64
+		back     bool // set before the restart: no revoke reaches etcd before it
+		answered bool // a revoke of leaseID reached etcd after the restart
+	)
+	icpt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if r, ok := req.(*etcdserverpb.LeaseRevokeRequest); ok {
+			mu.Lock()
+			if back && r.ID == leaseID && (err == nil || errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound)) {
+				answered = true
+			}
+			mu.Unlock()
+		}
+		return err
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   e.Endpoints(),
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l := newLocker(t, c)
+	const key, ttl = "revoke-outage-past-two-ttls", time.Second
+	h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("queue of %q: %v, %v", key, resp, err)
+	}
+	mu.Lock()
+	leaseID = resp.Kvs[0].Lease
+	mu.Unlock()
+
+	e.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Release(ctx); err == nil {
+		t.Fatal("Release on an ended context with etcd down: nil error")
+	}
+	// The fault: an outage longer than two TTLs (the time the outage
+	// lasts, not a wait for anything).
+	time.Sleep(3 * ttl)
+	mu.Lock()
+	back = true
+	mu.Unlock()
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the background revoke to reach etcd once it is back", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return answered
+	})
+	lockIsFree(t, key, newLocker(t, c), l)
 }
