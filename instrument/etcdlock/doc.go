@@ -156,10 +156,11 @@
 // requests that follow; a waiter gives up during a partition), or when a
 // Release's delete and revoke did not, the lease is revoked in the
 // background: one revoke in flight per Locker, every 50 ms doubling to 1 s
-// (jittered), until etcd revokes the lease or no longer knows it, and for
-// at most two TTLs (nobody renews the lease, so etcd has expired it by
-// then; at most 4096 leases per Locker, past which a lease ends at its
-// TTL). Without it the entry would stand, the lock or a place ahead of
+// (jittered), until etcd revokes the lease or no longer knows it, or the
+// client is closed, however long that takes: no lease expires while etcd
+// has no leader, and the leader elected after an outage gives every lease
+// its whole TTL again, so the entry may still stand when etcd is back. At
+// most 4096 leases per Locker are kept; past that a lease ends at its TTL. Without it the entry would stand, the lock or a place ahead of
 // every later waiter taken by nobody, for the lease's whole TTL. A lease
 // grant whose reply is lost leaves a lease with nothing attached, which
 // expires at its TTL.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,19 +35,20 @@ var revokeRetry = instrument.ExponentialBackoff(settleFirst, settleMax)
 // time, each bounded by cleanupTimeout, and ends a round at the first that
 // fails (etcd is still out of reach: the others would fail too), so an
 // outage costs one request in flight per Locker. A lease is done when its
-// revoke succeeds, when etcd no longer knows it, and at the latest two
-// TTLs after it was given up: nobody renews it, so etcd has expired it by
-// then (a leader change extends a lease by an election timeout, which is
-// less than the TTL: etcd raises a TTL to 1.5 election timeouts). Past
+// revoke succeeds or when etcd no longer knows it (it expired meanwhile),
+// not after some time: a lease does not expire while etcd has no leader,
+// and the leader elected after an outage gives every lease its whole TTL
+// again (etcd's LeaseCheckpoint is off by default), so however long the
+// revoke has failed, the entry may still stand once etcd is back. Past
 // maxPendingRevokes a lease is left to its TTL.
 type revoker struct {
 	mu      sync.Mutex
-	pending map[clientv3.LeaseID]time.Time // lease → when to stop trying
+	pending map[clientv3.LeaseID]struct{}
 	running bool
 }
 
-// revokeLater revokes lease id, granted for ttl, in the background.
-func (l *Locker) revokeLater(id clientv3.LeaseID, ttl time.Duration) {
+// revokeLater revokes lease id in the background.
+func (l *Locker) revokeLater(id clientv3.LeaseID) {
 	if l.c.Ctx().Err() != nil {
 		return // a closed client sends nothing again
 	}
@@ -59,9 +59,9 @@ func (l *Locker) revokeLater(id clientv3.LeaseID, ttl time.Duration) {
 		return
 	}
 	if r.pending == nil {
-		r.pending = make(map[clientv3.LeaseID]time.Time)
+		r.pending = make(map[clientv3.LeaseID]struct{})
 	}
-	r.pending[id] = time.Now().Add(2 * ttl)
+	r.pending[id] = struct{}{}
 	if !r.running {
 		r.running = true
 		go l.revokePending()
@@ -83,14 +83,12 @@ func (l *Locker) revokePending() {
 		r.mu.Lock()
 		pending := maps.Clone(r.pending)
 		r.mu.Unlock()
-		for id, until := range pending {
-			if time.Now().Before(until) {
-				ctx, cancel := context.WithTimeout(stop, cleanupTimeout)
-				_, err := l.c.Revoke(ctx, id)
-				cancel()
-				if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					break
-				}
+		for id := range pending {
+			ctx, cancel := context.WithTimeout(stop, cleanupTimeout)
+			_, err := l.c.Revoke(ctx, id)
+			cancel()
+			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				break
 			}
 			r.mu.Lock()
 			delete(r.pending, id)
@@ -111,6 +109,6 @@ func (l *Locker) revokePending() {
 func (st *leaseState) revoke(ctx context.Context, entryMayStand bool) {
 	_, err := st.l.c.Revoke(ctx, st.id)
 	if err != nil && entryMayStand && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		st.l.revokeLater(st.id, st.ttl)
+		st.l.revokeLater(st.id)
 	}
 }
