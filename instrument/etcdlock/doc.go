@@ -140,8 +140,12 @@
 //
 // # Failure modes
 //
-// A leader change does not end leases: etcd extends every lease by an
-// election timeout on promotion. While no leader is reachable keepalives
+// A leader change does not end leases: a new leader gives every lease its
+// TTL again plus an election timeout (its whole TTL: etcd remembers a
+// lease's remaining TTL across a leader change only with lease
+// checkpointing, off by default), so a lease can outlive its holder's last
+// keepalive by up to about two TTLs across an election, and no lease
+// expires while there is no leader. While no leader is reachable keepalives
 // fail; the holder's context ends at its local deadline, before etcd could
 // expire the lease and hand the lock to someone else. Watches use
 // WithRequireLeader, so a member cut off from the leader does not leave them
