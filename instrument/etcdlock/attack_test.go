@@ -417,16 +417,7 @@ func etcdServerDeadline(ctx context.Context, method string, req, reply any, cc *
 // with DeadlineExceeded, as for any give-up, and nothing stays in the queue.
 func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
 	e := testenv.NewEtcd(t)
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   e.Endpoints(),
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(etcdServerDeadline)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := interceptedClient(t, e.Endpoints(), etcdServerDeadline)
 	s, err := concurrency.NewSession(c)
 	if err != nil {
 		t.Fatal(err)
@@ -721,16 +712,7 @@ func TestAcquire_AWaiterWhoseContextEndsAsAReadFailsGetsErrNotAcquiredWithTheCau
 				}
 				return invoker(rctx, method, req, reply, cc, opts...)
 			}
-			c, err := clientv3.New(clientv3.Config{
-				Endpoints:   e.Endpoints(),
-				DialTimeout: 2 * time.Second,
-				Logger:      zap.NewNop(),
-				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(endingRead)},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
+			c := interceptedClient(t, e.Endpoints(), endingRead)
 			lh, lw := newLocker(t, admin), inWaitMode(newLocker(t, c), mode.max)
 			key := "ctx-ends-as-read-fails-" + mode.name
 			h, err := lh.Acquire(timeout(t, 5*time.Second), key)

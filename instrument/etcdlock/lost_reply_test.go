@@ -133,11 +133,18 @@ func grantReq(method string, _ any) bool { return method == "/etcdserverpb.Lease
 // through f.
 func faultyClient(t *testing.T, endpoints []string, f *lostReply) *clientv3.Client {
 	t.Helper()
+	return interceptedClient(t, endpoints, f.intercept)
+}
+
+// interceptedClient returns a client of endpoints whose unary requests go
+// through icpt, closed when the test ends.
+func interceptedClient(t *testing.T, endpoints []string, icpt grpc.UnaryClientInterceptor) *clientv3.Client {
+	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -603,16 +610,7 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	g := &revokeGate{open: make(chan struct{})}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   e.Endpoints(),
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(g.intercept)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := interceptedClient(t, e.Endpoints(), g.intercept)
 	l, other := newLocker(t, c), newLocker(t, admin)
 	const key, waiters = "waiters-give-up-unreachable", 12
 	holder, err := other.Acquire(timeout(t, 10*time.Second), key)
@@ -711,16 +709,7 @@ func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *t
 		}
 		return err
 	}
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   e.Endpoints(),
-		DialTimeout: 2 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := interceptedClient(t, e.Endpoints(), icpt)
 	l := newLocker(t, c)
 	const key, ttl = "revoke-outage-past-two-ttls", time.Second
 	h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(ttl))
