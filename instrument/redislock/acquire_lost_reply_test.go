@@ -106,11 +106,7 @@ func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 		proxies = append(proxies, p)
 		cs[i] = newClient(t, p.Addr())
 	}
-	l, err := redislock.NewQuorum(cs, redislock.WithNodeTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := newQuorumOn(t, cs, redislock.WithNodeTimeout(5*time.Second))
 	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
 	admins := quorumClients(t, nodes)
 	ctx := timeout(t, time.Minute)

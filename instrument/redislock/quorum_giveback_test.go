@@ -75,11 +75,7 @@ func TestQuorum_AGrantWhoseGiveBackFailsIsGivenBackLater(t *testing.T) {
 	h := &cutAfterReply{p: p}
 	c0.AddHook(h)
 	cs[0] = c0
-	l, err := redislock.NewQuorum(cs, redislock.WithNodeTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l := newQuorumOn(t, cs, redislock.WithNodeTimeout(time.Second))
 	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
 	admins := quorumClients(t, nodes)
 	ctx := timeout(t, time.Minute)

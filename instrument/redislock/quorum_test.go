@@ -35,7 +35,14 @@ func quorumClients(t testing.TB, nodes []*testenv.Redis) []redis.UniversalClient
 
 func newQuorum(t testing.TB, nodes []*testenv.Redis, opts ...redislock.QuorumOption) *redislock.Locker {
 	t.Helper()
-	l, err := redislock.NewQuorum(quorumClients(t, nodes), opts...)
+	return newQuorumOn(t, quorumClients(t, nodes), opts...)
+}
+
+// newQuorumOn is a quorum Locker over clients cs (some through a proxy or
+// with hooks), closed when the test ends.
+func newQuorumOn(t testing.TB, cs []redis.UniversalClient, opts ...redislock.QuorumOption) *redislock.Locker {
+	t.Helper()
+	l, err := redislock.NewQuorum(cs, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
