@@ -46,6 +46,21 @@
 // lockgov command an operator runs (passwords are never in it: redis-cli
 // gets --askpass).
 //
+// # Keys that are not UTF-8
+//
+// A key is bytes to Redis and etcd, and another application's key under a
+// scanned pattern need not be UTF-8. In JSON (Finding.MarshalJSON) such a
+// key is "key" with U+FFFD in place of each byte that is not UTF-8, as
+// encoding/json writes it (and that may spell another key that exists),
+// and "key_base64", the standard base64 (RFC 4648, padded) of its bytes,
+// which UnmarshalJSON reads back exact. A UTF-8 key is "key" alone. A
+// client that acts on a key uses key_base64 when it is there. Actions quote
+// keys for a POSIX shell, with $'\xNN' escapes for bytes outside printable
+// ASCII, so the command is UTF-8 text and the shell passes the key's bytes:
+// redis-cli does not unescape its arguments (only its interactive prompt
+// reads "\xff"). The key pattern of such a key is a declared pattern that
+// matches it, else "other" (policy.Matcher), never the key.
+//
 // # Memory
 //
 // A scan holds one batch of keys (WithScanCount, default 1000) per Cluster

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
@@ -103,6 +104,7 @@ type findingJSON struct {
 	Severity   string  `json:"severity"`
 	Store      string  `json:"store"`
 	Key        string  `json:"key"`
+	KeyBase64  []byte  `json:"key_base64,omitempty"`
 	KeyPattern string  `json:"key_pattern"`
 	Holder     *Holder `json:"holder,omitempty"`
 	Age        float64 `json:"age_seconds"`
@@ -112,18 +114,35 @@ type findingJSON struct {
 }
 
 // MarshalJSON encodes f with snake_case names and Age and TTL in seconds
-// (age_seconds, ttl_seconds).
+// (age_seconds, ttl_seconds). A Key that is not valid UTF-8 (another
+// application's key: a key is bytes to Redis and etcd) is also written as
+// key_base64, the standard base64 (RFC 4648, padded) of its bytes: "key"
+// then has U+FFFD for each byte that is not UTF-8, as encoding/json writes
+// it, and may be another key that exists. A UTF-8 Key has no key_base64.
 func (f Finding) MarshalJSON() ([]byte, error) {
-	return json.Marshal(findingJSON{f.Detector, f.Kind, f.Severity, f.Store, f.Key, f.KeyPattern, f.Holder,
+	return json.Marshal(findingJSON{f.Detector, f.Kind, f.Severity, f.Store, f.Key, keyBytes(f.Key), f.KeyPattern, f.Holder,
 		f.Age.Seconds(), f.TTL.Seconds(), f.Detail, f.Action})
 }
 
+// keyBytes is the key_base64 of key: its bytes when it is not valid UTF-8,
+// nil (no field) when "key" says it exactly.
+func keyBytes(key string) []byte {
+	if utf8.ValidString(key) {
+		return nil
+	}
+	return []byte(key)
+}
+
 // UnmarshalJSON decodes what MarshalJSON encodes (a follower agent serving
-// the leader's findings reads them back).
+// the leader's findings reads them back); key_base64, when there, is the
+// Key.
 func (f *Finding) UnmarshalJSON(b []byte) error {
 	var j findingJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
+	}
+	if j.KeyBase64 != nil {
+		j.Key = string(j.KeyBase64)
 	}
 	*f = Finding{Detector: j.Detector, Kind: j.Kind, Severity: j.Severity, Store: j.Store, Key: j.Key,
 		KeyPattern: j.KeyPattern, Holder: j.Holder, Age: seconds(j.Age), TTL: seconds(j.TTL), Detail: j.Detail, Action: j.Action}
