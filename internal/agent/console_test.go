@@ -1,10 +1,21 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -39,5 +50,149 @@ func TestConsole_ServesThePageItsAssetsAndTheRemediationFlag(t *testing.T) {
 		if *doc.Remediation != (token != "") {
 			t.Errorf("remediation = %v with token %q", *doc.Remediation, token)
 		}
+	}
+}
+
+// e2eScript answers the console's dialogs (confirm, the token prompt),
+// writes its alerts into the page, and clicks the first delete button
+// under the selector once the console has rendered one, after writing the
+// key its finding or row shows into the page (the next refresh may remove
+// the lock).
+const e2eScript = `"use strict";
+function e2eNote(cls, text) {
+  var p = document.createElement("pre");
+  p.className = cls;
+  p.textContent = text;
+  document.body.appendChild(p);
+}
+window.confirm = function () { return true; };
+window.prompt = function () { return %q; };
+window.alert = function (m) { e2eNote("e2e-alert", m); };
+var e2eTimer = setInterval(function () {
+  var b = document.querySelector(%q);
+  if (!b) return;
+  clearInterval(e2eTimer);
+  var n = b;
+  while (n && !n.querySelector("code")) n = n.parentNode;
+  e2eNote("e2e-key", n ? n.querySelector("code").textContent : "");
+  b.click();
+}, 20);
+`
+
+// e2eNote returns the text of the page's <pre class="cls">, "" if none.
+func e2eNote(dom, cls string) string {
+	_, rest, ok := strings.Cut(dom, `<pre class="`+cls+`">`)
+	text, _, _ := strings.Cut(rest, "</pre>")
+	if !ok {
+		return ""
+	}
+	return text
+}
+
+// TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey loads the
+// console in headless Chromium, against the agent and a real Redis, and
+// clicks "delete immortal lock" on an immortal lock whose key is not UTF-8,
+// in the findings and in the live locks: that key is deleted, and the live
+// lock on the key the lossy "key" field reads as ("lock:\uFFFD\uFFFD") is
+// kept. The console shows the key with \xNN escapes. Before, the button
+// sent the lossy key: 409 for the live lock, the immortal one kept.
+func TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium; scripts/test installs it): the console's browser check is skipped")
+	}
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	l, err := redislock.New(c, redislock.WithService("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	live, err := l.Acquire(ctx, lossyKey, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Release(context.Background())
+	cfg := testConfig("console")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = "t0k"
+	a := start(t, cfg)
+	_, page := get(t, a.URL())
+
+	for _, tc := range []struct{ name, button string }{
+		{"finding", "#findings button.remediate"},
+		{"live lock", "#locks button.remediate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The page must see the lock: a record without it, then one
+			// with it, is a scan that read it, and so is every later one.
+			listed := func() (finding, lock bool) {
+				_, fs := get(t, a.URL()+"api/v1/findings")
+				_, ls := get(t, a.URL()+"api/v1/locks")
+				return strings.Contains(fs, `"kind":"immortal"`), strings.Contains(ls, `"immortal":true`)
+			}
+			if err := c.Del(ctx, rawKey).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "no immortal lock listed", func() bool { f, l := listed(); return !f && !l })
+			if err := c.Set(ctx, rawKey, "another app's lock", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the immortal lock in the findings and the locks", func() bool { f, l := listed(); return f && l })
+			// The console as the agent serves it, on a page that also
+			// loads the test's script (same origin: the page's CSP holds).
+			target, err := url.Parse(a.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			proxy.Transport = tr
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.Header().Set("Content-Security-Policy", "default-src 'self'")
+				fmt.Fprint(w, strings.Replace(page, `<script src="/console/app.js">`, `<script src="/e2e.js"></script><script src="/console/app.js">`, 1))
+			})
+			mux.HandleFunc("GET /e2e.js", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/javascript")
+				fmt.Fprintf(w, e2eScript, cfg.RemediationToken, tc.button)
+			})
+			mux.Handle("/", proxy)
+			srv := httptest.NewServer(mux)
+			defer srv.Close()
+
+			profile := t.TempDir()
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer ccancel()
+			cmd := exec.CommandContext(cctx, chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+				"--disable-dev-shm-usage", "--user-data-dir="+profile, "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/")
+			cmd.Env = append(os.Environ(), "HOME="+profile)
+			var stderr syncBuf
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("chromium: %v\n%s", err, stderr.String())
+			}
+			dom := string(out)
+			if alert := e2eNote(dom, "e2e-alert"); !strings.HasPrefix(alert, "Deleted") {
+				t.Errorf("the console's answer: %q, want Deleted", alert)
+			}
+			if n, _ := c.Exists(ctx, rawKey).Result(); n != 0 {
+				t.Errorf("%q is still there", rawKey)
+			}
+			if err := live.Refresh(ctx); err != nil {
+				t.Fatalf("the live lock on %q: %v", lossyKey, err)
+			}
+			if shown := e2eNote(dom, "e2e-key"); shown != `lock:\xff\xfe` {
+				t.Errorf(`the console showed the key as %q, want lock:\xff\xfe`, shown)
+			}
+			if t.Failed() {
+				t.Logf("DOM:\n%s", dom)
+			}
+		})
 	}
 }

@@ -59,11 +59,28 @@
 //   - Owner tokens are never in an answer, a log line or a metric: locks are
 //     read through redislock.DecodeValue and etcdlock.DecodeValue, which drop
 //     them. The remediation token is compared in constant time and never logged.
-//   - Remediation (DELETE /api/v1/locks?key=K) is off unless the agent has a
-//     remediation token; without a valid bearer token it answers 401. It
-//     deletes only a lock without a TTL, and only if the lock's value (etcd:
-//     the entry's revision and value) is still the one it read, so a lock
-//     taken by a new holder meanwhile is never deleted. Each deletion is
+//   - Every key an answer names round-trips. A key that is not valid UTF-8
+//     (another application's, under a scanned pattern) is written by
+//     /api/v1/findings, /api/v1/locks and the remediation answer as "key"
+//     with U+FFFD in place of each bad byte, as encoding/json writes it,
+//     which may be another lock's key, and as "key_base64", the standard
+//     base64 (RFC 4648, padded) of its bytes; a UTF-8 key has no key_base64.
+//     A client acting on a key sends key_base64 when it is there:
+//     DELETE /api/v1/locks?key_base64=B (percent-encoded: a "+" unescaped in
+//     a query reads as a space). A key_base64 that does not decode, or that
+//     names another key than a key= sent with it, is 400 saying which; a
+//     key= with U+FFFD that names no lock is 404 pointing at key_base64. The
+//     console shows such a key with \xNN escapes and deletes it by
+//     key_base64. Its log lines carry key_base64 too (slog's JSON handler
+//     writes U+FFFD; the text handler quotes the bytes). Its key_pattern is
+//     a declared pattern that matches it, else "other"; no metric carries a
+//     key.
+//   - Remediation (DELETE /api/v1/locks?key=K, or ?key_base64=B) is off
+//     unless the agent has a remediation token; without a valid bearer
+//     token it answers 401. It deletes only a lock without a TTL, and only
+//     if the lock's value (etcd: the entry's revision and value) is still
+//     the one it read, so a lock taken by a new holder meanwhile is never
+//     deleted. Each deletion is
 //     logged with the key, pattern and holder. A lock found gone by the
 //     delete itself answers 410 and is logged too: on Redis that is also
 //     what a resent delete sees after its first run deleted the lock (its

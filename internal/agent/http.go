@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -107,9 +110,9 @@ var remediateSrc string
 var remediateScript = redis.NewScript(remediateSrc)
 
 // remediate deletes one immortal lock: DELETE /api/v1/locks?key=K[&store=S]
-// with "Authorization: Bearer TOKEN". Only a lock with no TTL is deleted,
-// and only if its value is still the one read just before (another holder's
-// lock is never deleted).
+// (or key_base64=B: requestKey) with "Authorization: Bearer TOKEN". Only a
+// lock with no TTL is deleted, and only if its value is still the one read
+// just before (another holder's lock is never deleted).
 func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.RemediationToken == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgov"`)
@@ -123,9 +126,9 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, apiError{"remediation needs the agent's remediation token as a bearer token"})
 		return
 	}
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		writeJSON(w, http.StatusBadRequest, apiError{"key is required: DELETE /api/v1/locks?key=KEY[&store=STORE]"})
+	key, err := requestKey(r.URL.Query())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
 	s, err := a.storeNamed(r.URL.Query().Get("store"))
@@ -138,27 +141,71 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 	l, deleted, err := a.deleteImmortal(ctx, s, key)
 	switch {
 	case errors.Is(err, errNoLock):
-		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+		msg := err.Error()
+		if strings.ContainsRune(key, utf8.RuneError) {
+			msg += `: the key has U+FFFD, which the API's "key" has in place of bytes that are not UTF-8; send the key_base64 of the finding or lock instead`
+		}
+		writeJSON(w, http.StatusNotFound, apiError{msg})
 	case errors.Is(err, errNotImmortal):
 		writeJSON(w, http.StatusConflict, apiError{err.Error()})
 	case errors.Is(err, errGone):
 		// Possibly this request's own deletion (a resent script): logged
 		// as the audit line of a deletion that may have happened.
 		a.log.Warn("agent: remediation: the immortal lock is gone, deleted by this request or released by its holder meanwhile",
-			"store", s.name, "key", key, "key_pattern", l.Pattern,
-			"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)
+			append(keyAttrs(s.name, key), "key_pattern", l.Pattern,
+				"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)...)
 		writeJSON(w, http.StatusGone, apiError{err.Error()})
 	case err != nil:
 		writeJSON(w, http.StatusBadGateway, apiError{err.Error()})
 	case !deleted:
 		writeJSON(w, http.StatusConflict, apiError{"the lock changed since it was read (a new holder or a TTL): not deleted"})
 	default:
-		a.log.Warn("agent: remediation: deleted an immortal lock", "store", s.name, "key", key, "key_pattern", l.Pattern,
-			"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)
+		a.log.Warn("agent: remediation: deleted an immortal lock",
+			append(keyAttrs(s.name, key), "key_pattern", l.Pattern,
+				"holder_service", l.Holder.Service, "holder_instance", l.Holder.Instance, "fence", l.Fence, "remote", r.RemoteAddr)...)
 		writeJSON(w, http.StatusOK, struct {
 			Deleted Lock `json:"deleted"`
 		}{l})
 	}
+}
+
+// requestKey is the key a remediation request names: key=KEY, or
+// key_base64=B, the standard base64 (RFC 4648, padded) of the key's bytes as
+// the API writes it for a key that is not valid UTF-8, or both if they name
+// the same key. (key=, percent-encoded, can carry any bytes too; key_base64
+// is what a client has that read the key from JSON.)
+func requestKey(q url.Values) (string, error) {
+	key, b64 := q.Get("key"), q.Get("key_base64")
+	if b64 != "" {
+		raw, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			msg := fmt.Sprintf("key_base64 is not standard base64 (RFC 4648, with padding, as the API writes it): %v", err)
+			if strings.Contains(b64, " ") {
+				msg += `; a "+" in a query string reads as a space: send it as %2B`
+			}
+			return "", errors.New(msg)
+		}
+		if key != "" && key != string(raw) {
+			return "", fmt.Errorf("key %q and key_base64 (%q) name different keys: send one of them", key, raw)
+		}
+		key = string(raw)
+	}
+	if key == "" {
+		return "", errors.New("key is required: DELETE /api/v1/locks?key=KEY[&store=STORE], or key_base64=BASE64 (the key_base64 of the finding or lock) for a key that is not UTF-8")
+	}
+	return key, nil
+}
+
+// keyAttrs are the log attributes naming store and key. A key that is not
+// valid UTF-8 is also logged as key_base64: a JSON log handler writes U+FFFD
+// for its bad bytes (slog's text handler quotes them), and the audit line
+// of a deletion must name the key that was deleted.
+func keyAttrs(storeName, key string) []any {
+	attrs := []any{"store", storeName, "key", key}
+	if !utf8.ValidString(key) {
+		attrs = append(attrs, "key_base64", base64.StdEncoding.EncodeToString([]byte(key)))
+	}
+	return attrs
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,6 +44,7 @@ func (l Lock) Immortal() bool { return l.TTL == NoTTL }
 type lockJSON struct {
 	Store      string            `json:"store"`
 	Key        string            `json:"key"`
+	KeyBase64  []byte            `json:"key_base64,omitempty"` // the key's bytes, when it is not UTF-8
 	KeyPattern string            `json:"key_pattern"`
 	Holder     *lockvalue.Holder `json:"holder"`
 	AgeSeconds float64           `json:"age_seconds"`
@@ -52,7 +54,10 @@ type lockJSON struct {
 	Waiters    int               `json:"waiters,omitempty"`
 }
 
-// MarshalJSON writes the lock with snake_case names and durations in seconds.
+// MarshalJSON writes the lock with snake_case names and durations in
+// seconds. A key that is not valid UTF-8 is also written as key_base64, as
+// detectors.Finding writes it: "key" then has U+FFFD in place of the bytes
+// that are not UTF-8, and may name another lock.
 func (l Lock) MarshalJSON() ([]byte, error) {
 	h := l.Holder
 	j := lockJSON{Store: l.Store, Key: l.Key, KeyPattern: l.Pattern, Holder: &h,
@@ -60,14 +65,21 @@ func (l Lock) MarshalJSON() ([]byte, error) {
 	if l.Immortal() {
 		j.TTLSeconds = -1
 	}
+	if !utf8.ValidString(l.Key) {
+		j.KeyBase64 = []byte(l.Key)
+	}
 	return json.Marshal(j)
 }
 
-// UnmarshalJSON reads what MarshalJSON writes.
+// UnmarshalJSON reads what MarshalJSON writes; key_base64, when there, is
+// the key.
 func (l *Lock) UnmarshalJSON(data []byte) error {
 	var j lockJSON
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
+	}
+	if j.KeyBase64 != nil {
+		j.Key = string(j.KeyBase64)
 	}
 	*l = Lock{Store: j.Store, Key: j.Key, Pattern: j.KeyPattern, Fence: j.Fence, Waiters: j.Waiters,
 		Age: time.Duration(j.AgeSeconds * float64(time.Second)), TTL: time.Duration(j.TTLSeconds * float64(time.Second))}

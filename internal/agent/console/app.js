@@ -49,18 +49,36 @@
     sel.value = cur;
   }
 
-  function remediateButton(store, key) {
+  // keyOf returns how the console shows the key of a finding or lock, and
+  // the query parameter that names it exactly. key_base64, when the API
+  // gives it, holds the key's bytes: the key is not UTF-8, and "key" has
+  // U+FFFD in place of its bad bytes, which may spell another lock's key.
+  // Such a key is shown with \xNN for each byte outside printable ASCII, as
+  // the Actions' $'...' quoting writes it.
+  function keyOf(x) {
+    if (!x.key_base64) return { text: x.key, param: "key=" + encodeURIComponent(x.key) };
+    var bin = atob(x.key_base64), text = "";
+    for (var i = 0; i < bin.length; i++) {
+      var c = bin.charCodeAt(i);
+      if (c === 0x5c) text += "\\\\";
+      else if (c >= 0x20 && c < 0x7f) text += bin.charAt(i);
+      else text += "\\x" + (c < 16 ? "0" : "") + c.toString(16);
+    }
+    return { text: text, param: "key_base64=" + encodeURIComponent(x.key_base64) };
+  }
+
+  function remediateButton(store, k) {
     var b = el("button", "remediate", "delete immortal lock");
     b.type = "button";
     b.onclick = function () {
-      if (!window.confirm("Delete the immortal lock " + key + " on " + store + "?\nOnly a lock without a TTL whose value is unchanged is deleted.")) return;
+      if (!window.confirm("Delete the immortal lock " + k.text + " on " + store + "?\nOnly a lock without a TTL whose value is unchanged is deleted.")) return;
       var token = sessionStorage.getItem("lockgov-token") || window.prompt("Remediation token of this agent:");
       if (!token) return;
-      fetch("/api/v1/locks?key=" + encodeURIComponent(key) + "&store=" + encodeURIComponent(store), {
+      fetch("/api/v1/locks?" + k.param + "&store=" + encodeURIComponent(store), {
         method: "DELETE", headers: { "Authorization": "Bearer " + token }
       }).then(function (r) {
         return r.json().then(function (body) {
-          if (r.ok) { sessionStorage.setItem("lockgov-token", token); window.alert("Deleted " + key); refresh(); return; }
+          if (r.ok) { sessionStorage.setItem("lockgov-token", token); window.alert("Deleted " + k.text); refresh(); return; }
           if (r.status === 410) { window.alert(body.error); refresh(); return; }
           if (r.status === 401) sessionStorage.removeItem("lockgov-token");
           window.alert("Not deleted: " + (body.error || r.status));
@@ -88,7 +106,7 @@
       var head = el("div", "head");
       head.appendChild(el("span", "sev", x.severity));
       head.appendChild(el("span", "kind", x.kind));
-      if (x.key) head.appendChild(el("code", null, x.key));
+      if (x.key) head.appendChild(el("code", null, keyOf(x).text));
       if (x.key_pattern) head.appendChild(el("span", "muted", x.key_pattern));
       head.appendChild(el("span", "muted", x.store));
       if (x.age_seconds) head.appendChild(el("span", "muted", "age " + dur(x.age_seconds)));
@@ -96,7 +114,7 @@
       if (x.holder) d.appendChild(el("div", "muted", "holder: " + holderText(x.holder)));
       if (x.detail) d.appendChild(el("div", null, x.detail));
       if (x.action) { var a = el("div", "action"); a.appendChild(el("b", null, "Action: ")); a.appendChild(document.createTextNode(x.action)); d.appendChild(a); }
-      if (state.remediation && x.kind === "immortal" && x.key) d.appendChild(remediateButton(x.store, x.key));
+      if (state.remediation && x.kind === "immortal" && x.key) d.appendChild(remediateButton(x.store, keyOf(x)));
       box.appendChild(d);
     });
     renderDeadlocks(list);
@@ -138,7 +156,7 @@
     tb.textContent = "";
     list.forEach(function (l) {
       var tr = el("tr");
-      cell(tr).appendChild(el("code", null, l.key));
+      cell(tr).appendChild(el("code", null, keyOf(l).text));
       cell(tr, l.key_pattern);
       cell(tr, holderText(l.holder));
       cell(tr, l.age_seconds ? dur(l.age_seconds) : "", "num");
@@ -146,7 +164,7 @@
       cell(tr, l.fence || "", "num");
       cell(tr, l.store, "muted");
       var act = cell(tr, "");
-      if (state.remediation && l.immortal) act.appendChild(remediateButton(l.store, l.key));
+      if (state.remediation && l.immortal) act.appendChild(remediateButton(l.store, keyOf(l)));
       tb.appendChild(tr);
     });
     if (list.length === 0) { var tr = el("tr"); var td = cell(tr, "No locks held.", "muted"); td.colSpan = 8; tb.appendChild(tr); }
