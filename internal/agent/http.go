@@ -287,14 +287,19 @@ func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (L
 	if kv.Lease != 0 {
 		return l, false, errNotImmortal
 	}
+	// Else counts the entry in the same transaction: gone is told from
+	// changed as on Redis (410: released meanwhile, not a new holder).
 	k := string(kv.Key)
 	txn, err := s.etcd.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(k), "=", kv.ModRevision),
 		clientv3.Compare(clientv3.Value(k), "=", string(kv.Value)),
 		clientv3.Compare(clientv3.LeaseValue(k), "=", clientv3.NoLease),
-	).Then(clientv3.OpDelete(k)).Commit()
+	).Then(clientv3.OpDelete(k)).Else(clientv3.OpGet(k, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return l, false, err
+	}
+	if !txn.Succeeded && len(txn.Responses) == 1 && txn.Responses[0].GetResponseRange().GetCount() == 0 {
+		return l, false, errGone
 	}
 	return l, txn.Succeeded, nil
 }

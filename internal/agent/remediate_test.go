@@ -2,22 +2,27 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/policy"
 )
 
 func del(t *testing.T, a *Agent, query, token string) (int, string) {
@@ -308,5 +313,95 @@ func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
 				t.Fatalf("a deletion logged for a lock the agent did not delete:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestRemediation_Etcd_AnEntryThatChangesBeforeTheDeleteIsKept: between the
+// agent's read of an immortal entry, etcdlock's or another writer's, and its
+// delete, the entry is put again (another value, the same value, the same
+// value under a lease) or deleted. The delete is one transaction on the mod
+// revision, value and lease it read: a changed entry is kept (the API's
+// 409), and a gone one is errGone (410, as on Redis), not "changed".
+func TestRemediation_Etcd_AnEntryThatChangesBeforeTheDeleteIsKept(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	var armed atomic.Pointer[func(context.Context)]
+	// The agent's client, with the change made just before its delete
+	// transaction leaves.
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if method == "/etcdserverpb.KV/Txn" {
+					if f := armed.Swap(nil); f != nil {
+						(*f)(ctx)
+					}
+				}
+				return invoke(ctx, method, req, reply, cc, opts...)
+			})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := &Agent{lister: &lister{match: policy.NewMatcher(nil), now: time.Now}}
+	s := &store{name: "etcd", etcd: c}
+	const value = `{"owner":"another library"}`
+	for _, entry := range []struct{ name, key, etcdKey string }{
+		{"another writer's entry", etcdlock.DefaultPrefix + "orders/42", etcdlock.DefaultPrefix + "orders/42"},
+		{"etcdlock's entry", "lock:b", etcdlock.DefaultPrefix + "lock:b\x00" + "00000000000000ff"},
+	} {
+		for _, tc := range []struct {
+			name      string
+			meanwhile func(ctx context.Context, k string) error
+			deleted   bool
+			gone      bool // the API's 410
+			leased    bool // the entry left has a lease
+		}{
+			{"nothing", func(context.Context, string) error { return nil }, true, false, false},
+			{"another value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, `{"owner":"new"}`); return err }, false, false, false},
+			{"the same value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, value); return err }, false, false, false},
+			{"the same value under a lease", func(ctx context.Context, k string) error {
+				g, err := ec.Grant(ctx, 600)
+				if err == nil {
+					_, err = ec.Put(ctx, k, value, clientv3.WithLease(g.ID))
+				}
+				return err
+			}, false, false, true},
+			{"deleted", func(ctx context.Context, k string) error { _, err := ec.Delete(ctx, k); return err }, false, true, false},
+		} {
+			t.Run(entry.name+"/"+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if _, err := ec.Put(ctx, entry.etcdKey, value); err != nil {
+					t.Fatal(err)
+				}
+				ran := false
+				f := func(context.Context) {
+					ran = true
+					if err := tc.meanwhile(ctx, entry.etcdKey); err != nil {
+						t.Error(err)
+					}
+				}
+				armed.Store(&f)
+				_, deleted, err := a.deleteImmortalEtcd(ctx, s, entry.key)
+				if !ran {
+					t.Fatal("no delete transaction ran: the scenario did not happen")
+				}
+				if deleted != tc.deleted || errors.Is(err, errGone) != tc.gone || (err != nil && !tc.gone) {
+					t.Errorf("deleted %v, err %v; want deleted %v, gone %v", deleted, err, tc.deleted, tc.gone)
+				}
+				resp, err := ec.Get(ctx, entry.etcdKey)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if left := len(resp.Kvs) == 1; left != (!tc.deleted && !tc.gone) {
+					t.Errorf("entry left: %v, want %v", left, !tc.deleted && !tc.gone)
+				} else if left && (resp.Kvs[0].Lease != 0) != tc.leased {
+					t.Errorf("the entry left has lease %x", resp.Kvs[0].Lease)
+				}
+				if _, err := ec.Delete(ctx, entry.etcdKey); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }

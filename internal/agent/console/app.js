@@ -71,7 +71,7 @@
     var b = el("button", "remediate", "delete immortal lock");
     b.type = "button";
     b.onclick = function () {
-      if (!window.confirm("Delete the immortal lock " + k.text + " on " + store + "?\nOnly a lock without a TTL whose value is unchanged is deleted.")) return;
+      if (!window.confirm("Delete the immortal lock " + k.text + " on " + store + "?\nThe agent reads it again and deletes it only if it still has no TTL and does not change meanwhile.")) return;
       var token = sessionStorage.getItem("lockgov-token") || window.prompt("Remediation token of this agent:");
       if (!token) return;
       fetch("/api/v1/locks?" + k.param + "&store=" + encodeURIComponent(store), {
