@@ -86,7 +86,14 @@
 //     what a resent delete sees after its first run deleted the lock (its
 //     reply lost), so the audit log misses no deletion. On etcd, K is the
 //     lock key of etcdlock's entries, or, for an entry another writer put
-//     under the prefix, its whole etcd key, as the immortal finding names it.
+//     under the prefix, its whole etcd key, as the immortal finding and
+//     /api/v1/locks name it; the delete is one transaction on the entry's
+//     mod revision, value and missing lease as read, so an entry put again
+//     meanwhile (another value, the same one, or under a lease) is kept
+//     (409), and one deleted meanwhile is 410. "Unchanged" is since the
+//     agent's read, which the request makes: the API takes no revision from
+//     the client, so a lease-less entry put again between the operator's
+//     look and the request is the one deleted (lockgov never writes one).
 //
 // # Failure modes
 //

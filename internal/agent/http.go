@@ -271,7 +271,7 @@ func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (L
 		// "key NUL lease" layout) is a lock of its own to the detectors,
 		// named by its whole etcd key: that is the key their immortal
 		// finding, and the console's button, sends.
-		if _, _, ok := etcdlock.ParseQueueKey(etcdlock.DefaultPrefix, key); ok || !strings.HasPrefix(key, etcdlock.DefaultPrefix) {
+		if !isForeignEntryKey(key) {
 			return Lock{}, false, errNoLock
 		}
 		if resp, err = s.etcd.Get(ctx, key); err != nil {

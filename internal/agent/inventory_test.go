@@ -207,3 +207,88 @@ func TestInventory_ShowRefusesAnEmptyKey(t *testing.T) {
 		t.Errorf("Show(lock:order:42) = %+v, %v", shown, err)
 	}
 }
+
+// TestInventory_Etcd_AnEntryOfAnotherWriterIsListedAndShownByItsFindingsKey:
+// an entry another writer put under the lock prefix (not etcdlock's "key NUL
+// lease" layout) is a lock of its own to the detectors, named by its whole
+// etcd key: the immortal finding's key, the key remediation deletes. The
+// inventory behind /api/v1/locks and `lockgov locks` skipped it: the console
+// had no row (and no delete button) for the lock its finding named, and
+// `lockgov locks show KEY` said there was none. It is listed and shown by
+// that key now, with its lease's TTL when it has one, and etcdlock's locks
+// around it keep their holders and waiters.
+func TestInventory_Etcd_AnEntryOfAnotherWriterIsListedAndShownByItsFindingsKey(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entry := func(key string, lease int) string {
+		return fmt.Sprintf("%s%s\x00%016x", etcdlock.DefaultPrefix, key, lease)
+	}
+	foreign := etcdlock.DefaultPrefix + "orders/42"
+	odd := etcdlock.DefaultPrefix + "orders/43\x00not-a-lease" // a NUL, but not etcdlock's layout
+	// Not etcdlock's layout either, and between orders/41's two entries in
+	// key order: orders/41 stays one lock.
+	between := entry("orders/41", 1) + "x"
+	leased := etcdlock.DefaultPrefix + "orders/45"
+	g, err := ec.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, put := range []struct {
+		key, value string
+		opts       []clientv3.OpOption
+	}{
+		{entry("orders/41", 1), `{"service":"a"}`, nil},
+		{entry("orders/41", 2), `{"service":"waiter"}`, nil},
+		{foreign, `{"owner":"another library"}`, nil},
+		{between, "z", nil},
+		{odd, "x", nil},
+		{entry("orders/44", 1), `{"service":"b"}`, nil},
+		{leased, "y", []clientv3.OpOption{clientv3.WithLease(g.ID)}},
+	} {
+		if _, err := ec.Put(ctx, put.key, put.value, put.opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := OpenInventory(nil, e.Endpoints(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	got := map[string]Lock{}
+	if err := in.List(ctx, func(l Lock) bool {
+		if _, dup := got[l.Key]; dup {
+			t.Errorf("%q listed twice", l.Key)
+		}
+		got[l.Key] = l
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if l := got["orders/41"]; l.Holder.Service != "a" || l.Waiters != 1 {
+		t.Errorf("orders/41 = %+v, want held by a with one waiter", l)
+	}
+	if l := got["orders/44"]; l.Holder.Service != "b" || l.Waiters != 0 {
+		t.Errorf("orders/44 = %+v, want held by b", l)
+	}
+	for _, k := range []string{foreign, odd, between} {
+		if l, ok := got[k]; !ok || !l.Immortal() || !l.Holder.Foreign || l.Waiters != 0 {
+			t.Errorf("%q = %+v (listed %v), want an immortal lock with a foreign holder", k, l, ok)
+		}
+	}
+	if l, ok := got[leased]; !ok || l.Immortal() || l.TTL <= 0 {
+		t.Errorf("%q = %+v (listed %v), want its lease's TTL", leased, l, ok)
+	}
+	if len(got) != 6 {
+		t.Errorf("%d locks, want 6: %v", len(got), got)
+	}
+	for _, k := range []string{foreign, odd} {
+		if shown, err := in.Show(ctx, k); err != nil || len(shown) != 1 || shown[0].Key != k || !shown[0].Immortal() {
+			t.Errorf("Show(%q) = %+v, %v; want the immortal entry", k, shown, err)
+		}
+	}
+	if shown, err := in.Show(ctx, "orders/42"); err != nil || len(shown) != 0 {
+		t.Errorf(`Show("orders/42") = %+v, %v; want none: the entry is named by its whole etcd key`, shown, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -187,13 +188,52 @@ func (ls *lister) finish(l *Lock, now time.Time) {
 	}
 }
 
+// etcdEntry is the head entry of one lock on etcd: the holder's.
+type etcdEntry struct {
+	key     string // the lock key; an entry of another writer: its etcd key
+	kv      []byte
+	lease   int64
+	rev     int64
+	waiters int
+}
+
+// etcdLock is the Lock of e; ok is false when e's lease expired since it
+// was read (the entry is gone).
+func (ls *lister) etcdLock(ctx context.Context, s *store, e *etcdEntry) (l Lock, ok bool, err error) {
+	l = Lock{Store: s.name, Key: e.key, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
+	if e.lease != 0 {
+		ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
+		if err != nil {
+			return l, false, err
+		}
+		if ttl.TTL < 0 {
+			return l, false, nil
+		}
+		l.TTL = time.Duration(ttl.TTL) * time.Second
+	}
+	ls.finish(&l, ls.now())
+	return l, true, nil
+}
+
+// isForeignEntryKey reports whether key, as a lock's name, is the whole etcd
+// key of an entry another writer put under the lock prefix, not in
+// etcdlock's "key NUL lease" layout: the detectors report such an entry as
+// a lock of its own, by that name.
+func isForeignEntryKey(key string) bool {
+	_, _, queued := etcdlock.ParseQueueKey(etcdlock.DefaultPrefix, key)
+	return !queued && strings.HasPrefix(key, etcdlock.DefaultPrefix)
+}
+
 // listEtcd lists the locks under etcdlock.DefaultPrefix (only key's when
 // key is set, every lock when it is empty), page by page. The holder of a
 // lock is its entry with the lowest create revision, which is also its
 // fence. The entries of one lock key are adjacent in key order (key, NUL,
 // lease ID), so a lock is complete once the range moves past its key: only
 // the current key is kept, and memory stays bounded by one page whatever
-// the key count. Locks are visited in key order.
+// the key count. Locks are visited in key order. An entry another writer
+// put under the prefix (not in that layout) is a lock of its own named by
+// its whole etcd key, as the detectors name it (listed when key is empty),
+// visited where its etcd key falls.
 func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func(Lock) bool) (int64, error) {
 	prefix := etcdlock.DefaultPrefix
 	start := prefix
@@ -202,34 +242,17 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 	}
 	end := clientv3.GetPrefixRangeEnd(start)
 	var scanned int64
-	type entry struct {
-		key     string
-		kv      []byte
-		lease   int64
-		rev     int64
-		waiters int
-	}
-	var cur *entry
+	var cur *etcdEntry
 	var rev int64 // every page at the first page's revision: one snapshot
-	// emit visits cur; more is false once visit says stop.
-	emit := func() (more bool, err error) {
-		e := cur
-		cur = nil
+	// emit visits e; more is false once visit says stop.
+	emit := func(e *etcdEntry) (more bool, err error) {
 		if e == nil {
 			return true, nil
 		}
-		l := Lock{Store: s.name, Key: e.key, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
-		if e.lease != 0 {
-			ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
-			if err != nil {
-				return false, err
-			}
-			if ttl.TTL < 0 {
-				return true, nil // the lease expired meanwhile: the entry is gone
-			}
-			l.TTL = time.Duration(ttl.TTL) * time.Second
+		l, ok, err := ls.etcdLock(ctx, s, e)
+		if err != nil || !ok {
+			return err == nil, err
 		}
-		ls.finish(&l, ls.now())
 		return visit(l), nil
 	}
 	for {
@@ -248,10 +271,20 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 			scanned++
 			k, _, ok := etcdlock.ParseQueueKey(prefix, string(kv.Key))
 			if !ok {
+				if key != "" {
+					continue // not key's queue
+				}
+				// Visited on its own: cur, whose entries it may sort
+				// between, stays the current lock.
+				if more, err := emit(&etcdEntry{key: string(kv.Key), kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}); err != nil || !more {
+					return scanned, err
+				}
 				continue
 			}
 			if cur != nil && cur.key != k {
-				if more, err := emit(); err != nil || !more {
+				e := cur
+				cur = nil
+				if more, err := emit(e); err != nil || !more {
 					return scanned, err
 				}
 			}
@@ -259,7 +292,7 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 			// names: an entry put without a lease never expires.
 			switch {
 			case cur == nil:
-				cur = &entry{key: k, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}
+				cur = &etcdEntry{key: k, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}
 			case kv.CreateRevision < cur.rev:
 				cur.kv, cur.lease, cur.rev = kv.Value, kv.Lease, kv.CreateRevision
 				cur.waiters++
@@ -272,7 +305,7 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	_, err := emit()
+	_, err := emit(cur)
 	return scanned, err
 }
 
@@ -290,7 +323,15 @@ func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bo
 	}
 	if s.etcd != nil {
 		_, err = ls.listEtcd(ctx, s, key, func(x Lock) bool { l, ok = x, true; return false })
-		return l, ok, err
+		if ok || err != nil || !isForeignEntryKey(key) {
+			return l, ok, err
+		}
+		resp, err := s.etcd.Get(ctx, key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return l, false, err
+		}
+		kv := resp.Kvs[0]
+		return ls.etcdLock(ctx, s, &etcdEntry{key: key, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision})
 	}
 	ls.redisBatch(ctx, s.redis, s.name, []string{key}, func(x Lock) bool { l, ok = x, true; return false })
 	if !ok {
