@@ -37,3 +37,9 @@ func Jittered(d time.Duration) time.Duration { return jittered(d) }
 
 // MaxLeaving is how many leave.lua tries of one Locker run at once.
 const MaxLeaving = maxLeaving
+
+// ReleaseSHA is the SHA1 that EVALSHA names release.lua by.
+var ReleaseSHA = releaseScript.Hash()
+
+// PendingLeaves is how many of l's leaves run or wait in the background.
+func PendingLeaves(l *Locker) int64 { return l.pendingLeaves.Load() }

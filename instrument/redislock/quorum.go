@@ -229,8 +229,20 @@ func (q *quorum) releaseOn(ctx context.Context, r *request, on []bool) []error {
 // leave gives back what an Acquire that gave up may hold on nodes that no
 // reply said so of (r.nodes: a reply lost, a give-back that failed; quorum
 // waiters do not queue): an owner-checked release on each of them, which
-// leaves any other token's lock alone. A node that answers is done with;
-// an error says one did not (Locker.leave tries again, on those only).
+// leaves any other token's lock alone. A node that answers is done with,
+// and so is one whose release failed for good (an error reply other than a
+// transient one, a closed client: see retryLeave), which trying again would
+// not change. An error says a node is left to try (Locker.leave tries
+// again, on those only) unless every node's error was final.
+//
+// Each node's error is judged alone. Read as one, the join of them says
+// nothing reliable: a final reply found in it would end the retries of
+// every node, and a timeout in it hides a LOADING reply beside it (see
+// storefail.Unavailable), while a node still holding this token's grant
+// keeps it for its TTL with nobody owning it. So while a node is left to
+// try, the join comes as nodesLeft, which Locker.leave tries again
+// whatever is in it. The errors of the nodes done with stay in it, for
+// whoever reads it.
 func (q *quorum) leave(ctx context.Context, r *request) error {
 	if !slices.Contains(r.nodes, true) {
 		return nil
@@ -238,17 +250,31 @@ func (q *quorum) leave(ctx context.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
 	defer cancel()
 	var errs []error
+	left := false
 	for i, err := range q.releaseOn(ctx, r, r.nodes) {
 		switch {
 		case !r.nodes[i]:
-		case err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
-		default:
+		case err == nil:
 			r.nodes[i] = false
+		case !retryLeave(err):
+			r.nodes[i] = false
+			errs = append(errs, fmt.Errorf("node %d, not tried again: %w", i, err))
+		default:
+			left = true
+			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
 		}
+	}
+	if left {
+		return nodesLeft{errors.Join(errs...)}
 	}
 	return errors.Join(errs...)
 }
+
+// nodesLeft is quorum.leave's error while some node is left to try: the
+// nodes' errors, joined.
+type nodesLeft struct{ error }
+
+func (e nodesLeft) Unwrap() error { return e.error }
 
 // wakeID says no: no single node's release notification speaks for the
 // majority, so quorum waiters poll.

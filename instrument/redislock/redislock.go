@@ -289,9 +289,8 @@ const (
 	maxPendingLeaves = 4096
 )
 
-// leaveUntil runs leave.lua until it succeeds, Redis refuses it (an error
-// reply other than a transient one: trying again would not change it), the
-// client or the Locker closes, or the next try would start after until.
+// leaveUntil runs leave.lua until it succeeds, fails for good (see
+// retryLeave), the Locker closes, or the next try would start after until.
 func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 	delay := minReconnectDelay
 	for {
@@ -308,15 +307,30 @@ func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 		}
 		err := l.store.leave(ctx, r)
 		<-l.leaving
-		var reply redis.Error
-		final := errors.As(err, &reply) && !transientReply(err)
-		if err == nil || final || errors.Is(err, redis.ErrClosed) || time.Now().Add(delay).After(until) {
+		if err == nil || !retryLeave(err) || time.Now().Add(delay).After(until) {
 			return
 		}
 		if !backOff(&delay, l.notify.done) {
 			return
 		}
 	}
+}
+
+// retryLeave reports whether a leave try that failed with err is worth
+// trying again: not when Redis refused it with an error reply other than a
+// transient one (trying again would not change it), nor when the client is
+// closed (it sends nothing more). In quorum mode each node's error is
+// judged so, and a node that failed for good is done with; while others
+// are left to try, the leave's error says so (nodesLeft).
+func retryLeave(err error) bool {
+	if errors.As(err, new(nodesLeft)) {
+		return true
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) && !transientReply(err) {
+		return false
+	}
+	return !errors.Is(err, redis.ErrClosed)
 }
 
 // transientReply reports whether err is an error reply that says Redis
