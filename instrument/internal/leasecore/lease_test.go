@@ -56,6 +56,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitRenewing waits for the watchdog's renewal to start (renewing is
+// closed by the test's Renew), failing if the lease ends first: with a
+// timer that ran later than the TTL's last two thirds, the lease expires
+// and no renewal ever starts.
+func waitRenewing(t *testing.T, c *Lease, renewing <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-renewing:
+	case <-c.Context().Done():
+		select {
+		case <-renewing:
+		default:
+			t.Fatalf("the lease ended (%v) before its renewal started", context.Cause(c.Context()))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal started")
+	}
+}
+
 func okRelease(calls *atomic.Int32) func(context.Context) error {
 	return func(context.Context) error { calls.Add(1); return nil }
 }
@@ -191,7 +210,9 @@ func TestLease_ReleaseOutcomes(t *testing.T) {
 func TestLease_ReleaseWaitsForTheRenewalInFlight(t *testing.T) {
 	inRenew := make(chan struct{})
 	var renewDone atomic.Bool
-	c := New(Config{Name: "test", Key: "k", TTL: 60 * time.Millisecond, Start: time.Now(), Watchdog: true,
+	// The renewal starts at a third of the TTL: long enough a TTL that the
+	// lease does not expire first on a loaded machine.
+	c := New(Config{Name: "test", Key: "k", TTL: 3 * time.Second, Start: time.Now(), Watchdog: true,
 		Renew: func(ctx context.Context) (time.Duration, error) {
 			close(inRenew)
 			<-ctx.Done() // a renewal stuck on the network until cancelled
@@ -204,7 +225,7 @@ func TestLease_ReleaseWaitsForTheRenewalInFlight(t *testing.T) {
 			}
 			return nil
 		}})
-	<-inRenew
+	waitRenewing(t, c, inRenew)
 	if err := c.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
