@@ -137,14 +137,15 @@ func faultyClient(t *testing.T, endpoints []string, f *lostReply) *clientv3.Clie
 }
 
 // interceptedClient returns a client of endpoints whose unary requests go
-// through icpt, closed when the test ends.
-func interceptedClient(t *testing.T, endpoints []string, icpt grpc.UnaryClientInterceptor) *clientv3.Client {
+// through icpt, closed when the test ends. more are further dial options
+// (a stream interceptor, more unary ones after icpt).
+func interceptedClient(t *testing.T, endpoints []string, icpt grpc.UnaryClientInterceptor, more ...grpc.DialOption) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
 		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)},
+		DialOptions: append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(icpt)}, more...),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -262,7 +262,8 @@
 // database. Use etcdlock where a lock must be a correctness guarantee.
 //
 // A Release whose outcome is unknown (a transport error, or its context
-// ending while a renewal is in flight) returns that error and ends the
+// having ended, also while it waited for a renewal in flight: go-redis
+// sends nothing on an ended context) returns that error and ends the
 // lease's context with ErrLockLost; the watchdog is stopped, so the key
 // expires at its TTL at the latest.
 //

@@ -30,7 +30,11 @@
 // the local deadline; past it the lease is lost whatever the store says
 // later. A Release whose outcome is unknown (transport error) ends the lease
 // as lost: the store ends it at its TTL at the latest, since the watchdog is
-// stopped. A backend whose lock outlives the watchdog (etcdlock's Mutex
+// stopped. A Release whose context ends while it waits for a renewal in
+// flight returns at once and ends the lease as lost too, but does not drop
+// the release: the backend's runs once the renewal has settled, on the
+// ended context, as it would have without a renewal in flight (etcdlock then
+// revokes in the background). A backend whose lock outlives the watchdog (etcdlock's Mutex
 // adapter: the session's keepalive renews the key) must keep deleting it
 // itself until the delete is confirmed. Backends whose release is not
 // owner-checked (FromFunc wrapping a plain DEL) set UnsafeRelease, and then

@@ -475,6 +475,12 @@ func (c *Lease) Refresh(ctx context.Context) error {
 // releases the lock through the backend. A second Release, and with
 // UnsafeRelease any Release after the lease ended, returns ErrNotHeld
 // without calling the backend.
+//
+// When ctx ends while a renewal is still in flight, Release returns the
+// context's error at once and ends the lease as lost, but the backend's
+// release still runs, on that ended ctx, once the renewal has settled: what
+// a backend does with a release on an ended context (etcdlock revokes in
+// the background) it does here too, instead of leaving the lock to its TTL.
 func (c *Lease) Release(ctx context.Context) error {
 	c.mu.Lock()
 	if c.released {
@@ -495,15 +501,18 @@ func (c *Lease) Release(ctx context.Context) error {
 		case <-inflight:
 		case <-ctx.Done():
 			c.End(fmt.Errorf("%w: %q: release interrupted: %w", ErrLockLost, c.cfg.Key, context.Cause(ctx)))
+			// The renewal's context is cancelled and it ends soon, but the
+			// caller has given up waiting for it, not the lock: release
+			// after it, so that it cannot land after the release. Not an
+			// UnsafeRelease backend, which must not be called once the
+			// lease has ended (none has a renewal: FromFunc cannot renew).
+			if !c.cfg.UnsafeRelease {
+				go c.releaseAfter(ctx, inflight)
+			}
 			return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, context.Cause(ctx))
 		}
 	}
-	var err error
-	if c.cfg.Store != nil {
-		err = c.cfg.Store.Release(ctx)
-	} else {
-		err = c.cfg.Release(ctx)
-	}
+	err := c.release(ctx)
 	switch {
 	case err == nil:
 		c.End(ErrReleased)
@@ -517,6 +526,22 @@ func (c *Lease) Release(ctx context.Context) error {
 		c.End(fmt.Errorf("%w: %q: release failed: %w", ErrLockLost, c.cfg.Key, err))
 		return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, err)
 	}
+}
+
+// release calls the backend's release.
+func (c *Lease) release(ctx context.Context) error {
+	if c.cfg.Store != nil {
+		return c.cfg.Store.Release(ctx)
+	}
+	return c.cfg.Release(ctx)
+}
+
+// releaseAfter is the backend's release of a Release whose ctx ended while
+// the renewal in flight had not settled: once it has, on ctx. The lease has
+// ended already; the outcome changes nothing of it.
+func (c *Lease) releaseAfter(ctx context.Context, inflight <-chan struct{}) {
+	<-inflight
+	_ = c.release(ctx)
 }
 
 // leaked runs when the handle was dropped without Release.

@@ -231,6 +231,63 @@ func TestLease_ReleaseWaitsForTheRenewalInFlight(t *testing.T) {
 	}
 }
 
+// TestLease_ReleaseOnAnEndedContextReleasesOnceTheRenewalInFlightSettles:
+// a Release whose context has already ended finds a renewal in flight that
+// does not return on its cancellation yet. Release returns the context's
+// error without waiting for it and ends the lease as lost; the backend's
+// release still runs, once, after the renewal has returned, on the
+// caller's context (a backend decides what a release on an ended context
+// sends: etcdlock revokes in the background). Before, it never ran and the
+// lock stood for its TTL.
+func TestLease_ReleaseOnAnEndedContextReleasesOnceTheRenewalInFlightSettles(t *testing.T) {
+	inRenew, letRenew := make(chan struct{}), make(chan struct{})
+	var renewDone atomic.Bool
+	released := make(chan error, 2)
+	c := New(Config{Name: "test", Key: "k", TTL: 3 * time.Second, Start: time.Now(), Watchdog: true,
+		Renew: func(ctx context.Context) (time.Duration, error) {
+			close(inRenew)
+			<-letRenew // stuck on the network, its cancellation not come through
+			renewDone.Store(true)
+			return 0, ctx.Err()
+		},
+		Release: func(ctx context.Context) error {
+			if !renewDone.Load() {
+				released <- errors.New("release ran while a renewal was in flight")
+				return nil
+			}
+			released <- context.Cause(ctx)
+			return context.Cause(ctx)
+		}})
+	waitRenewing(t, c, inRenew)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	gone := errors.New("request cancelled")
+	cancel(gone)
+	if err := c.Release(ctx); !errors.Is(err, gone) {
+		t.Fatalf("Release: %v, want the context's cause", err)
+	}
+	if cause := context.Cause(c.Context()); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+	if len(released) != 0 {
+		t.Fatal("the backend's release ran before the renewal settled")
+	}
+	close(letRenew)
+	select {
+	case err := <-released:
+		if !errors.Is(err, gone) {
+			t.Fatalf("the backend's release: %v, want it on the caller's ended context", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the backend's release never ran: the lock stands for its TTL")
+	}
+	if err := c.Release(context.Background()); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if len(released) != 0 {
+		t.Fatal("the backend's release ran twice")
+	}
+}
+
 func TestLease_ConfirmMovesTheDeadlineOnlyForward(t *testing.T) {
 	start := time.Now()
 	c := New(Config{Name: "test", Key: "k", TTL: time.Minute, Start: start, Release: func(context.Context) error { return nil }})
