@@ -136,8 +136,9 @@
 // if the delete did not run; a revoke that does not get through on the
 // release's context is tried again in the background (see Failure modes).
 // So is the revoke of a release whose context ended while it waited for a
-// keepalive in flight: it returns at once, and revokes once the keepalive
-// has returned.
+// keepalive in flight (it returns at once, and revokes once the keepalive
+// has returned), or for the key watch to stop after its delete went
+// through (the lease, with nothing attached, is not pooled then).
 // instrument.Do reports that error, not ErrLockLost, because fn finished
 // while the lock was held.
 //

@@ -258,11 +258,11 @@ func (st *leaseState) release(ctx context.Context) error {
 	// own-key watch to stop; the watch ignores our own delete.
 	deleted, err := deleteOwned(ctx, st.l.c, st.own, st.fence)
 	if serr := st.stopWatch(ctx); serr != nil {
-		if err != nil {
-			// The key may stand: revoking deletes it (here ctx has ended,
-			// so in the background).
-			st.revoke(ctx, true)
-		}
+		// ctx has ended, so the lease is revoked in the background: if the
+		// delete did not go through (err) the key may stand, and revoking
+		// deletes it; if it did, nothing is attached to the lease any more,
+		// and the lease, which is not pooled, would live out its TTL.
+		st.revoke(ctx, true)
 		return fmt.Errorf("release interrupted: %w", serr)
 	}
 	if err == nil && deleted && !st.core.Ended() {

@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -134,5 +135,56 @@ func TestRelease_OnAnEndedContextWithARenewalInFlightGivesTheLockUp(t *testing.T
 	if err := h.Release(timeout(t, 10*time.Second)); !errors.Is(err, instrument.ErrNotHeld) {
 		t.Errorf("second Release: %v, want ErrNotHeld", err)
 	}
+	lockIsFree(t, key, newLocker(t, admin), l)
+}
+
+// TestRelease_ADeleteWhoseWatchStopIsInterruptedGivesTheLeaseUp: the
+// release's delete goes through, and the caller's context ends while
+// Release waits for the own-key watch to stop (the watch is in a read of
+// its key that is held on the network). The lock is free at once; the
+// lease, with nothing attached any more and not pooled, must be revoked
+// too, not left to its TTL (an hour).
+func TestRelease_ADeleteWhoseWatchStopIsInterruptedGivesTheLeaseUp(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	const key = "release-watch-stop-interrupted"
+	prefix := newLocker(t, admin).QueuePrefix(key)
+	g := &grantWatch{}
+	read := newHeldCall(t, func(_ string, req any) bool {
+		r, ok := req.(*etcdserverpb.RangeRequest)
+		return ok && strings.HasPrefix(string(r.Key), prefix)
+	})
+	rctx, endRelease := context.WithCancelCause(context.Background())
+	defer endRelease(nil)
+	// The delete's reply comes back, and the caller's context ends with it.
+	endAfterDelete := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && deleteTxn(method, req) {
+			endRelease(errCallerGone)
+		}
+		return err
+	}
+	l := newLocker(t, interceptedClient(t, e.Endpoints(), g.intercept,
+		grpc.WithChainUnaryInterceptor(endAfterDelete, read.unary)))
+	// The own-key watch reads the key once it is created (100 ms after the
+	// lock was taken); taking a free lock reads nothing on its own.
+	read.armed.Store(true)
+	h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := g.lease.Load()
+	read.waitHeld(t, "the own-key watch's read", h)
+
+	if err := h.Release(rctx); !errors.Is(err, errCallerGone) {
+		t.Fatalf("Release: %v, want the watch stop interrupted by the context's end", err)
+	}
+	if n := queueLen(t, admin, l, key); n != 0 {
+		t.Fatalf("%d entries in the queue after a delete that went through", n)
+	}
+	read.let()
+	testenv.WaitFor(t, 20*time.Second, "the lease to be revoked (TTL 1 h)", func() bool {
+		return leaseGone(t, admin, id)
+	})
 	lockIsFree(t, key, newLocker(t, admin), l)
 }

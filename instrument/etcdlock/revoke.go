@@ -105,10 +105,12 @@ func (l *Locker) revokePending() {
 }
 
 // revoke gives the lease up on ctx, and in the background (revoker) if that
-// does not get through while our queue entry may still stand.
-func (st *leaseState) revoke(ctx context.Context, entryMayStand bool) {
+// does not get through and later says so: our queue entry may still stand,
+// or ctx has ended, so that nothing else would revoke the lease before its
+// TTL.
+func (st *leaseState) revoke(ctx context.Context, later bool) {
 	_, err := st.l.c.Revoke(ctx, st.id)
-	if err != nil && entryMayStand && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err != nil && later && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		st.l.revokeLater(st.id)
 	}
 }
