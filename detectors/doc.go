@@ -44,7 +44,12 @@
 //
 // Every Finding has a severity and an Action: the redis-cli, etcdctl or
 // lockgov command an operator runs (passwords are never in it: redis-cli
-// gets --askpass).
+// gets --askpass). A finding on a lock without a TTL also has the lock's
+// Version ("version" in JSON): the SHA-1 of the value in hex on Redis, the
+// holder entry's mod revision on etcd, never the value or its owner token.
+// The agent's remediation deletes the lock only at that version when a
+// client sends it back as If-Match. Only such locks pay for the digest: a
+// healthy lock costs the scan nothing more.
 //
 // # Keys that are not UTF-8
 //

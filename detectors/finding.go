@@ -65,6 +65,11 @@ type Finding struct {
 	Age, TTL   time.Duration
 	Detail     string
 	Action     string // what an operator should do
+	// Version is the version of the lock the finding is about when that
+	// lock has no TTL (Lock.Version): the agent's remediation deletes such
+	// a lock only at this version when it is sent as If-Match. Empty for
+	// every other finding.
+	Version string
 }
 
 // Holder is who holds a lock, from its value and, when the holder
@@ -111,6 +116,7 @@ type findingJSON struct {
 	TTL        float64 `json:"ttl_seconds"`
 	Detail     string  `json:"detail"`
 	Action     string  `json:"action"`
+	Version    string  `json:"version,omitempty"`
 }
 
 // MarshalJSON encodes f with snake_case names and Age and TTL in seconds
@@ -119,9 +125,10 @@ type findingJSON struct {
 // key_base64, the standard base64 (RFC 4648, padded) of its bytes: "key"
 // then has U+FFFD for each byte that is not UTF-8, as encoding/json writes
 // it, and may be another key that exists. A UTF-8 Key has no key_base64.
+// Version is written only when there is one.
 func (f Finding) MarshalJSON() ([]byte, error) {
 	return json.Marshal(findingJSON{f.Detector, f.Kind, f.Severity, f.Store, f.Key, keyBytes(f.Key), f.KeyPattern, f.Holder,
-		f.Age.Seconds(), f.TTL.Seconds(), f.Detail, f.Action})
+		f.Age.Seconds(), f.TTL.Seconds(), f.Detail, f.Action, f.Version})
 }
 
 // keyBytes is the key_base64 of key: its bytes when it is not valid UTF-8,
@@ -145,7 +152,8 @@ func (f *Finding) UnmarshalJSON(b []byte) error {
 		j.Key = string(j.KeyBase64)
 	}
 	*f = Finding{Detector: j.Detector, Kind: j.Kind, Severity: j.Severity, Store: j.Store, Key: j.Key,
-		KeyPattern: j.KeyPattern, Holder: j.Holder, Age: seconds(j.Age), TTL: seconds(j.TTL), Detail: j.Detail, Action: j.Action}
+		KeyPattern: j.KeyPattern, Holder: j.Holder, Age: seconds(j.Age), TTL: seconds(j.TTL), Detail: j.Detail, Action: j.Action,
+		Version: j.Version}
 	return nil
 }
 

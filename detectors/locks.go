@@ -125,7 +125,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	}
 	f := func(kind, sev, detail, action string) {
 		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
-			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action})
+			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action, Version: l.Version})
 	}
 	who := holderString(*h)
 	if l.Unreadable != "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/lockversion"
 )
 
 // Store is one Redis or etcd deployment the detectors read. NewRedisStore
@@ -75,6 +76,12 @@ type Lock struct {
 	// Unreadable is set when the value could not be read as a string (a
 	// Redis key of another type): Holder is foreign.
 	Unreadable string
+	// Version is the lock's version when it has no TTL (NoTTL), the one
+	// the agent's remediation takes as If-Match; empty otherwise (it costs
+	// a digest of the value on Redis, which a healthy lock need not pay).
+	// Redis: the SHA-1 of the value in hex; etcd: the holder entry's mod
+	// revision. It never carries the value or its owner token.
+	Version string
 }
 
 // StoreOption configures a Store.
@@ -472,6 +479,9 @@ func lockOf(k string, pttl *redis.DurationCmd, get *redis.StringCmd) (Lock, bool
 	default:
 		l.Holder = redislock.DecodeValue(v)
 		l.Fence = l.Holder.Fence
+		if l.NoTTL {
+			l.Version = lockversion.Redis(v)
+		}
 	}
 	return l, true, nil
 }
@@ -566,9 +576,9 @@ func (s *EtcdStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unrea
 }
 
 type kvPair struct {
-	key, value []byte
-	createRev  int64
-	lease      int64
+	key, value        []byte
+	createRev, modRev int64
+	lease             int64
 }
 
 // pages ranges over prefix in pages of count keys, all at the revision of
@@ -591,7 +601,7 @@ func (s *EtcdStore) pages(ctx context.Context, prefix string, fn func([]*kvPair)
 		}
 		page := make([]*kvPair, len(resp.Kvs))
 		for i, kv := range resp.Kvs {
-			page[i] = &kvPair{key: kv.Key, value: kv.Value, createRev: kv.CreateRevision, lease: kv.Lease}
+			page[i] = &kvPair{key: kv.Key, value: kv.Value, createRev: kv.CreateRevision, modRev: kv.ModRevision, lease: kv.Lease}
 		}
 		if err := fn(page); err != nil {
 			return err
@@ -637,7 +647,9 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 		}
 		l := Lock{Key: curKey, StoreKey: string(head.key), Holder: etcdlock.DecodeValue(head.value),
 			Fence: uint64(head.createRev), Lease: head.lease, Waiters: len(cur) - 1}
-		l.NoTTL = head.lease == 0
+		if l.NoTTL = head.lease == 0; l.NoTTL {
+			l.Version = lockversion.Etcd(head.modRev)
+		}
 		cur = cur[:0]
 		if !l.NoTTL && needTTL != nil && needTTL(&l) {
 			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease))
