@@ -77,7 +77,7 @@ use password_file, or LOCKGOV_REDIS_PASSWORD and LOCKGOV_ETCD_PASSWORD.`,
 	fs.StringVar(&f.etcd, "etcd", "", "etcd endpoints, comma-separated")
 	fs.StringVar(&f.listen, "listen", agent.DefaultListen, "HTTP address; port 0 picks a free one")
 	fs.DurationVar(&f.interval, "interval", agent.DefaultInterval, "time between scans")
-	fs.StringVar(&f.token, "remediation-token", "", "turn remediation on: DELETE /api/v1/locks with this bearer token deletes immortal locks")
+	fs.StringVar(&f.token, "remediation-token", "", `turn remediation on: DELETE /api/v1/locks with this bearer token deletes immortal locks (with If-Match: "VERSION", only at the version listed)`)
 	fs.StringVar(&f.dataDir, "data-dir", "", "data directory of the embedded etcd (default: user cache dir/lockgov/etcd)")
 	return cmd
 }

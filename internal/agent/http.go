@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/instrument/lockvalue"
+	"github.com/lockgov/lockgov/internal/lockversion"
 )
 
 func (a *Agent) handler() http.Handler {
@@ -110,9 +113,12 @@ var remediateSrc string
 var remediateScript = redis.NewScript(remediateSrc)
 
 // remediate deletes one immortal lock: DELETE /api/v1/locks?key=K[&store=S]
-// (or key_base64=B: requestKey) with "Authorization: Bearer TOKEN". Only a
-// lock with no TTL is deleted, and only if its value is still the one read
-// just before (another holder's lock is never deleted).
+// (or key_base64=B: requestKey) with "Authorization: Bearer TOKEN", and
+// optionally If-Match: "VERSION" (ifMatch). Only a lock with no TTL is
+// deleted, only if its value is still the one read just before (another
+// holder's lock is never deleted), and, with If-Match, only if that value
+// is at VERSION: the lock the operator was shown, not one that replaced it
+// since (412).
 func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.RemediationToken == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgov"`)
@@ -136,9 +142,14 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
+	want, err := ifMatch(r.Header, s)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.ScanTimeout)
 	defer cancel()
-	l, deleted, err := a.deleteImmortal(ctx, s, key)
+	l, deleted, err := a.deleteImmortal(ctx, s, key, want)
 	switch {
 	case errors.Is(err, errNoLock):
 		msg := err.Error()
@@ -146,6 +157,8 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 			msg += `: the key has U+FFFD, which the API's "key" has in place of bytes that are not UTF-8; send the key_base64 of the finding or lock instead`
 		}
 		writeJSON(w, http.StatusNotFound, apiError{msg})
+	case errors.Is(err, errVersion):
+		writeJSON(w, http.StatusPreconditionFailed, versionChanged(key, want, l))
 	case errors.Is(err, errNotImmortal):
 		writeJSON(w, http.StatusConflict, apiError{err.Error()})
 	case errors.Is(err, errGone):
@@ -158,7 +171,7 @@ func (a *Agent) remediate(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeJSON(w, http.StatusBadGateway, apiError{err.Error()})
 	case !deleted:
-		writeJSON(w, http.StatusConflict, apiError{"the lock changed since it was read (a new holder or a TTL): not deleted"})
+		writeJSON(w, http.StatusConflict, apiError{"the lock changed since it was read (a new holder, or its etcd entry written again): not deleted"})
 	default:
 		a.log.Warn("agent: remediation: deleted an immortal lock",
 			append(keyAttrs(s.name, key), "key_pattern", l.Pattern,
@@ -196,6 +209,94 @@ func requestKey(q url.Values) (string, error) {
 	return key, nil
 }
 
+// ifMatch is the version a remediation request's If-Match names, "" when
+// it has none (the delete then compares with the agent's own read only, as
+// before there was a precondition). It must be one strong entity tag,
+// "VERSION", with VERSION of the form of s's versions (lockversion):
+// anything else is an error saying what is wrong, answered 400 rather than
+// ignored, since the client asked for a check. "*" (any version, RFC 9110)
+// is refused too: it is what a request without If-Match does, and a client
+// sending it likely meant a version.
+func ifMatch(h http.Header, s *store) (string, error) {
+	const form = `send the version the lock or its finding was listed with, in double quotes: If-Match: "VERSION"`
+	vals := h.Values("If-Match")
+	switch {
+	case len(vals) == 0:
+		return "", nil
+	case len(vals) > 1:
+		return "", fmt.Errorf("%d If-Match headers: send one If-Match, with one version; %s", len(vals), form)
+	}
+	v := strings.TrimSpace(vals[0])
+	switch {
+	case v == "*":
+		return "", fmt.Errorf("If-Match: * (any version) is what a DELETE without If-Match does; %s", form)
+	case strings.HasPrefix(v, "W/"):
+		return "", fmt.Errorf("If-Match %s is a weak entity tag, which never matches (RFC 9110 strong comparison); %s", v, form)
+	case strings.Contains(v, ","):
+		return "", fmt.Errorf("If-Match %s lists several versions: a lock is deleted at one version; %s", v, form)
+	case len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"':
+		return "", fmt.Errorf("If-Match %s is not a quoted version: %s", v, form)
+	}
+	v = v[1 : len(v)-1]
+	switch {
+	case v == "":
+		return "", fmt.Errorf(`If-Match "" is empty: %s`, form)
+	case s.etcd != nil && !lockversion.ValidEtcd(v):
+		return "", fmt.Errorf(`If-Match "%s" is not the version of a lock on %s: an etcd lock's version is its holder entry's mod revision, a decimal number, as /api/v1/locks and the findings give it`, v, s.name)
+	case s.etcd == nil && !lockversion.ValidRedis(v):
+		return "", fmt.Errorf(`If-Match "%s" is not the version of a lock on %s: a Redis lock's version is the SHA-1 of its value, 40 hex digits (lowercase), as /api/v1/locks and the findings give it`, v, s.name)
+	}
+	return v, nil
+}
+
+// versionChangedJSON is the 412 answer: Current is the lock as the agent
+// read it, when the request's read found it at another version.
+type versionChangedJSON struct {
+	Error   string `json:"error"`
+	Current *Lock  `json:"current,omitempty"`
+}
+
+// versionChanged is the 412 answer to a DELETE of key with If-Match want,
+// which found the lock l: at another version (the lock was replaced since
+// the client listed it), or at want, in which case it changed between the
+// agent's read and its delete.
+func versionChanged(key, want string, l Lock) versionChangedJSON {
+	if l.Version == want {
+		return versionChangedJSON{Error: fmt.Sprintf(`the lock on %q changed after the agent read it at version "%s" (If-Match): not deleted; list it again and look before deleting`, key, want)}
+	}
+	ttl := "no TTL"
+	if !l.Immortal() {
+		ttl = "a TTL of " + l.TTL.String()
+	}
+	return versionChangedJSON{
+		Error: fmt.Sprintf(`the lock on %q changed since it was listed: it is no longer at version "%s" (If-Match) but at "%s", held by %s, fence %d, with %s: not deleted; look at it again, and send its new version to delete it`,
+			key, want, l.Version, holderText(l.Holder), l.Fence, ttl),
+		Current: &l,
+	}
+}
+
+// holderText says who holds a lock, for an answer (a Holder never carries
+// the owner token).
+func holderText(h lockvalue.Holder) string {
+	if h.Foreign {
+		return "a value lockgov did not write (another application's)"
+	}
+	s := h.Service
+	if s == "" {
+		s = "an unnamed service"
+	}
+	if h.Instance != "" {
+		s += "/" + h.Instance
+	}
+	if h.Host != "" {
+		s += " on " + h.Host
+	}
+	if h.PID != 0 {
+		s += " pid " + strconv.Itoa(h.PID)
+	}
+	return s
+}
+
 // keyAttrs are the log attributes naming store and key. A key that is not
 // valid UTF-8 is also logged as key_base64: a JSON log handler writes U+FFFD
 // for its bad bytes (slog's text handler quotes them), and the audit line
@@ -212,6 +313,9 @@ var (
 	errNoLock      = errors.New("no such lock")
 	errNotImmortal = errors.New("the lock has a TTL: it expires by itself, and remediation deletes only locks without one")
 	errGone        = errors.New("the lock is gone: this request deleted it (its reply was lost and the command resent) or its holder released it meanwhile")
+	// errVersion is a lock that is not at the version of the request's
+	// If-Match (412).
+	errVersion = errors.New("the lock is not at the version of If-Match")
 )
 
 func (a *Agent) storeNamed(name string) (*store, error) {
@@ -229,38 +333,51 @@ func (a *Agent) storeNamed(name string) (*store, error) {
 	return nil, fmt.Errorf("no store %q", name)
 }
 
-func (a *Agent) deleteImmortal(ctx context.Context, s *store, key string) (Lock, bool, error) {
+// deleteImmortal deletes the lock on key in s if it has no TTL, is
+// unchanged between the read it makes and the delete, and, when want is
+// not empty, is at version want (else errVersion, whether the read found
+// another version or the delete found the value changed since the read).
+// The Lock is the one read.
+func (a *Agent) deleteImmortal(ctx context.Context, s *store, key, want string) (Lock, bool, error) {
 	if s.etcd != nil {
-		return a.deleteImmortalEtcd(ctx, s, key)
+		return a.deleteImmortalEtcd(ctx, s, key, want)
 	}
-	raw, err := s.redis.Get(ctx, key).Result()
-	if errors.Is(err, redis.Nil) {
-		return Lock{}, false, errNoLock
-	}
-	if err != nil {
-		return Lock{}, false, err
-	}
-	l, ok, err := a.lister.show(ctx, s, key)
+	// One read: the lock, its version and the value the script compares
+	// are of the same value.
+	l, value, ok, err := a.lister.readRedis(ctx, s, key)
 	if err != nil {
 		return l, false, err
 	}
 	if !ok {
 		return l, false, errNoLock
 	}
+	if want != "" && l.Version != want {
+		return l, false, errVersion
+	}
 	if !l.Immortal() {
 		return l, false, errNotImmortal
 	}
-	n, err := remediateScript.Run(ctx, s.redis, []string{key}, raw).Int()
-	if err == nil && n == -1 {
+	// The script deletes only the exact value read, whose version is want:
+	// the precondition holds at the delete, atomically.
+	n, err := remediateScript.Run(ctx, s.redis, []string{key}, value).Int()
+	switch {
+	case err != nil:
+		return l, false, err
+	case n == -1:
 		return l, false, errGone
+	case n == 2:
+		return l, false, errNotImmortal // the same value, but a TTL now
+	case n == 0 && want != "":
+		return l, false, errVersion
 	}
-	return l, n == 1, err
+	return l, n == 1, nil
 }
 
 // deleteImmortalEtcd deletes the holder's entry of key (or, for an entry
-// not written by etcdlock, the entry named key) if it has no lease and is
-// unchanged since it was read.
-func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (Lock, bool, error) {
+// not written by etcdlock, the entry named key) if it has no lease, is
+// unchanged since it was read, and, when want is not empty, is at version
+// want (its mod revision).
+func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key, want string) (Lock, bool, error) {
 	pfx := etcdlock.DefaultPrefix + key + "\x00"
 	resp, err := s.etcd.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 	if err != nil {
@@ -282,8 +399,18 @@ func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (L
 		}
 	}
 	kv := resp.Kvs[0]
-	l := Lock{Store: s.name, Key: key, Holder: etcdlock.DecodeValue(kv.Value), Fence: uint64(kv.CreateRevision), TTL: NoTTL}
-	a.lister.finish(&l, time.Now())
+	// The lock as listed (its lease's TTL, for a 412's answer), except its
+	// waiters: one entry was read.
+	l, ok, err := a.lister.etcdLock(ctx, s, &etcdEntry{key: key, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision, modRev: kv.ModRevision})
+	if err != nil {
+		return l, false, err
+	}
+	if !ok {
+		return l, false, errNoLock // its lease expired since the read
+	}
+	if want != "" && l.Version != want {
+		return l, false, errVersion
+	}
 	if kv.Lease != 0 {
 		return l, false, errNotImmortal
 	}
@@ -300,6 +427,11 @@ func (a *Agent) deleteImmortalEtcd(ctx context.Context, s *store, key string) (L
 	}
 	if !txn.Succeeded && len(txn.Responses) == 1 && txn.Responses[0].GetResponseRange().GetCount() == 0 {
 		return l, false, errGone
+	}
+	if !txn.Succeeded && want != "" {
+		// Every write of the entry moves its mod revision: it is no
+		// longer at want.
+		return l, false, errVersion
 	}
 	return l, txn.Succeeded, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/lockversion"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -37,6 +38,11 @@ type Lock struct {
 	Fence    uint64
 	// Waiters are the sessions queued behind the holder (etcd).
 	Waiters int
+	// Version names the lock's current value (lockversion): a DELETE
+	// that sends it as If-Match deletes the lock only if it is still at
+	// it. Redis: the SHA-1 of the value in hex; etcd: the holder entry's
+	// mod revision. A digest, never the value or its owner token.
+	Version string
 }
 
 // Immortal reports whether the lock has no TTL.
@@ -53,6 +59,7 @@ type lockJSON struct {
 	Immortal   bool              `json:"immortal"`
 	Fence      uint64            `json:"fence"`
 	Waiters    int               `json:"waiters,omitempty"`
+	Version    string            `json:"version,omitempty"`
 }
 
 // MarshalJSON writes the lock with snake_case names and durations in
@@ -62,7 +69,8 @@ type lockJSON struct {
 func (l Lock) MarshalJSON() ([]byte, error) {
 	h := l.Holder
 	j := lockJSON{Store: l.Store, Key: l.Key, KeyPattern: l.Pattern, Holder: &h,
-		AgeSeconds: l.Age.Seconds(), TTLSeconds: l.TTL.Seconds(), Immortal: l.Immortal(), Fence: l.Fence, Waiters: l.Waiters}
+		AgeSeconds: l.Age.Seconds(), TTLSeconds: l.TTL.Seconds(), Immortal: l.Immortal(), Fence: l.Fence, Waiters: l.Waiters,
+		Version: l.Version}
 	if l.Immortal() {
 		j.TTLSeconds = -1
 	}
@@ -82,7 +90,7 @@ func (l *Lock) UnmarshalJSON(data []byte) error {
 	if j.KeyBase64 != nil {
 		j.Key = string(j.KeyBase64)
 	}
-	*l = Lock{Store: j.Store, Key: j.Key, Pattern: j.KeyPattern, Fence: j.Fence, Waiters: j.Waiters,
+	*l = Lock{Store: j.Store, Key: j.Key, Pattern: j.KeyPattern, Fence: j.Fence, Waiters: j.Waiters, Version: j.Version,
 		Age: time.Duration(j.AgeSeconds * float64(time.Second)), TTL: time.Duration(j.TTLSeconds * float64(time.Second))}
 	if j.Holder != nil {
 		l.Holder = *j.Holder
@@ -164,17 +172,51 @@ func (ls *lister) redisBatch(ctx context.Context, c redis.Cmdable, storeName str
 		if err != nil || ttl == -2 {
 			continue
 		}
-		l := Lock{Store: storeName, Key: k, Holder: redislock.DecodeValue(v), TTL: ttl}
-		if ttl < 0 {
-			l.TTL = NoTTL
-		}
-		l.Fence = l.Holder.Fence
-		ls.finish(&l, now)
-		if !visit(l) {
+		if !visit(ls.redisLock(storeName, k, v, ttl, now)) {
 			return false
 		}
 	}
 	return true
+}
+
+// redisLock is the Lock of key on a Redis store, whose value is v and PTTL
+// ttl (-1: none).
+func (ls *lister) redisLock(storeName, key, v string, ttl time.Duration, now time.Time) Lock {
+	l := Lock{Store: storeName, Key: key, Holder: redislock.DecodeValue(v), TTL: ttl, Version: lockversion.Redis(v)}
+	if ttl < 0 {
+		l.TTL = NoTTL
+	}
+	l.Fence = l.Holder.Fence
+	ls.finish(&l, now)
+	return l
+}
+
+// readRedis reads the lock on key with one pipeline of PTTL and GET, and
+// returns its value too: the remediation compares it in its script, and
+// the lock and its version are that value's. ok is false when there is no
+// lock on key: no such key, one that is not a string, a companion key.
+func (ls *lister) readRedis(ctx context.Context, s *store, key string) (l Lock, value string, ok bool, err error) {
+	if redislock.IsCompanionKey(key) {
+		return l, "", false, nil
+	}
+	pipe := s.redis.Pipeline()
+	ttlCmd := pipe.PTTL(ctx, key)
+	getCmd := pipe.Get(ctx, key)
+	_, _ = pipe.Exec(ctx) // per-command errors below
+	ttl, err := ttlCmd.Result()
+	if err != nil {
+		return l, "", false, err
+	}
+	value, err = getCmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil) || ttl == -2:
+		return l, "", false, nil
+	case err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE"):
+		return l, "", false, nil // not a string: not a lock
+	case err != nil:
+		return l, "", false, err
+	}
+	return ls.redisLock(s.name, key, value, ttl, ls.now()), value, true, nil
 }
 
 func (ls *lister) finish(l *Lock, now time.Time) {
@@ -193,14 +235,16 @@ type etcdEntry struct {
 	key     string // the lock key; an entry of another writer: its etcd key
 	kv      []byte
 	lease   int64
-	rev     int64
+	rev     int64 // create revision: the fence
+	modRev  int64 // the version
 	waiters int
 }
 
 // etcdLock is the Lock of e; ok is false when e's lease expired since it
 // was read (the entry is gone).
 func (ls *lister) etcdLock(ctx context.Context, s *store, e *etcdEntry) (l Lock, ok bool, err error) {
-	l = Lock{Store: s.name, Key: e.key, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL}
+	l = Lock{Store: s.name, Key: e.key, Holder: etcdlock.DecodeValue(e.kv), Fence: uint64(e.rev), Waiters: e.waiters, TTL: NoTTL,
+		Version: lockversion.Etcd(e.modRev)}
 	if e.lease != 0 {
 		ttl, err := s.etcd.TimeToLive(ctx, clientv3.LeaseID(e.lease))
 		if err != nil {
@@ -276,7 +320,7 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 				}
 				// Visited on its own: cur, whose entries it may sort
 				// between, stays the current lock.
-				if more, err := emit(&etcdEntry{key: string(kv.Key), kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}); err != nil || !more {
+				if more, err := emit(&etcdEntry{key: string(kv.Key), kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision, modRev: kv.ModRevision}); err != nil || !more {
 					return scanned, err
 				}
 				continue
@@ -292,9 +336,9 @@ func (ls *lister) listEtcd(ctx context.Context, s *store, key string, visit func
 			// names: an entry put without a lease never expires.
 			switch {
 			case cur == nil:
-				cur = &etcdEntry{key: k, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision}
+				cur = &etcdEntry{key: k, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision, modRev: kv.ModRevision}
 			case kv.CreateRevision < cur.rev:
-				cur.kv, cur.lease, cur.rev = kv.Value, kv.Lease, kv.CreateRevision
+				cur.kv, cur.lease, cur.rev, cur.modRev = kv.Value, kv.Lease, kv.CreateRevision, kv.ModRevision
 				cur.waiters++
 			default:
 				cur.waiters++
@@ -331,14 +375,8 @@ func (ls *lister) show(ctx context.Context, s *store, key string) (l Lock, ok bo
 			return l, false, err
 		}
 		kv := resp.Kvs[0]
-		return ls.etcdLock(ctx, s, &etcdEntry{key: key, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision})
+		return ls.etcdLock(ctx, s, &etcdEntry{key: key, kv: kv.Value, lease: kv.Lease, rev: kv.CreateRevision, modRev: kv.ModRevision})
 	}
-	ls.redisBatch(ctx, s.redis, s.name, []string{key}, func(x Lock) bool { l, ok = x, true; return false })
-	if !ok {
-		// Tell "no lock" from "store down".
-		if err := s.redis.Exists(ctx, key).Err(); err != nil {
-			return l, false, err
-		}
-	}
-	return l, ok, nil
+	l, _, ok, err = ls.readRedis(ctx, s, key)
+	return l, ok, err
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -271,19 +272,31 @@ func TestRemediation_ResentDeleteIsStillLogged(t *testing.T) {
 // tell that from its own resent delete: 410, and the possible deletion is
 // logged), or a new holder took the key (409, and the new holder's lock is
 // not deleted). The delete never reports 200 for a lock it did not delete.
+// With If-Match of the version read, a new immortal holder is 412 (the lock
+// is no longer at that version), and the same value given a TTL is 409 (its
+// version is unchanged, but it expires by itself now); before, the
+// precondition was not looked at: 409 for both.
 func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
+	const value = "tok-immortal 8 {\"service\":\"billing\",\"pid\":1}"
 	for _, tc := range []struct {
 		name      string
 		meanwhile func(ctx context.Context, c *redis.Client) error
+		ifMatch   bool // send the version of value as If-Match
 		code      int
 		body      string
 		left      int64 // keys named lock:order:3 after the delete
 	}{
 		{"released", func(ctx context.Context, c *redis.Client) error { return c.Del(ctx, "lock:order:3").Err() },
-			http.StatusGone, "released it meanwhile", 0},
+			false, http.StatusGone, "released it meanwhile", 0},
 		{"taken by a new holder", func(ctx context.Context, c *redis.Client) error {
 			return c.Set(ctx, "lock:order:3", "tok-new 9 {\"service\":\"billing\",\"pid\":2}", 10*time.Second).Err()
-		}, http.StatusConflict, "the lock changed", 1},
+		}, false, http.StatusConflict, "the lock changed", 1},
+		{"taken by a new immortal holder, with If-Match", func(ctx context.Context, c *redis.Client) error {
+			return c.Set(ctx, "lock:order:3", "tok-new 9 {\"service\":\"billing\",\"pid\":2}", 0).Err()
+		}, true, http.StatusPreconditionFailed, "after the agent read it", 1},
+		{"given a TTL, with If-Match", func(ctx context.Context, c *redis.Client) error {
+			return c.Expire(ctx, "lock:order:3", time.Minute).Err()
+		}, true, http.StatusConflict, "TTL", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -294,9 +307,13 @@ func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
 					t.Error(err)
 				}
 			}}
-			a, client, logs, token := immortalLockAgent(t, "lock:order:3", "tok-immortal 8 {\"service\":\"billing\",\"pid\":1}", h)
+			a, client, logs, token := immortalLockAgent(t, "lock:order:3", value, h)
 			c = client
-			code, body := del(t, a, "key=lock:order:3", token)
+			var ifMatch []string
+			if tc.ifMatch {
+				ifMatch = []string{quoted(sha1hex(value))}
+			}
+			code, body := delIfMatch(t, a, "key=lock:order:3", token, ifMatch...)
 			if !h.Done() {
 				t.Fatal("nothing happened before the delete: the scenario did not happen")
 			}
@@ -321,7 +338,10 @@ func TestRemediation_LockChangedBeforeTheDelete(t *testing.T) {
 // delete, the entry is put again (another value, the same value, the same
 // value under a lease) or deleted. The delete is one transaction on the mod
 // revision, value and lease it read: a changed entry is kept (the API's
-// 409), and a gone one is errGone (410, as on Redis), not "changed".
+// 409), and a gone one is errGone (410, as on Redis), not "changed". With
+// the version read as the precondition (If-Match), a changed entry is
+// errVersion (412: it is no longer at that version); before, the
+// precondition was not looked at after the read: 409.
 func TestRemediation_Etcd_AnEntryThatChangesBeforeTheDeleteIsKept(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
@@ -355,24 +375,33 @@ func TestRemediation_Etcd_AnEntryThatChangesBeforeTheDeleteIsKept(t *testing.T) 
 			deleted   bool
 			gone      bool // the API's 410
 			leased    bool // the entry left has a lease
+			ifMatch   bool // the version put is the precondition
+			version   bool // errVersion: the API's 412
 		}{
-			{"nothing", func(context.Context, string) error { return nil }, true, false, false},
-			{"another value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, `{"owner":"new"}`); return err }, false, false, false},
-			{"the same value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, value); return err }, false, false, false},
+			{"nothing", func(context.Context, string) error { return nil }, true, false, false, false, false},
+			{"another value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, `{"owner":"new"}`); return err }, false, false, false, false, false},
+			{"the same value", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, value); return err }, false, false, false, false, false},
 			{"the same value under a lease", func(ctx context.Context, k string) error {
 				g, err := ec.Grant(ctx, 600)
 				if err == nil {
 					_, err = ec.Put(ctx, k, value, clientv3.WithLease(g.ID))
 				}
 				return err
-			}, false, false, true},
-			{"deleted", func(ctx context.Context, k string) error { _, err := ec.Delete(ctx, k); return err }, false, true, false},
+			}, false, false, true, false, false},
+			{"deleted", func(ctx context.Context, k string) error { _, err := ec.Delete(ctx, k); return err }, false, true, false, false, false},
+			{"nothing, with If-Match", func(context.Context, string) error { return nil }, true, false, false, true, false},
+			{"the same value, with If-Match", func(ctx context.Context, k string) error { _, err := ec.Put(ctx, k, value); return err }, false, false, false, true, true},
 		} {
 			t.Run(entry.name+"/"+tc.name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				if _, err := ec.Put(ctx, entry.etcdKey, value); err != nil {
+				put, err := ec.Put(ctx, entry.etcdKey, value)
+				if err != nil {
 					t.Fatal(err)
+				}
+				want := ""
+				if tc.ifMatch {
+					want = strconv.FormatInt(put.Header.Revision, 10)
 				}
 				ran := false
 				f := func(context.Context) {
@@ -382,12 +411,12 @@ func TestRemediation_Etcd_AnEntryThatChangesBeforeTheDeleteIsKept(t *testing.T) 
 					}
 				}
 				armed.Store(&f)
-				_, deleted, err := a.deleteImmortalEtcd(ctx, s, entry.key)
+				_, deleted, err := a.deleteImmortalEtcd(ctx, s, entry.key, want)
 				if !ran {
 					t.Fatal("no delete transaction ran: the scenario did not happen")
 				}
-				if deleted != tc.deleted || errors.Is(err, errGone) != tc.gone || (err != nil && !tc.gone) {
-					t.Errorf("deleted %v, err %v; want deleted %v, gone %v", deleted, err, tc.deleted, tc.gone)
+				if deleted != tc.deleted || errors.Is(err, errGone) != tc.gone || errors.Is(err, errVersion) != tc.version || (err != nil && !tc.gone && !tc.version) {
+					t.Errorf("deleted %v, err %v; want deleted %v, gone %v, not at the version %v", deleted, err, tc.deleted, tc.gone, tc.version)
 				}
 				resp, err := ec.Get(ctx, entry.etcdKey)
 				if err != nil {
