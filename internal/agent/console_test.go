@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,8 @@ func TestConsole_ServesThePageItsAssetsAndTheRemediationFlag(t *testing.T) {
 // writes its alerts into the page, and clicks the first delete button
 // under the selector once the console has rendered one, after writing the
 // key its finding or row shows into the page (the next refresh may remove
-// the lock).
+// the lock), and after fetching the before-click path, when there is one
+// (a test changes the store there, behind the page's back).
 const e2eScript = `"use strict";
 function e2eNote(cls, text) {
   var p = document.createElement("pre");
@@ -75,7 +77,9 @@ var e2eTimer = setInterval(function () {
   var n = b;
   while (n && !n.querySelector("code")) n = n.parentNode;
   e2eNote("e2e-key", n ? n.querySelector("code").textContent : "");
-  b.click();
+  var before = %q;
+  if (!before) { b.click(); return; }
+  fetch(before, { method: "POST" }).then(function () { b.click(); });
 }, 20);
 `
 
@@ -141,43 +145,7 @@ func TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey(t *testing.T) 
 				t.Fatal(err)
 			}
 			waitFor(t, "the immortal lock in the findings and the locks", func() bool { f, l := listed(); return f && l })
-			// The console as the agent serves it, on a page that also
-			// loads the test's script (same origin: the page's CSP holds).
-			target, err := url.Parse(a.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy := httputil.NewSingleHostReverseProxy(target)
-			tr := &http.Transport{}
-			defer tr.CloseIdleConnections()
-			proxy.Transport = tr
-			mux := http.NewServeMux()
-			mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/html; charset=utf-8")
-				w.Header().Set("Content-Security-Policy", "default-src 'self'")
-				fmt.Fprint(w, strings.Replace(page, `<script src="/console/app.js">`, `<script src="/e2e.js"></script><script src="/console/app.js">`, 1))
-			})
-			mux.HandleFunc("GET /e2e.js", func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/javascript")
-				fmt.Fprintf(w, e2eScript, cfg.RemediationToken, tc.button)
-			})
-			mux.Handle("/", proxy)
-			srv := httptest.NewServer(mux)
-			defer srv.Close()
-
-			profile := t.TempDir()
-			cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer ccancel()
-			cmd := exec.CommandContext(cctx, chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
-				"--disable-dev-shm-usage", "--user-data-dir="+profile, "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/")
-			cmd.Env = append(os.Environ(), "HOME="+profile)
-			var stderr syncBuf
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("chromium: %v\n%s", err, stderr.String())
-			}
-			dom := string(out)
+			dom := consoleDOM(t, ctx, chromium, a, page, fmt.Sprintf(e2eScript, cfg.RemediationToken, tc.button, ""), nil)
 			if alert := e2eNote(dom, "e2e-alert"); !strings.HasPrefix(alert, "Deleted") {
 				t.Errorf("the console's answer: %q, want Deleted", alert)
 			}
@@ -189,6 +157,133 @@ func TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey(t *testing.T) 
 			}
 			if shown := e2eNote(dom, "e2e-key"); shown != `lock:\xff\xfe` {
 				t.Errorf(`the console showed the key as %q, want lock:\xff\xfe`, shown)
+			}
+			if t.Failed() {
+				t.Logf("DOM:\n%s", dom)
+			}
+		})
+	}
+}
+
+// consoleDOM loads the console as the agent a serves it (page is its /) in
+// headless Chromium, on a page that also loads script first (same origin:
+// the page's CSP holds), and returns the DOM once the virtual time budget
+// is spent. Requests go to the agent through a proxy, except the routes
+// extra adds (given the proxy, to pass requests on).
+func consoleDOM(t *testing.T, ctx context.Context, chromium string, a *Agent, page, script string, extra func(mux *http.ServeMux, agent http.Handler)) string {
+	t.Helper()
+	target, err := url.Parse(a.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	proxy.Transport = tr
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'")
+		fmt.Fprint(w, strings.Replace(page, `<script src="/console/app.js">`, `<script src="/e2e.js"></script><script src="/console/app.js">`, 1))
+	})
+	mux.HandleFunc("GET /e2e.js", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprint(w, script)
+	})
+	if extra != nil {
+		extra(mux, proxy)
+	}
+	mux.Handle("/", proxy)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	profile := t.TempDir()
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer ccancel()
+	cmd := exec.CommandContext(cctx, chromium, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+		"--disable-dev-shm-usage", "--user-data-dir="+profile, "--virtual-time-budget=5000", "--dump-dom", srv.URL+"/")
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	var stderr syncBuf
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	return string(out)
+}
+
+// TestConsole_TheDeleteButtonSendsTheVersionShown_ALockReplacedMeanwhileIsKept
+// loads the console in headless Chromium against the agent and a real
+// Redis; once it shows an immortal lock, another application replaces that
+// lock with another immortal one, and then the operator clicks "delete
+// immortal lock", in the findings and in the live locks. The console sends
+// the version of what it showed as If-Match: the agent answers 412, the
+// console says the lock changed, and the new lock is kept. Before, the
+// console sent no version and the new lock was deleted.
+func TestConsole_TheDeleteButtonSendsTheVersionShown_ALockReplacedMeanwhileIsKept(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium; scripts/test installs it): the console's browser check is skipped")
+	}
+	const key, oldValue, newValue = "lock:order:9", "another app's lock", "another app's new lock"
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := testConfig("console")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = "t0k"
+	a := start(t, cfg)
+	_, page := get(t, a.URL())
+
+	for _, tc := range []struct{ name, button string }{
+		{"finding", "#findings button.remediate"},
+		{"live lock", "#locks button.remediate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The page must show the old lock: a record without a lock on
+			// key, then one with it, is a scan that read the old lock, and
+			// so is every later one.
+			listed := func() (finding, lock bool) {
+				_, fs := get(t, a.URL()+"api/v1/findings")
+				_, ls := get(t, a.URL()+"api/v1/locks")
+				return strings.Contains(fs, `"kind":"immortal"`), strings.Contains(ls, `"immortal":true`)
+			}
+			if err := c.Del(ctx, key).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "no immortal lock listed", func() bool { f, l := listed(); return !f && !l })
+			if err := c.Set(ctx, key, oldValue, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the old lock in the findings and the locks", func() bool { f, l := listed(); return f && l })
+			var ifMatch atomic.Pointer[string]
+			dom := consoleDOM(t, ctx, chromium, a, page, fmt.Sprintf(e2eScript, cfg.RemediationToken, tc.button, "/e2e/replace"),
+				func(mux *http.ServeMux, agent http.Handler) {
+					mux.HandleFunc("POST /e2e/replace", func(w http.ResponseWriter, r *http.Request) {
+						if err := c.Set(r.Context(), key, newValue, 0).Err(); err != nil {
+							t.Error(err)
+						}
+						w.WriteHeader(http.StatusNoContent)
+					})
+					mux.HandleFunc("DELETE /api/v1/locks", func(w http.ResponseWriter, r *http.Request) {
+						v := r.Header.Get("If-Match")
+						ifMatch.Store(&v)
+						agent.ServeHTTP(w, r)
+					})
+				})
+			sent := ""
+			if p := ifMatch.Load(); p != nil {
+				sent = *p
+			}
+			if v, _ := c.Get(ctx, key).Result(); v != newValue {
+				t.Errorf("the lock that replaced the one shown is gone (value %q); the console sent If-Match %q", v, sent)
+			}
+			if want := quoted(sha1hex(oldValue)); sent != want {
+				t.Errorf("the console sent If-Match %q, want %q (the version it showed)", sent, want)
+			}
+			if alert := e2eNote(dom, "e2e-alert"); !strings.Contains(alert, "changed since") {
+				t.Errorf("the console's answer: %q, want that the lock changed since it was shown", alert)
 			}
 			if t.Failed() {
 				t.Logf("DOM:\n%s", dom)

@@ -67,19 +67,32 @@
     return { text: text, param: "key_base64=" + encodeURIComponent(x.key_base64) };
   }
 
-  function remediateButton(store, k) {
+  // remediateButton deletes the lock this page shows: it sends the
+  // version the API gave with it as If-Match, so that a lock that replaced
+  // it since (another holder, another application's new lock) is kept: the
+  // agent answers 412. (A record from an agent without versions has none:
+  // the delete then compares with the agent's own read only.)
+  function remediateButton(store, k, version) {
     var b = el("button", "remediate", "delete immortal lock");
     b.type = "button";
     b.onclick = function () {
-      if (!window.confirm("Delete the immortal lock " + k.text + " on " + store + "?\nThe agent reads it again and deletes it only if it still has no TTL and does not change meanwhile.")) return;
+      if (!window.confirm("Delete the immortal lock " + k.text + " on " + store + "?\nThe agent deletes it only if it is still the lock shown here, still has no TTL, and does not change meanwhile.")) return;
       var token = sessionStorage.getItem("lockgov-token") || window.prompt("Remediation token of this agent:");
       if (!token) return;
+      var headers = { "Authorization": "Bearer " + token };
+      if (version) headers["If-Match"] = "\"" + version + "\"";
       fetch("/api/v1/locks?" + k.param + "&store=" + encodeURIComponent(store), {
-        method: "DELETE", headers: { "Authorization": "Bearer " + token }
+        method: "DELETE", headers: headers
       }).then(function (r) {
         return r.json().then(function (body) {
           if (r.ok) { sessionStorage.setItem("lockgov-token", token); window.alert("Deleted " + k.text); refresh(); return; }
           if (r.status === 410) { window.alert(body.error); refresh(); return; }
+          if (r.status === 412) {
+            sessionStorage.setItem("lockgov-token", token);
+            window.alert("Not deleted: the lock " + k.text + " changed since this page showed it.\n" + body.error + "\nLook at it again once the page shows it as it is now (after the agent's next scan) before deleting it.");
+            refresh();
+            return;
+          }
           if (r.status === 401) sessionStorage.removeItem("lockgov-token");
           window.alert("Not deleted: " + (body.error || r.status));
         });
@@ -114,7 +127,7 @@
       if (x.holder) d.appendChild(el("div", "muted", "holder: " + holderText(x.holder)));
       if (x.detail) d.appendChild(el("div", null, x.detail));
       if (x.action) { var a = el("div", "action"); a.appendChild(el("b", null, "Action: ")); a.appendChild(document.createTextNode(x.action)); d.appendChild(a); }
-      if (state.remediation && x.kind === "immortal" && x.key) d.appendChild(remediateButton(x.store, keyOf(x)));
+      if (state.remediation && x.kind === "immortal" && x.key) d.appendChild(remediateButton(x.store, keyOf(x), x.version));
       box.appendChild(d);
     });
     renderDeadlocks(list);
@@ -164,7 +177,7 @@
       cell(tr, l.fence || "", "num");
       cell(tr, l.store, "muted");
       var act = cell(tr, "");
-      if (state.remediation && l.immortal) act.appendChild(remediateButton(l.store, keyOf(l)));
+      if (state.remediation && l.immortal) act.appendChild(remediateButton(l.store, keyOf(l), l.version));
       tb.appendChild(tr);
     });
     if (list.length === 0) { var tr = el("tr"); var td = cell(tr, "No locks held.", "muted"); td.colSpan = 8; tb.appendChild(tr); }
