@@ -29,7 +29,8 @@
 // store, service and pattern. /api/v1/findings says "remediation": true
 // when the agent has a remediation token; only then does the console show
 // delete buttons on immortal locks, each asking for confirmation and for the
-// token (kept in the tab's sessionStorage).
+// token (kept in the tab's sessionStorage), and sending the version of the
+// lock it shows as If-Match: on 412 it says the lock changed and refreshes.
 //
 // # Guarantees
 //
@@ -90,10 +91,39 @@
 //     /api/v1/locks name it; the delete is one transaction on the entry's
 //     mod revision, value and missing lease as read, so an entry put again
 //     meanwhile (another value, the same one, or under a lease) is kept
-//     (409), and one deleted meanwhile is 410. "Unchanged" is since the
-//     agent's read, which the request makes: the API takes no revision from
-//     the client, so a lease-less entry put again between the operator's
-//     look and the request is the one deleted (lockgov never writes one).
+//     (409), and one deleted meanwhile is 410.
+//   - Every lock /api/v1/locks lists (and `lockgov locks ls|show -o json`
+//     prints) has a "version", and so has every finding on a lock without a
+//     TTL: an opaque string naming the lock's current value, compared for
+//     equality only. On Redis it is the SHA-1 of the value in lowercase hex
+//     (40 digits; what redis.sha1hex computes in a script), on etcd the
+//     holder entry's mod revision in decimal, which every write of the
+//     entry changes. It never is the value or its owner token: a lockgov
+//     token has 128 random bits, and SHA-1 serves only as an equality check
+//     here (a value of another application with little entropy can be
+//     guessed from its digest, as from any digest).
+//   - Remediation takes that version as its precondition, as HTTP's ETags
+//     and Kubernetes' resourceVersion do: with If-Match: "VERSION" the lock
+//     is deleted only if it is still at VERSION, so an immortal lock that
+//     another application replaced by another one after the operator looked
+//     is kept. The check is atomic with the delete: the agent compares the
+//     version with its own read, and the delete (the script's exact compare
+//     of the value read; etcd's transaction on the mod revision read) then
+//     deletes only that read. A lock at another version is 412 Precondition
+//     Failed, naming the version, holder, fence and TTL it has now, with
+//     that lock as "current"; one that changes between the read and the
+//     delete is 412 too. A lock at VERSION that got a TTL is 409, one gone
+//     404 or 410, as without If-Match (RFC 9110 would answer 412; these say
+//     more). An If-Match that is not one quoted,
+//     strong version of the store's form (unquoted, W/"…", "*", a list, two
+//     headers, empty, a Redis digest sent for an etcd store or the reverse)
+//     is 400 saying what is wrong; nothing is read. Without If-Match the
+//     delete is as before: "unchanged" is since the agent's read, which the
+//     request makes, so a lock replaced between the operator's look and the
+//     request is the one deleted (lockgov never writes a lock without a
+//     TTL: only another application's can be replaced that way). The
+//     console always sends the version; a record published by an agent
+//     without versions has none, and its buttons delete without one.
 //
 // # Failure modes
 //
