@@ -264,8 +264,14 @@
 // A Release whose outcome is unknown (a transport error, or its context
 // having ended, also while it waited for a renewal in flight: go-redis
 // sends nothing on an ended context) returns that error and ends the
-// lease's context with ErrLockLost; the watchdog is stopped, so the key
-// expires at its TTL at the latest.
+// lease's context with ErrLockLost, and the watchdog is stopped. The lock
+// is then given back in the background, as an Acquire that gave up gives
+// back what it may hold: leave.lua, owner-checked, hands it to the next
+// queued waiter or deletes it, tried again until Redis answers or the
+// lock's TTL has passed (in quorum mode, when no node confirmed the
+// release, on each node whose release may not have run). So `defer lease.Release(reqCtx)` after the request was
+// cancelled frees the lock at once, not at its TTL; the TTL stays the net
+// when Redis cannot be reached for that long, or the client is closed.
 //
 // An attempt whose reply is lost after it ran may have taken the lock under
 // a token that only this Acquire knows. go-redis resends it while the

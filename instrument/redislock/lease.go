@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -54,8 +55,27 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 }
 
 // Release is the lease's owner-checked release (leasecore.Store).
+//
+// A release whose outcome is unknown (its reply lost, every resend failed,
+// or the caller's context ended, before or while it was sent: go-redis
+// sends nothing on an ended context) may have left the lock standing under
+// this token, with the watchdog stopped and nobody to release it before
+// its TTL runs out: under `defer lease.Release(reqCtx)` after the request
+// was cancelled, every such lock. It is then given back in the background,
+// as an Acquire that gave up is (Locker.leave: leave.lua, owner-checked,
+// hands the lock to the next waiter or deletes it; bounded, retried until
+// Redis answers or the lock's TTL has passed). In quorum mode, on the
+// nodes whose release may not have run (quorum.release marks them), when
+// no node confirmed it: a release that some node confirmed leaves a node
+// that could not be reached to expire the grant at its TTL, as a quorum
+// lock tolerates a minority of nodes down (giving back there would send a
+// background try to a dead node after every Release). The caller still
+// gets the error: whether the lock was free in time is unknown.
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
+	if r.owner != nil && r.mayHold(ok, err) {
+		r.owner.leave(ctx, r)
+	}
 	switch {
 	case ok:
 		return nil
@@ -63,4 +83,15 @@ func (r *request) Release(ctx context.Context) error {
 		return err // the outcome is unknown
 	}
 	return instrument.ErrNotHeld
+}
+
+// mayHold reports whether, after a release that returned ok and err, the
+// store may still hold the lock under this token and it is worth giving
+// back: the release's outcome is unknown (in quorum mode, with a node
+// marked as not having answered).
+func (r *request) mayHold(ok bool, err error) bool {
+	if ok || !unanswered(err) {
+		return false
+	}
+	return r.nodes == nil || slices.Contains(r.nodes, true)
 }

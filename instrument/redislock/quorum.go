@@ -310,18 +310,40 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 // one node outlives the others): the lease had already ended, and what was
 // deleted there was only this token's leftover. Otherwise ok when any node
 // still had the lock (or had released it on an earlier try of this call).
+//
+// A node whose release may not have run (unanswered) is marked in r.nodes
+// and one that answered is cleared: when no node confirmed the release
+// (its outcome unknown), request.Release gives the lock back in the
+// background on the marked ones.
 func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
+	if r.nodes == nil {
+		r.nodes = make([]bool, len(q.nodes))
+	}
 	// No handoff: quorum waiters poll, none queues on a node.
-	released, denied, err := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
-		return runRelease(ctx, n.c, r, false)
+	replies := q.fanOut(ctx, r.ttl, func(ctx context.Context, n node) reply {
+		ok, err := runRelease(ctx, n.c, r, false)
+		return reply{ok: ok, err: err}
 	})
+	var released, denied int
+	var errs []error
+	for i, rep := range replies {
+		r.nodes[i] = unanswered(rep.err)
+		switch {
+		case rep.err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+		case rep.ok:
+			released++
+		default:
+			denied++
+		}
+	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil
 	}
 	if released > 0 {
 		return true, nil
 	}
-	return false, err
+	return false, errors.Join(errs...)
 }
 
 // pollDelay is how long a quorum waiter sleeps between attempts: jittered

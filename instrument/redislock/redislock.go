@@ -116,6 +116,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		fenceTTL: cfg.TTL + l.retention,
 		once:     cfg.Wait == instrument.WaitFailFast,
 		lid:      l.lid,
+		owner:    l,
 	}
 
 	// Deadline waiters of this Locker take turns locally, unless the store

@@ -70,7 +70,8 @@ type request struct {
 	// although no reply said so (a reply lost, a give-back that failed);
 	// quorum.leave gives it back there.
 	nodes []bool
-	st    store // the store that granted the lease (set with it)
+	st    store   // the store that granted the lease (set with it)
+	owner *Locker // gives the lock back when a release's outcome is unknown (request.Release)
 
 	// What node's calls send, kept here so that a call boxes no argument:
 	// go-redis writes *string and *int64 arguments in place (see evalsha).

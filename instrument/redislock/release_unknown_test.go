@@ -1,0 +1,144 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestRelease_OnAnEndedContextGivesTheLockUp: `defer lease.Release(reqCtx)`
+// after the request was cancelled is a Release on an ended context, on
+// which go-redis sends nothing. The watchdog stops with the lease, so the
+// lock stood under a token nobody would use again for its whole TTL (an
+// hour here): a waiter queued behind it waited the hour, every other caller
+// was refused. Release must still say it failed (whether the lock was free
+// in time is unknown), and give the lock up in the background: to the
+// queued waiter, or by deleting it.
+func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fair   bool
+		waiter bool
+	}{
+		{"default", false, false},
+		{"default/with-a-waiter", false, true},
+		{"fair", true, false},
+		{"fair/with-a-waiter", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, admin := setup(t)
+			var opts []redislock.Option
+			if tc.fair {
+				opts = append(opts, redislock.Fair())
+			}
+			l := newLocker(t, newClient(t, r.Addr()), opts...)
+			other := newLocker(t, newClient(t, r.Addr()), opts...)
+			ctx := timeout(t, time.Minute)
+			ttl := instrument.WithTTL(time.Hour)
+			const key = "lock:release-on-an-ended-context"
+
+			reqCtx, cancel := context.WithCancel(ctx)
+			lease, err := l.Acquire(reqCtx, key, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got chan error
+			if tc.waiter {
+				got = make(chan error, 1)
+				go func() {
+					wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+					defer wcancel()
+					w, err := other.Acquire(wctx, key, ttl)
+					if err == nil {
+						err = w.Release(ctx)
+					}
+					got <- err
+				}()
+				eventually(t, "the waiter to queue behind the holder", func() bool {
+					return admin.LLen(ctx, queueKey(key)).Val() > 0
+				})
+			}
+
+			cancel() // the request ends; its deferred Release runs
+			if err := lease.Release(reqCtx); err == nil {
+				t.Error("Release on an ended context = nil, want its error: whether the lock was free in time is unknown")
+			}
+			if tc.waiter {
+				if err := <-got; err != nil {
+					t.Fatalf("the waiter queued behind a lock released on an ended context: %v (want it handed the lock, not the lock's hour)", err)
+				}
+			}
+			eventually(t, "the lock released on an ended context to be given up", func() bool {
+				return admin.Exists(ctx, key).Val() == 0
+			})
+			taken, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("another caller cannot take the lock after it was given up: %v", err)
+			}
+			if err := taken.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRelease_ThatNeverReachesRedisGivesTheLockUpOnceItDoes: the release's
+// script is lost on its way (Redis unreachable, a blackholed connection)
+// and the caller's context ends before go-redis can resend it. The lock
+// stood for its TTL; it must be given up once Redis can be reached again.
+func TestRelease_ThatNeverReachesRedisGivesTheLockUpOnceItDoes(t *testing.T) {
+	r, admin := setup(t)
+	p := testenv.NewProxy(t, r.Addr())
+	l := newLocker(t, newClient(t, p.Addr()))
+	ctx := timeout(t, time.Minute)
+	const key = "lock:release-never-sent"
+	lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.Blackhole(true)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := lease.Release(rctx); err == nil {
+		t.Fatal("a Release that could not reach Redis returned nil")
+	}
+	if admin.Exists(ctx, key).Val() != 1 {
+		t.Fatal("the lock is gone although its release could not reach Redis: the blackhole did not hold it")
+	}
+	p.Blackhole(false)
+	eventually(t, "the lock whose release was lost to be given up once Redis is reachable", func() bool {
+		return admin.Exists(ctx, key).Val() == 0
+	})
+}
+
+// TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode: the same in
+// quorum mode, where the lock is a grant on each node: every node's grant
+// must be given back, or a majority stays out of reach for the TTL.
+func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	l := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
+	admins := quorumClients(t, nodes)
+	ctx := timeout(t, time.Minute)
+	const key = "lock:quorum-release-on-an-ended-context"
+
+	reqCtx, cancel := context.WithCancel(ctx)
+	lease, err := l.Acquire(reqCtx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := lease.Release(reqCtx); err == nil {
+		t.Error("Release on an ended context = nil, want its error")
+	}
+	for i, c := range admins {
+		eventually(t, fmt.Sprintf("node %d's grant to be given back", i), func() bool {
+			return c.Exists(ctx, key).Val() == 0
+		})
+	}
+}
