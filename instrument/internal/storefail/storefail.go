@@ -69,10 +69,30 @@ func Ended(ctx context.Context) error {
 	return nil
 }
 
+// Unreachable marks err as the store out of reach, for Unavailable to
+// recognise whatever err holds: the error of a store made of several nodes
+// (a quorum) that too few of them answered, each of the others for a
+// transport failure or for its own timeout. Such a timeout is a
+// context.DeadlineExceeded too, which Unavailable would otherwise take for
+// the caller's: the caller tells its own apart with Ended before it marks.
+// err's message must carry addresses, never a key: the Reporter logs it.
+func Unreachable(err error) error { return unreachable{err} }
+
+type unreachable struct{ error }
+
+func (e unreachable) Unwrap() error { return e.error }
+
 // transport returns the part of err that says the store is unreachable
 // (its message carries an address, never a key), or nil.
 func transport(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil {
+		return nil
+	}
+	var u unreachable
+	if errors.As(err, &u) {
+		return u
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
 	var ne net.Error

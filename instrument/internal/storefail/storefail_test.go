@@ -42,6 +42,12 @@ func TestUnavailable_OnlyTransportFailures(t *testing.T) {
 		{"script error", redisReply("ERR user_script:1: request id reused"), false},
 		{"a store answer", errors.New("lockgov: lock not acquired"), false},
 		{"a key that looks like a reply", fmt.Errorf("begin %q: %w", "LOADING ", errors.New("mismatch")), false},
+		// A quorum that too few nodes answered: a node's own timeout is a
+		// DeadlineExceeded, which unmarked reads as the caller's.
+		{"nodes' timeouts and a refused dial, joined", fmt.Errorf("x: %w", errors.Join(
+			fmt.Errorf("node 0: %w", context.DeadlineExceeded), fmt.Errorf("node 1: %w", refused))), false},
+		{"the same, marked Unreachable", fmt.Errorf("x: %w", Unreachable(errors.Join(
+			fmt.Errorf("node 0: %w", context.DeadlineExceeded), fmt.Errorf("node 1: %w", refused)))), true},
 	} {
 		if got := Unavailable(c.err); got != c.want {
 			t.Errorf("%s: Unavailable(%v) = %v, want %v", c.name, c.err, got, c.want)
