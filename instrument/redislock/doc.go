@@ -223,8 +223,26 @@
 // held when a majority granted it within TTL minus elapsed time minus drift
 // (WithDriftFactor), released and renewed on every node, lost when a
 // majority can no longer confirm it. When fewer than a majority of nodes
-// answer at all, Acquire returns ErrNotAcquired at once rather than at the
-// deadline. A node that still has this Acquire's token from an earlier
+// answer, nothing is decided and Acquire returns at once rather than at
+// the deadline:
+//
+//   - with a transport error (not ErrNotAcquired), as a single Redis that
+//     cannot be reached gives, when so many nodes were out of reach (a
+//     refused or reset connection, LOADING and the like, no answer within
+//     the node timeout) that the others cannot make a majority. So too when
+//     the nodes that answered said another owner holds the lock: a
+//     minority's answers say nothing of the majority. Govern counts it as
+//     result error and, under FailOpen, falls back to a process-local lock;
+//   - with an error that is neither ErrNotAcquired nor a transport error
+//     when error replies (OOM, NOPERM) kept a majority from answering: the
+//     store's answer, as the same reply is from a single Redis;
+//   - with ErrNotAcquired and the context's error when the caller's context
+//     ended first.
+//
+// When a majority answers but fewer than a majority grant (another owner
+// holds the lock on some of them), the lock is held: Acquire waits, or
+// returns ErrNotAcquired, as its wait strategy says, whatever the other
+// nodes did. A node that still has this Acquire's token from an earlier
 // attempt (its reply lost to the node timeout) counts as a grant only after
 // it re-armed the TTL, so the validity counted from the later attempt holds
 // on every node of the majority. It is an efficiency lock, not a
@@ -249,7 +267,8 @@
 //
 // # Failure modes
 //
-// redis-server down: Acquire returns the connection error wrapped (not
+// redis-server down (in quorum mode, so many nodes that the others cannot
+// make a majority): Acquire returns the connection error wrapped (not
 // ErrNotAcquired) without waiting for the deadline; holders lose their
 // leases by the local timer. Sentinel failover: a lock written to the old
 // primary and not yet replicated is absent on the new one, and another

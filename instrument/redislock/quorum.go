@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
 // Quorum defaults, after the Redlock description.
@@ -140,8 +141,8 @@ func (q *quorum) vote(ctx context.Context, ttl time.Duration, call func(ctx cont
 
 // attempt makes one quorum attempt. It reports acquired with the fence, or
 // not acquired with the shortest remaining TTL among the holders' nodes.
-// When fewer than a majority of nodes answer at all, the lock cannot be had
-// and err wraps ErrNotAcquired and the nodes' errors.
+// When fewer than a majority of nodes answer at all, nothing is decided and
+// err says why (see tooFew).
 func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	start := time.Now()
 	kk, args := r.scriptArgs()
@@ -151,13 +152,19 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	})
 	var granted, answered int
 	var fence, pttl int64 = 0, -1
-	var errs []error
+	var errs []nodeError
 	if r.nodes == nil {
 		r.nodes = make([]bool, len(q.nodes))
 	}
 	for i, rep := range replies {
 		if rep.err != nil {
-			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+			e := nodeError{fmt.Errorf("node %d: %w", i, rep.err), storefail.Unavailable(rep.err)}
+			if errors.Is(rep.err, context.DeadlineExceeded) {
+				// The node's own timeout, unless the caller's context
+				// ended (tooFew tells them apart).
+				e = nodeError{fmt.Errorf("node %d: no answer within the node timeout (%v): %w", i, q.timeoutFor(r.ttl), rep.err), true}
+			}
+			errs = append(errs, e)
 			// The node may have granted the lock, its reply lost (or
 			// hidden behind a resend's error: see unanswered).
 			r.nodes[i] = r.nodes[i] || unanswered(rep.err)
@@ -199,11 +206,64 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	}
 	lost := slices.Contains(r.nodes, true)
 	if answered < q.majority {
-		return attempt{unanswered: lost}, fmt.Errorf("%w: %d of %d nodes answered, %d needed: %w",
-			instrument.ErrNotAcquired, answered, len(q.nodes), q.majority, errors.Join(errs...))
+		return attempt{unanswered: lost}, q.tooFew(ctx, answered, errs)
 	}
 	// pttl < 0: granted by a majority too late; try again soon.
 	return attempt{holderTTL: time.Duration(max(pttl, 0)) * time.Millisecond, unanswered: lost}, nil
+}
+
+// nodeError is the error of one node's call in an attempt.
+type nodeError struct {
+	err        error // "node i: ..."
+	outOfReach bool  // a transport failure (storefail.Unavailable) or the node timeout
+}
+
+// tooFew is the error of an attempt that fewer than a majority of nodes
+// answered, from the errors of the others. Whatever the answers said (a
+// grant, or another owner's lock), a minority of them says nothing of the
+// majority: the lock is neither had nor known to be held by someone else.
+//
+//   - The caller's context ended (storefail.Ended: the node calls run under
+//     it, so their errors may be its deadline): ErrNotAcquired with the
+//     context's error, as for any caller that gives up.
+//   - So many nodes were out of reach (storefail.Unavailable: a refused or
+//     reset connection, a read timeout, LOADING and the like; or no answer
+//     within the node timeout, which is not the caller's) that the others
+//     cannot make a majority: the store is out of reach, as a single Redis
+//     that cannot be reached is. The error is marked so
+//     (storefail.Unreachable), and is not ErrNotAcquired: Govern returns it
+//     under FailClosed (counted as result error) and falls back to a
+//     process-local lock under FailOpen. So too when the nodes that
+//     answered said another owner holds the lock.
+//   - Otherwise error replies (OOM, NOPERM, a script error) or a closed
+//     client kept a majority from answering: the store's answers, never a
+//     reason to decide without it, and not ErrNotAcquired either: an error,
+//     as the same reply is from a single Redis. The errors of the nodes out
+//     of reach are in its text only, so that storefail.Unavailable does not
+//     find them in it.
+func (q *quorum) tooFew(ctx context.Context, answered int, errs []nodeError) error {
+	all := make([]error, len(errs))
+	var unreachable int
+	for i, e := range errs {
+		all[i] = e.err
+		if e.outOfReach {
+			unreachable++
+		}
+	}
+	if cerr := storefail.Ended(ctx); cerr != nil {
+		return fmt.Errorf("%w: %w: %d of %d nodes answered, %d needed: %w",
+			instrument.ErrNotAcquired, cerr, answered, len(q.nodes), q.majority, errors.Join(all...))
+	}
+	if len(q.nodes)-unreachable < q.majority {
+		return storefail.Unreachable(fmt.Errorf("%d of %d nodes answered, %d needed: %w",
+			answered, len(q.nodes), q.majority, errors.Join(all...)))
+	}
+	for i, e := range errs {
+		if e.outOfReach {
+			all[i] = errors.New(e.err.Error())
+		}
+	}
+	return fmt.Errorf("%d of %d nodes answered, %d needed: %w", answered, len(q.nodes), q.majority, errors.Join(all...))
 }
 
 // releaseOn runs the owner-checked release, in parallel, on the nodes that

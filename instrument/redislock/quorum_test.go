@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/locktest"
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -88,30 +91,138 @@ func TestConformance_Quorum(t *testing.T) {
 	}
 }
 
-func TestQuorum_TwoOfThreeDownIsNotAcquiredBeforeDeadline(t *testing.T) {
-	nodes := quorumNodes(t, 3)
-	l := newQuorum(t, nodes)
-	for _, r := range nodes[:2] {
-		if err := r.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := l.Acquire(ctx, "lock:q")
-	if !errors.Is(err, instrument.ErrNotAcquired) {
-		t.Fatalf("err = %v, want ErrNotAcquired", err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("returned only at the deadline: %v", err)
-	}
-	if !strings.Contains(err.Error(), "1 of 3 nodes answered, 2 needed") {
-		t.Errorf("error %q does not say how many nodes answered", err)
-	}
-	// Nothing is left behind on the node that answered.
-	c := newClient(t, nodes[2].Addr())
-	if c.Exists(ctx, "lock:q").Val() != 0 {
-		t.Fatal("the minority grant was not given back")
+// TestQuorum_TooFewNodesAnsweringIsAStoreFailureUnlessAnAnswerSaysOtherwise:
+// an attempt that fewer than a majority of nodes answered decides nothing.
+// When every other node was out of reach (killed: a refused connection;
+// blackholed: the node's own timeout) the store is out of reach, as a
+// single Redis that cannot be reached is: a transport failure that
+// storefail.Unavailable recognises (Govern's FailOpen falls back on it), not
+// ErrNotAcquired, returned before the caller's deadline. A node that says
+// another owner holds the lock changes nothing while too few answered to
+// know of a majority; a majority that says so is ErrNotAcquired. An error
+// reply (OOM) is the store's answer: an error, neither ErrNotAcquired nor a
+// transport failure. A caller whose own deadline ends first gets
+// ErrNotAcquired with it.
+func TestQuorum_TooFewNodesAnsweringIsAStoreFailureUnlessAnAnswerSaysOtherwise(t *testing.T) {
+	type want int
+	const (
+		unreachable want = iota // a transport failure, not ErrNotAcquired
+		notAcquired             // ErrNotAcquired, not a transport failure
+		answerError             // neither
+		gaveUp                  // ErrNotAcquired with the caller's DeadlineExceeded
+	)
+	for _, tc := range []struct {
+		name      string
+		killed    []int
+		blackhole []int
+		held      []int // another owner holds the key there
+		oom       []int // out of memory: every write refused
+		// readTimeout: the blackholed nodes' clients time out reads
+		// before the node timeout ends their calls.
+		readTimeout bool
+		deadline    time.Duration
+		want        want
+		says        string // in the error
+	}{
+		{name: "all-killed", killed: []int{0, 1, 2}, want: unreachable, says: "0 of 3 nodes answered, 2 needed"},
+		{name: "two-killed", killed: []int{0, 1}, want: unreachable, says: "1 of 3 nodes answered, 2 needed"},
+		// The node timeout ends the blackholed nodes' calls; with the
+		// client's read timeout shorter, its "i/o timeout" does.
+		{name: "two-blackholed", blackhole: []int{0, 1}, want: unreachable, says: "no answer within the node timeout"},
+		{name: "two-blackholed-read-timeout", blackhole: []int{0, 1}, readTimeout: true, want: unreachable, says: "i/o timeout"},
+		{name: "killed-and-blackholed", killed: []int{0}, blackhole: []int{1}, want: unreachable, says: "1 of 3 nodes answered"},
+		{name: "one-held-two-killed", killed: []int{0, 1}, held: []int{2}, want: unreachable, says: "1 of 3 nodes answered"},
+		{name: "two-held-one-killed", killed: []int{0}, held: []int{1, 2}, want: notAcquired},
+		{name: "two-out-of-memory", oom: []int{0, 1}, want: answerError, says: "OOM"},
+		// The nodes out of reach leave a majority that could have
+		// answered: an OOM reply kept it from answering.
+		{name: "out-of-memory-and-killed", oom: []int{0}, killed: []int{1}, want: answerError, says: "OOM"},
+		// Too many out of reach for a majority, whatever node 0 says.
+		{name: "out-of-memory-and-two-killed", oom: []int{0}, killed: []int{1, 2}, want: unreachable, says: "OOM"},
+		{name: "callers-deadline", blackhole: []int{0, 1, 2}, deadline: 300 * time.Millisecond, want: gaveUp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := quorumNodes(t, 3)
+			admins := quorumClients(t, nodes)
+			cs := quorumClients(t, nodes)
+			var proxies []*testenv.Proxy
+			for _, i := range tc.blackhole {
+				p := testenv.NewProxy(t, nodes[i].Addr())
+				proxies = append(proxies, p)
+				c := newClient(t, p.Addr())
+				if !tc.readTimeout {
+					o := c.Options()
+					o.ReadTimeout, o.WriteTimeout = time.Minute, time.Minute
+					c = redis.NewClient(o)
+					t.Cleanup(func() { _ = c.Close() })
+				}
+				cs[i] = c
+			}
+			// Longer than the caller's deadline of the last case, and than
+			// a live node takes to answer on a loaded machine.
+			l := newQuorumOn(t, cs, redislock.WithNodeTimeout(2*time.Second))
+			ctx := timeout(t, time.Minute)
+			const key = "lock:q"
+			for _, i := range tc.held {
+				if err := admins[i].Set(ctx, key, "someone-else 1 {}", time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range tc.oom {
+				if err := admins[i].ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, i := range tc.killed {
+				if err := nodes[i].Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range proxies {
+				p.Blackhole(true)
+			}
+			actx := ctx
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				actx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			lease, err := l.Acquire(actx, key, instrument.WithTTL(10*time.Second), instrument.FailFast())
+			if err == nil {
+				_ = lease.Release(ctx)
+				t.Fatalf("acquired (fence %d) with too few nodes answering", lease.Fence())
+			}
+			isNotAcquired, isUnavailable := errors.Is(err, instrument.ErrNotAcquired), storefail.Unavailable(err)
+			var ok bool
+			switch tc.want {
+			case unreachable:
+				ok = !isNotAcquired && isUnavailable && actx.Err() == nil
+			case notAcquired:
+				ok = isNotAcquired && !isUnavailable
+			case answerError:
+				ok = !isNotAcquired && !isUnavailable
+			case gaveUp:
+				ok = isNotAcquired && !isUnavailable && errors.Is(err, context.DeadlineExceeded)
+			}
+			if !ok {
+				t.Fatalf("err = %v\nErrNotAcquired %v, storefail.Unavailable %v, caller's context %v; want %s",
+					err, isNotAcquired, isUnavailable, actx.Err(),
+					map[want]string{unreachable: "a transport failure before the deadline, not ErrNotAcquired", notAcquired: "ErrNotAcquired",
+						answerError: "an error, neither ErrNotAcquired nor a transport failure", gaveUp: "ErrNotAcquired with DeadlineExceeded"}[tc.want])
+			}
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("error %q does not say %q", err, tc.says)
+			}
+			// Nothing of this Acquire is left on a node that answered.
+			for i, c := range admins {
+				if slices.Contains(tc.killed, i) || slices.Contains(tc.blackhole, i) || slices.Contains(tc.held, i) {
+					continue
+				}
+				testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("node %d to have no lock", i), func() bool {
+					return c.Exists(ctx, key).Val() == 0
+				})
+			}
+		})
 	}
 }
 
