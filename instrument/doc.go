@@ -161,7 +161,10 @@
 // reconciliation), never for money or stock without such a net. An etcd
 // client retries an unreachable cluster until the context ends, so under
 // etcdlock FailOpen applies only where the client gives up first (a dial
-// timeout shorter than the caller's deadline).
+// timeout shorter than the caller's deadline). A redislock quorum
+// (NewQuorum) is out of reach when so many of its nodes are (refused, no
+// answer within the node timeout) that the others cannot make a majority;
+// a majority that answers that the lock is held is ErrNotAcquired.
 //
 // # Writing a backend
 //
