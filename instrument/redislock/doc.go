@@ -288,9 +288,12 @@
 // back what it may hold: leave.lua, owner-checked, hands it to the next
 // queued waiter or deletes it, tried again until Redis answers or the
 // lock's TTL has passed (in quorum mode, when no node confirmed the
-// release, on each node whose release may not have run). So `defer lease.Release(reqCtx)` after the request was
-// cancelled frees the lock at once, not at its TTL; the TTL stays the net
-// when Redis cannot be reached for that long, or the client is closed.
+// release, on each node whose release may not have run, until those left
+// are a minority: a node that is down keeps its grant to its TTL, as after
+// a Release that some node confirmed). So `defer lease.Release(reqCtx)`
+// after the request was cancelled frees the lock at once, not at its TTL;
+// the TTL stays the net when Redis cannot be reached for that long, or the
+// client is closed.
 //
 // An attempt whose reply is lost after it ran may have taken the lock under
 // a token that only this Acquire knows. go-redis resends it while the

@@ -69,11 +69,14 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // no node confirmed it: a release that some node confirmed leaves a node
 // that could not be reached to expire the grant at its TTL, as a quorum
 // lock tolerates a minority of nodes down (giving back there would send a
-// background try to a dead node after every Release). The caller still
-// gets the error: whether the lock was free in time is unknown.
+// background try to a dead node after every Release); for the same reason
+// the give-back ends once the nodes it has not reached are a minority
+// (quorum.leave). The caller still gets the error: whether the lock was
+// free in time is unknown.
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
 	if r.owner != nil && r.mayHold(ok, err) {
+		r.releasing = true
 		r.owner.leave(ctx, r)
 	}
 	switch {

@@ -303,6 +303,9 @@ func (q *quorum) releaseOn(ctx context.Context, r *request, on []bool) []error {
 // try, the join comes as nodesLeft, which Locker.leave tries again
 // whatever is in it. The errors of the nodes done with stay in it, for
 // whoever reads it.
+//
+// The give-back of a released lease (request.Release) ends sooner: once
+// the nodes left are a minority, which cannot keep anyone from the lock.
 func (q *quorum) leave(ctx context.Context, r *request) error {
 	if !slices.Contains(r.nodes, true) {
 		return nil
@@ -324,10 +327,32 @@ func (q *quorum) leave(ctx context.Context, r *request) error {
 			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
 		}
 	}
+	if left && r.releasing && !q.blocks(r.nodes) {
+		// A released lease's give-back: the nodes left may still hold
+		// the grant, but too few of them to keep a majority from anyone.
+		// As after a Release that some node confirmed, their grants
+		// expire at their TTL; trying them again would keep a background
+		// try going against a node that is down, for the whole TTL, after
+		// every Release on an ended context.
+		clear(r.nodes)
+		return nil
+	}
 	if left {
 		return nodesLeft{errors.Join(errs...)}
 	}
 	return errors.Join(errs...)
+}
+
+// blocks reports whether the nodes marked in on (a token's grants) are
+// enough to keep every other token from a majority.
+func (q *quorum) blocks(on []bool) bool {
+	n := 0
+	for _, b := range on {
+		if b {
+			n++
+		}
+	}
+	return n > len(q.nodes)-q.majority
 }
 
 // nodesLeft is quorum.leave's error while some node is left to try: the

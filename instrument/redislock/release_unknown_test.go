@@ -142,3 +142,48 @@ func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
 		})
 	}
 }
+
+// TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds: one node
+// of three is down for good, which a quorum lock tolerates. A Release on
+// an ended context gives its grants back on the two live nodes, and must
+// then stop: the dead node's grant, if any, expires at its TTL, as after a
+// Release that some node confirmed. It kept trying the dead node for the
+// lock's whole TTL (an hour here), a background try every second after
+// every such Release, holding one of the Locker's few give-back slots.
+func TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	l := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
+	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
+	admins := quorumClients(t, nodes)
+	ctx := timeout(t, time.Minute)
+	ttl := instrument.WithTTL(time.Hour)
+	const key = "lock:quorum-release-on-an-ended-context-node-down"
+	if err := nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	reqCtx, cancel := context.WithCancel(ctx)
+	lease, err := l.Acquire(reqCtx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := lease.Release(reqCtx); err == nil {
+		t.Error("Release on an ended context = nil, want its error")
+	}
+	for i, c := range admins[:2] {
+		eventually(t, fmt.Sprintf("node %d's grant to be given back", i), func() bool {
+			return c.Exists(ctx, key).Val() == 0
+		})
+	}
+	eventually(t, "the give-back to end once only the dead node is left", func() bool {
+		return redislock.PendingLeaves(l) == 0
+	})
+	taken, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another caller cannot take the lock after it was given back: %v", err)
+	}
+	if err := taken.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

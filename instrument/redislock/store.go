@@ -72,6 +72,9 @@ type request struct {
 	nodes []bool
 	st    store   // the store that granted the lease (set with it)
 	owner *Locker // gives the lock back when a release's outcome is unknown (request.Release)
+	// releasing: the lease's Release is giving the lock back (quorum.leave
+	// stops once a majority of nodes is free of it).
+	releasing bool
 
 	// What node's calls send, kept here so that a call boxes no argument:
 	// go-redis writes *string and *int64 arguments in place (see evalsha).
