@@ -92,9 +92,17 @@ func (r *request) Release(ctx context.Context) error {
 // store may still hold the lock under this token and it is worth giving
 // back: the release's outcome is unknown (in quorum mode, with a node
 // marked as not having answered).
+//
+// In quorum mode the marks alone say it: quorum.release judged each node's
+// error by itself. err joins them, and one node's closed client in the
+// join (errors.Is finds it) would speak for the nodes whose reply was
+// lost.
 func (r *request) mayHold(ok bool, err error) bool {
-	if ok || !unanswered(err) {
+	switch {
+	case ok || err == nil:
 		return false
+	case r.nodes != nil:
+		return slices.Contains(r.nodes, true)
 	}
-	return r.nodes == nil || slices.Contains(r.nodes, true)
+	return unanswered(err)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -185,5 +187,46 @@ func TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds(t *testing.
 	}
 	if err := taken.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed:
+// each node's error is judged alone. The release reached no node: two are
+// cut off (their outcome unknown), the third's client is closed (nothing
+// was sent there, and nothing can be). The two cut-off nodes' grants must
+// be given back once they can be reached: the closed client's ErrClosed,
+// read in the join of every node's error, said "nothing was sent" for all
+// of them, and their grants stood for the TTL, a majority out of reach.
+func TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	p0, p1 := testenv.NewProxy(t, nodes[0].Addr()), testenv.NewProxy(t, nodes[1].Addr())
+	c2 := newClient(t, nodes[2].Addr())
+	l := newQuorumOn(t, []redis.UniversalClient{newClient(t, p0.Addr()), newClient(t, p1.Addr()), c2},
+		redislock.WithNodeTimeout(300*time.Millisecond))
+	admins := quorumClients(t, nodes)
+	ctx := timeout(t, time.Minute)
+	const key = "lock:quorum-release-closed-client"
+	lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p0.Blackhole(true)
+	p1.Blackhole(true)
+	_ = c2.Close()
+	if err := lease.Release(ctx); err == nil {
+		t.Fatal("a Release that reached no node returned nil")
+	}
+	for i, c := range admins[:2] {
+		if c.Exists(ctx, key).Val() != 1 {
+			t.Fatalf("node %d's grant is gone although its release was cut off: the blackhole did not hold it", i)
+		}
+	}
+	p0.Blackhole(false)
+	p1.Blackhole(false)
+	for i, c := range admins[:2] {
+		eventually(t, fmt.Sprintf("node %d's grant to be given back once it can be reached", i), func() bool {
+			return c.Exists(ctx, key).Val() == 0
+		})
 	}
 }
