@@ -43,3 +43,7 @@ var ReleaseSHA = releaseScript.Hash()
 
 // PendingLeaves is how many of l's leaves run or wait in the background.
 func PendingLeaves(l *Locker) int64 { return l.pendingLeaves.Load() }
+
+// MaxPendingLeaves is how many of a Locker's leaves may wait in the
+// background.
+const MaxPendingLeaves = maxPendingLeaves
