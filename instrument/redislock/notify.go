@@ -55,10 +55,14 @@ var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 // notification, or in-process behind another Acquire of the same Locker on
 // the same key, returns ErrClosed at once; one that polls (Retry, quorum
 // mode) when its current pause ends. Leases already acquired stay valid:
-// Release and Refresh do not need the Locker to be open. Close waits for the Locker's reader and writer
-// goroutines to exit (a dial in progress ends within the client's dial and
-// read timeouts) and for the queue leaves of waiters that gave up (a second
-// at most each, see Waiting: the handoff), and may be called more than once.
+// Release and Refresh do not need the Locker to be open (a Release whose
+// outcome is unknown then gives the lock back once, in the caller: a
+// second at most, past its ended context). Close waits for the Locker's
+// reader and writer goroutines to exit (a dial in progress ends within the
+// client's dial and read timeouts) and for the tries in flight of the
+// background leaves (of waiters that gave up, see Waiting: the handoff, and
+// of Releases whose outcome was unknown; a second at most each), stops the
+// leaves waiting to try, and may be called more than once.
 //
 // A Locker that is not closed closes its connection by itself after the
 // idle timeout (WithIdleTimeout); Close makes that immediate, which tests
