@@ -287,10 +287,10 @@
 // is then given back in the background, as an Acquire that gave up gives
 // back what it may hold: leave.lua, owner-checked, hands it to the next
 // queued waiter or deletes it, tried again until Redis answers or the
-// lock's TTL has passed (in quorum mode, when no node confirmed the
-// release, on each node whose release may not have run, until those left
-// are a minority: a node that is down keeps its grant to its TTL, as after
-// a Release that some node confirmed). So `defer lease.Release(reqCtx)`
+// lock's TTL has passed (in quorum mode, on each node whose release may
+// not have run while those nodes could keep a majority from anyone else,
+// also after a Release that one node confirmed and that returned nil: a
+// minority of nodes that is down keeps its grant to its TTL). So `defer lease.Release(reqCtx)`
 // after the request was cancelled frees the lock at once, not at its TTL;
 // the TTL stays the net when Redis cannot be reached for that long, or the
 // client is closed.

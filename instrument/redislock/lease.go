@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -64,15 +63,18 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // was cancelled, every such lock. It is then given back in the background,
 // as an Acquire that gave up is (Locker.leave: leave.lua, owner-checked,
 // hands the lock to the next waiter or deletes it; bounded, retried until
-// Redis answers or the lock's TTL has passed). In quorum mode, on the
-// nodes whose release may not have run (quorum.release marks them), when
-// no node confirmed it: a release that some node confirmed leaves a node
-// that could not be reached to expire the grant at its TTL, as a quorum
-// lock tolerates a minority of nodes down (giving back there would send a
+// Redis answers or the lock's TTL has passed). The caller still gets the
+// error: whether the lock was free in time is unknown.
+//
+// In quorum mode, on the nodes whose release may not have run
+// (quorum.release marks them), when they are enough to keep a majority
+// from everyone else (mayHold): also after a Release that returned nil
+// because one node confirmed it. A minority of nodes that could not be
+// reached is left to expire the grant at its TTL, as a quorum lock
+// tolerates a minority of nodes down (giving back there would send a
 // background try to a dead node after every Release); for the same reason
 // the give-back ends once the nodes it has not reached are a minority
-// (quorum.leave). The caller still gets the error: whether the lock was
-// free in time is unknown.
+// (quorum.leave).
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
 	if r.owner != nil && r.mayHold(ok, err) {
@@ -89,20 +91,22 @@ func (r *request) Release(ctx context.Context) error {
 }
 
 // mayHold reports whether, after a release that returned ok and err, the
-// store may still hold the lock under this token and it is worth giving
-// back: the release's outcome is unknown (in quorum mode, with a node
-// marked as not having answered).
+// store may still hold the lock under this token where it keeps others
+// from it, so that it is worth giving back. On one node: the release's
+// outcome is unknown. In quorum mode: the nodes quorum.release marked as
+// not having answered are enough to keep every other token from a
+// majority (quorum.blocks), whatever the other nodes said. A Release that
+// one node confirmed while two of three were cut off returns nil, but
+// those two still hold the grant; a minority marked (a node down for good)
+// cannot keep anyone from the lock, and is left to its TTL.
 //
 // In quorum mode the marks alone say it: quorum.release judged each node's
 // error by itself. err joins them, and one node's closed client in the
 // join (errors.Is finds it) would speak for the nodes whose reply was
 // lost.
 func (r *request) mayHold(ok bool, err error) bool {
-	switch {
-	case ok || err == nil:
-		return false
-	case r.nodes != nil:
-		return slices.Contains(r.nodes, true)
+	if q, isQuorum := r.st.(*quorum); isQuorum {
+		return r.nodes != nil && q.blocks(r.nodes)
 	}
-	return unanswered(err)
+	return !ok && unanswered(err)
 }

@@ -397,9 +397,9 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 // still had the lock (or had released it on an earlier try of this call).
 //
 // A node whose release may not have run (unanswered) is marked in r.nodes
-// and one that answered is cleared: when no node confirmed the release
-// (its outcome unknown), request.Release gives the lock back in the
-// background on the marked ones.
+// and one that answered is cleared: when the marked ones could keep a
+// majority from anyone else, request.Release gives the lock back there in
+// the background, whether or not a node confirmed the release.
 func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
 	if r.nodes == nil {
 		r.nodes = make([]bool, len(q.nodes))

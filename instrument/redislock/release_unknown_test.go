@@ -230,3 +230,49 @@ func TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed(
 		})
 	}
 }
+
+// TestQuorum_ReleaseThatOneNodeConfirmedGivesBackOnACutOffMajority: one
+// node confirms the release, so Release returns nil ("released"), but the
+// other two were cut off while it ran: they still hold this token's grant,
+// a majority, and nobody else can take the lock until its TTL (an hour
+// here). Their grants must be given back once they can be reached.
+func TestQuorum_ReleaseThatOneNodeConfirmedGivesBackOnACutOffMajority(t *testing.T) {
+	nodes := quorumNodes(t, 3)
+	p1, p2 := testenv.NewProxy(t, nodes[1].Addr()), testenv.NewProxy(t, nodes[2].Addr())
+	l := newQuorumOn(t, []redis.UniversalClient{newClient(t, nodes[0].Addr()), newClient(t, p1.Addr()), newClient(t, p2.Addr())},
+		redislock.WithNodeTimeout(300*time.Millisecond))
+	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
+	admins := quorumClients(t, nodes)
+	ctx := timeout(t, time.Minute)
+	ttl := instrument.WithTTL(time.Hour)
+	const key = "lock:quorum-release-majority-cut-off"
+	lease, err := l.Acquire(ctx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p1.Blackhole(true)
+	p2.Blackhole(true)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("a Release that node 0 confirmed = %v, want nil", err)
+	}
+	for i, c := range admins[1:] {
+		if c.Exists(ctx, key).Val() != 1 {
+			t.Fatalf("node %d's grant is gone although its release was cut off: the blackhole did not hold it", i+1)
+		}
+	}
+	p1.Blackhole(false)
+	p2.Blackhole(false)
+	for i, c := range admins[1:] {
+		eventually(t, fmt.Sprintf("node %d's grant to be given back once it can be reached", i+1), func() bool {
+			return c.Exists(ctx, key).Val() == 0
+		})
+	}
+	taken, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another caller cannot take the lock after the cut-off grants were given back: %v", err)
+	}
+	if err := taken.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
