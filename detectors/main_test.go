@@ -9,16 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 func timeout(t testing.TB, d time.Duration) context.Context {

@@ -3,7 +3,7 @@ package snowflake
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

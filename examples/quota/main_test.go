@@ -7,16 +7,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/instrument/fence"
 	"github.com/lockgov/lockgov/instrument/fence/redisfence"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // TestRun_NeverOverdrawsAndUsesTheWholeQuota: 3 merchants x 60 orders of 1-5
 // units against a quota of 100 each: every merchant ends between 0 and 4

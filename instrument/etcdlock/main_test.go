@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+
+	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 func newLocker(t testing.TB, c *clientv3.Client, opts ...etcdlock.Option) *etcdlock.Locker {

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
 
 func newStore(t testing.TB, c redis.UniversalClient, opts ...idempotency.Option) *idempotency.Store {

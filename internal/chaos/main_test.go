@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
+
+	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
 // quiet drops go-redis's own log lines (Sentinel switches, failed dials):
@@ -20,5 +21,5 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild())
 	}
 	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }

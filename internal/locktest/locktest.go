@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
 // Option configures Run.
@@ -545,16 +546,8 @@ func (s *suite) leakAfterRelease(t *testing.T) {
 // takes longer than goleak's own retries on a loaded two-core machine.
 func verifyNoLeak(t *testing.T, opts []goleak.Option) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := leakcheck.Find(leakcheck.Grace, opts...); err != nil {
+		t.Fatal(err)
 	}
 }
 

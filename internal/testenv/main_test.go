@@ -3,9 +3,9 @@ package testenv
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leakcheck.VerifyTestMain(m)
 }
