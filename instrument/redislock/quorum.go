@@ -119,24 +119,36 @@ func (q *quorum) fanOut(ctx context.Context, ttl time.Duration, call func(ctx co
 }
 
 // vote runs call on every node and counts the nodes that said yes and the
-// nodes that said no; err joins the errors of the others.
-func (q *quorum) vote(ctx context.Context, ttl time.Duration, call func(ctx context.Context, n node) (bool, error)) (yes, no int, err error) {
+// nodes that said no; errs holds each node's error, nil for a node that
+// answered (joinNodes joins them).
+func (q *quorum) vote(ctx context.Context, ttl time.Duration, call func(ctx context.Context, n node) (bool, error)) (yes, no int, errs []error) {
 	replies := q.fanOut(ctx, ttl, func(ctx context.Context, n node) reply {
 		ok, err := call(ctx, n)
 		return reply{ok: ok, err: err}
 	})
-	var errs []error
+	errs = make([]error, len(replies))
 	for i, rep := range replies {
 		switch {
 		case rep.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
+			errs[i] = rep.err
 		case rep.ok:
 			yes++
 		default:
 			no++
 		}
 	}
-	return yes, no, errors.Join(errs...)
+	return yes, no, errs
+}
+
+// joinNodes joins the nodes' errors, each named by its node's index.
+func joinNodes(errs []error) error {
+	var out []error
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, fmt.Errorf("node %d: %w", i, err))
+		}
+	}
+	return errors.Join(out...)
 }
 
 // attempt makes one quorum attempt. It reports acquired with the fence, or
@@ -377,7 +389,7 @@ func (q *quorum) retryDelay(poll time.Duration, a attempt) time.Duration {
 // not ok with a nil error when so many nodes deny ownership that a majority
 // is impossible.
 func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.Duration) (ok bool, err error) {
-	confirmed, denied, err := q.vote(ctx, ttl, func(ctx context.Context, n node) (bool, error) {
+	confirmed, denied, errs := q.vote(ctx, ttl, func(ctx context.Context, n node) (bool, error) {
 		return n.refresh(ctx, keys, tok, ttl)
 	})
 	switch {
@@ -386,7 +398,7 @@ func (q *quorum) refresh(ctx context.Context, keys keySet, tok string, ttl time.
 	case denied > len(q.nodes)-q.majority:
 		return false, nil
 	}
-	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, err)
+	return false, fmt.Errorf("%d of %d nodes confirmed, %d needed: %w", confirmed, len(q.nodes), q.majority, joinNodes(errs))
 }
 
 // release runs the owner-checked release on every node. Not ok with a nil
@@ -405,22 +417,11 @@ func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
 		r.nodes = make([]bool, len(q.nodes))
 	}
 	// No handoff: quorum waiters poll, none queues on a node.
-	replies := q.fanOut(ctx, r.ttl, func(ctx context.Context, n node) reply {
-		ok, err := runRelease(ctx, n.c, r, false)
-		return reply{ok: ok, err: err}
+	released, denied, errs := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
+		return runRelease(ctx, n.c, r, false)
 	})
-	var released, denied int
-	var errs []error
-	for i, rep := range replies {
-		r.nodes[i] = unanswered(rep.err)
-		switch {
-		case rep.err != nil:
-			errs = append(errs, fmt.Errorf("node %d: %w", i, rep.err))
-		case rep.ok:
-			released++
-		default:
-			denied++
-		}
+	for i, err := range errs {
+		r.nodes[i] = unanswered(err)
 	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil
@@ -428,7 +429,7 @@ func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
 	if released > 0 {
 		return true, nil
 	}
-	return false, errors.Join(errs...)
+	return false, joinNodes(errs)
 }
 
 // pollDelay is how long a quorum waiter sleeps between attempts: jittered
