@@ -174,7 +174,7 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 			if errors.Is(rep.err, context.DeadlineExceeded) {
 				// The node's own timeout, unless the caller's context
 				// ended (tooFew tells them apart).
-				e = nodeError{fmt.Errorf("node %d: no answer within the node timeout (%v): %w", i, q.timeoutFor(r.ttl), rep.err), true}
+				e = nodeError{nodeTimeout{i, q.timeoutFor(r.ttl), rep.err}, true}
 			}
 			errs = append(errs, e)
 			// The node may have granted the lock, its reply lost (or
@@ -229,6 +229,26 @@ type nodeError struct {
 	err        error // "node i: ..."
 	outOfReach bool  // a transport failure (storefail.Unavailable) or the node timeout
 }
+
+// nodeTimeout is the error of a node whose call the node timeout ended:
+// that node's timeout, as a single Redis's read timeout ("i/o timeout") is,
+// not a context.DeadlineExceeded in the chain. errors.Is would find one in
+// the store failure that tooFew returns, and callers read it as their own
+// deadline ending (which tooFew returns as ErrNotAcquired with the
+// context's error). The node's error is in the text only.
+type nodeTimeout struct {
+	node int
+	d    time.Duration
+	err  error
+}
+
+func (e nodeTimeout) Error() string {
+	return fmt.Sprintf("node %d: no answer within the node timeout (%v): %v", e.node, e.d, e.err)
+}
+
+// Timeout and Temporary say a timeout, as a net.Error does.
+func (nodeTimeout) Timeout() bool   { return true }
+func (nodeTimeout) Temporary() bool { return true }
 
 // tooFew is the error of an attempt that fewer than a majority of nodes
 // answered, from the errors of the others. Whatever the answers said (a
