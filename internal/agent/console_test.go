@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgov/lockgov/instrument"
-	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -27,9 +27,7 @@ import (
 func TestConsole_ServesThePageItsAssetsAndTheRemediationFlag(t *testing.T) {
 	r := testenv.NewRedis(t)
 	for _, token := range []string{"", "s3cret"} {
-		cfg := testConfig("console")
-		cfg.Redis = []string{"redis://" + r.Addr()}
-		cfg.RemediationToken = token
+		cfg := remediationConfig("console", r, token)
 		a := start(t, cfg)
 		code, page := get(t, a.URL())
 		if code != 200 || !strings.Contains(page, `<script src="/console/app.js">`) || !strings.Contains(page, `href="/console/style.css"`) {
@@ -101,50 +99,19 @@ func e2eNote(dom, cls string) string {
 // kept. The console shows the key with \xNN escapes. Before, the button
 // sent the lossy key: 409 for the live lock, the immortal one kept.
 func TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (Debian package chromium; scripts/test installs it): the console's browser check is skipped")
-	}
+	chromium := chromiumOrSkip(t)
 	r := testenv.NewRedis(t)
 	c := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	l, err := redislock.New(c, redislock.WithService("billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	live, err := l.Acquire(ctx, lossyKey, instrument.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Release(context.Background())
-	cfg := testConfig("console")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "t0k"
+	live := holdLiveLock(t, ctx, c, lossyKey)
+	cfg := remediationConfig("console", r, "t0k")
 	a := start(t, cfg)
 	_, page := get(t, a.URL())
 
-	for _, tc := range []struct{ name, button string }{
-		{"finding", "#findings button.remediate"},
-		{"live lock", "#locks button.remediate"},
-	} {
+	for _, tc := range consoleDeleteButtons {
 		t.Run(tc.name, func(t *testing.T) {
-			// The page must see the lock: a record without it, then one
-			// with it, is a scan that read it, and so is every later one.
-			listed := func() (finding, lock bool) {
-				_, fs := get(t, a.URL()+"api/v1/findings")
-				_, ls := get(t, a.URL()+"api/v1/locks")
-				return strings.Contains(fs, `"kind":"immortal"`), strings.Contains(ls, `"immortal":true`)
-			}
-			if err := c.Del(ctx, rawKey).Err(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "no immortal lock listed", func() bool { f, l := listed(); return !f && !l })
-			if err := c.Set(ctx, rawKey, "another app's lock", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the immortal lock in the findings and the locks", func() bool { f, l := listed(); return f && l })
+			showImmortalLock(t, ctx, a, c, rawKey, "another app's lock", "the immortal lock")
 			dom := consoleDOM(t, ctx, chromium, a, page, fmt.Sprintf(e2eScript, cfg.RemediationToken, tc.button, ""), nil)
 			if alert := e2eNote(dom, "e2e-alert"); !strings.HasPrefix(alert, "Deleted") {
 				t.Errorf("the console's answer: %q, want Deleted", alert)
@@ -163,6 +130,47 @@ func TestConsole_TheDeleteButtonOfAKeyThatIsNotUTF8DeletesThatKey(t *testing.T) 
 			}
 		})
 	}
+}
+
+// chromiumOrSkip returns the path of chromium, skipping the test (a
+// browser check of the console) when it is not installed.
+func chromiumOrSkip(t *testing.T) string {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (Debian package chromium; scripts/test installs it): the console's browser check is skipped")
+	}
+	return chromium
+}
+
+// consoleDeleteButtons are the console's "delete immortal lock" buttons: a
+// finding's and a live lock's.
+var consoleDeleteButtons = []struct{ name, button string }{
+	{"finding", "#findings button.remediate"},
+	{"live lock", "#locks button.remediate"},
+}
+
+// showImmortalLock deletes key, waits for a record listing no immortal
+// lock, then sets key to value with no TTL (another application's lock) and
+// waits for the findings and the locks to list an immortal lock (what
+// names the lock, in the wait's message). The page must see the lock: a
+// record without it, then one with it, is a scan that read it, and so is
+// every later one.
+func showImmortalLock(t *testing.T, ctx context.Context, a *Agent, c *redis.Client, key, value, what string) {
+	t.Helper()
+	listed := func() (finding, lock bool) {
+		_, fs := get(t, a.URL()+"api/v1/findings")
+		_, ls := get(t, a.URL()+"api/v1/locks")
+		return strings.Contains(fs, `"kind":"immortal"`), strings.Contains(ls, `"immortal":true`)
+	}
+	if err := c.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no immortal lock listed", func() bool { f, l := listed(); return !f && !l })
+	if err := c.Set(ctx, key, value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, what+" in the findings and the locks", func() bool { f, l := listed(); return f && l })
 }
 
 // consoleDOM loads the console as the agent a serves it (page is its /) in
@@ -221,42 +229,19 @@ func consoleDOM(t *testing.T, ctx context.Context, chromium string, a *Agent, pa
 // console says the lock changed, and the new lock is kept. Before, the
 // console sent no version and the new lock was deleted.
 func TestConsole_TheDeleteButtonSendsTheVersionShown_ALockReplacedMeanwhileIsKept(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Skip("chromium is not installed (Debian package chromium; scripts/test installs it): the console's browser check is skipped")
-	}
+	chromium := chromiumOrSkip(t)
 	const key, oldValue, newValue = "lock:order:9", "another app's lock", "another app's new lock"
 	r := testenv.NewRedis(t)
 	c := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cfg := testConfig("console")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "t0k"
+	cfg := remediationConfig("console", r, "t0k")
 	a := start(t, cfg)
 	_, page := get(t, a.URL())
 
-	for _, tc := range []struct{ name, button string }{
-		{"finding", "#findings button.remediate"},
-		{"live lock", "#locks button.remediate"},
-	} {
+	for _, tc := range consoleDeleteButtons {
 		t.Run(tc.name, func(t *testing.T) {
-			// The page must show the old lock: a record without a lock on
-			// key, then one with it, is a scan that read the old lock, and
-			// so is every later one.
-			listed := func() (finding, lock bool) {
-				_, fs := get(t, a.URL()+"api/v1/findings")
-				_, ls := get(t, a.URL()+"api/v1/locks")
-				return strings.Contains(fs, `"kind":"immortal"`), strings.Contains(ls, `"immortal":true`)
-			}
-			if err := c.Del(ctx, key).Err(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "no immortal lock listed", func() bool { f, l := listed(); return !f && !l })
-			if err := c.Set(ctx, key, oldValue, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the old lock in the findings and the locks", func() bool { f, l := listed(); return f && l })
+			showImmortalLock(t, ctx, a, c, key, oldValue, "the old lock")
 			var ifMatch atomic.Pointer[string]
 			dom := consoleDOM(t, ctx, chromium, a, page, fmt.Sprintf(e2eScript, cfg.RemediationToken, tc.button, "/e2e/replace"),
 				func(mux *http.ServeMux, agent http.Handler) {

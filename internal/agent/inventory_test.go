@@ -107,6 +107,12 @@ func TestScan_InventoryKeepsTheFirst1000AndSaysTruncated(t *testing.T) {
 	}
 }
 
+// etcdlockEntry is the etcd key of etcdlock's entry for key under lease
+// (etcdlock's layout: "prefix key NUL lease").
+func etcdlockEntry(key string, lease int) string {
+	return fmt.Sprintf("%s%s\x00%016x", etcdlock.DefaultPrefix, key, lease)
+}
+
 // TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages: the etcd inventory
 // reads one lock key at a time (no map of every key) and still lists each
 // lock once, in key order, across range pages, with the entry of the lowest
@@ -117,9 +123,6 @@ func TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages(t *testing.T) {
 	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	entry := func(key string, lease int) string {
-		return fmt.Sprintf("%s%s\x00%016x", etcdlock.DefaultPrefix, key, lease)
-	}
 	const n = 2*scanBatch + 10 // three range pages
 	var ops []clientv3.Op
 	flush := func() {
@@ -129,7 +132,7 @@ func TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages(t *testing.T) {
 		ops = ops[:0]
 	}
 	for i := range n {
-		ops = append(ops, clientv3.OpPut(entry(fmt.Sprintf("lock:k%04d", i), 1), `{"service":"bulk"}`))
+		ops = append(ops, clientv3.OpPut(etcdlockEntry(fmt.Sprintf("lock:k%04d", i), 1), `{"service":"bulk"}`))
 		if len(ops) == 100 {
 			flush()
 		}
@@ -140,11 +143,11 @@ func TestInventory_Etcd_StreamsLocksInKeyOrderAcrossPages(t *testing.T) {
 		lease   int
 		service string
 	}{{9, "first"}, {2, "second"}, {5, "third"}} {
-		if _, err := ec.Put(ctx, entry("lock:a", put.lease), `{"service":"`+put.service+`"}`); err != nil {
+		if _, err := ec.Put(ctx, etcdlockEntry("lock:a", put.lease), `{"service":"`+put.service+`"}`); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ec.Put(ctx, entry("lock:a/b", 1), `{"service":"nested"}`); err != nil {
+	if _, err := ec.Put(ctx, etcdlockEntry("lock:a/b", 1), `{"service":"nested"}`); err != nil {
 		t.Fatal(err)
 	}
 	in, err := OpenInventory(nil, e.Endpoints(), nil, nil)
@@ -222,14 +225,11 @@ func TestInventory_Etcd_AnEntryOfAnotherWriterIsListedAndShownByItsFindingsKey(t
 	ec := testenv.NewEtcdClient(t, e.Endpoints()...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	entry := func(key string, lease int) string {
-		return fmt.Sprintf("%s%s\x00%016x", etcdlock.DefaultPrefix, key, lease)
-	}
 	foreign := etcdlock.DefaultPrefix + "orders/42"
 	odd := etcdlock.DefaultPrefix + "orders/43\x00not-a-lease" // a NUL, but not etcdlock's layout
 	// Not etcdlock's layout either, and between orders/41's two entries in
 	// key order: orders/41 stays one lock.
-	between := entry("orders/41", 1) + "x"
+	between := etcdlockEntry("orders/41", 1) + "x"
 	leased := etcdlock.DefaultPrefix + "orders/45"
 	g, err := ec.Grant(ctx, 600)
 	if err != nil {
@@ -239,12 +239,12 @@ func TestInventory_Etcd_AnEntryOfAnotherWriterIsListedAndShownByItsFindingsKey(t
 		key, value string
 		opts       []clientv3.OpOption
 	}{
-		{entry("orders/41", 1), `{"service":"a"}`, nil},
-		{entry("orders/41", 2), `{"service":"waiter"}`, nil},
+		{etcdlockEntry("orders/41", 1), `{"service":"a"}`, nil},
+		{etcdlockEntry("orders/41", 2), `{"service":"waiter"}`, nil},
 		{foreign, `{"owner":"another library"}`, nil},
 		{between, "z", nil},
 		{odd, "x", nil},
-		{entry("orders/44", 1), `{"service":"b"}`, nil},
+		{etcdlockEntry("orders/44", 1), `{"service":"b"}`, nil},
 		{leased, "y", []clientv3.OpOption{clientv3.WithLease(g.ID)}},
 	} {
 		if _, err := ec.Put(ctx, put.key, put.value, put.opts...); err != nil {

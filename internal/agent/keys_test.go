@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
@@ -48,6 +50,24 @@ func (k keyed) exact() string {
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
+// holdLiveLock acquires key through a redislock Locker on c, with a
+// minute's TTL: a live lock, which remediation must leave alone. It is
+// released, and the Locker closed, when the test ends.
+func holdLiveLock(t *testing.T, ctx context.Context, c *redis.Client, key string) instrument.Lease {
+	t.Helper()
+	l, err := redislock.New(c, redislock.WithService("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	live, err := l.Acquire(ctx, key, instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.Release(context.Background()) })
+	return live
+}
+
 // immortalFindings waits for n immortal findings and returns them.
 func immortalFindings(t *testing.T, a *Agent, n int) []keyed {
 	t.Helper()
@@ -78,28 +98,13 @@ func immortalFindings(t *testing.T, a *Agent, n int) []keyed {
 // named that other lock (409, it has a TTL), and the immortal one could not
 // be deleted.
 func TestRemediation_AKeyThatIsNotUTF8IsDeletedByTheKeyTheAPIGaveForIt(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.Set(ctx, rawKey, "another app's lock", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := redislock.New(c, redislock.WithService("billing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	live, err := l.Acquire(ctx, lossyKey, instrument.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Release(context.Background())
+	r, c := redisWithImmortalLock(t, ctx, rawKey, "another app's lock")
+	live := holdLiveLock(t, ctx, c, lossyKey)
 
 	logs := &syncBuf{}
-	cfg := testConfig("agent")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "t0k"
+	cfg := remediationConfig("agent", r, "t0k")
 	// A JSON log handler writes U+FFFD for bytes that are not UTF-8 (the
 	// text handler quotes them): the log line must still name the key.
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
@@ -161,17 +166,10 @@ func TestRemediation_AKeyThatIsNotUTF8IsDeletedByTheKeyTheAPIGaveForIt(t *testin
 // key given alongside, is refused before any store is read, saying which.
 // Both naming the same key is one key.
 func TestRemediation_ABadOrContradictoryKeyBase64Is400NamingTheProblem(t *testing.T) {
-	r := testenv.NewRedis(t)
-	c := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.Set(ctx, rawKey, "another app's lock", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig("agent")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "t0k"
-	a := start(t, cfg)
+	r, c := redisWithImmortalLock(t, ctx, rawKey, "another app's lock")
+	a := start(t, remediationConfig("agent", r, "t0k"))
 	for _, tc := range []struct {
 		name, query string
 		code        int

@@ -28,12 +28,21 @@ import (
 
 func del(t *testing.T, a *Agent, query, token string) (int, string) {
 	t.Helper()
+	return delIfMatch(t, a, query, token)
+}
+
+// delIfMatch is del with one If-Match header per value of ifMatch.
+func delIfMatch(t *testing.T, a *Agent, query, token string, ifMatch ...string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodDelete, a.URL()+"api/v1/locks?"+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for _, v := range ifMatch {
+		req.Header.Add("If-Match", v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -214,6 +223,27 @@ func TestRemediation_Etcd_AnEntryOfAnotherWriterIsDeletedByItsFindingsKey(t *tes
 	}
 }
 
+// remediationConfig is testConfig(id) for an agent on Redis r with
+// remediation on (token; "" leaves it off).
+func remediationConfig(id string, r *testenv.Redis, token string) Config {
+	cfg := testConfig(id)
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = token
+	return cfg
+}
+
+// redisWithImmortalLock starts a Redis in which key holds value with no
+// TTL (an immortal lock) and returns it with a client of it.
+func redisWithImmortalLock(t *testing.T, ctx context.Context, key, value string) (*testenv.Redis, *redis.Client) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	if err := c.Set(ctx, key, value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return r, c
+}
+
 // immortalLockAgent starts redis-server with key held by an immortal lock
 // (no TTL) of value, and an agent with remediation on that logs to the
 // returned buffer, with hook on its Redis client and the remediation
@@ -221,17 +251,11 @@ func TestRemediation_Etcd_AnEntryOfAnotherWriterIsDeletedByItsFindingsKey(t *tes
 // that runs, not a NOSCRIPT answered by EVAL).
 func immortalLockAgent(t *testing.T, key, value string, hook redis.Hook) (*Agent, *redis.Client, *syncBuf, string) {
 	t.Helper()
-	r := testenv.NewRedis(t)
-	c := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.Set(ctx, key, value, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	r, c := redisWithImmortalLock(t, ctx, key, value)
 	logs := &syncBuf{}
-	cfg := testConfig("agent-on")
-	cfg.Redis = []string{"redis://" + r.Addr()}
-	cfg.RemediationToken = "s3cr3t-remediation"
+	cfg := remediationConfig("agent-on", r, "s3cr3t-remediation")
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	a := start(t, cfg)
 	a.stores[0].redis.AddHook(hook)

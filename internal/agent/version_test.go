@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,26 +15,6 @@ import (
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
-
-// delIfMatch is del with one If-Match header per value of ifMatch.
-func delIfMatch(t *testing.T, a *Agent, query, token string, ifMatch ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodDelete, a.URL()+"api/v1/locks?"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	for _, v := range ifMatch {
-		req.Header.Add("If-Match", v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 // versioned is a lock or finding as a client reads it, with its version.
 type versioned struct {
