@@ -99,28 +99,15 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 // done. They must be given back in the background.
 func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 	nodes := quorumNodes(t, 3)
-	cs := quorumClients(t, nodes)
-	var proxies []*testenv.Proxy
-	for i := range 2 {
-		p := testenv.NewProxy(t, nodes[i].Addr())
-		proxies = append(proxies, p)
-		cs[i] = newClient(t, p.Addr())
-	}
-	l := newQuorumOn(t, cs, redislock.WithNodeTimeout(5*time.Second))
+	cs, proxies, _ := proxiedClients(t, nodes, 2)
+	l, admins, ctx, ttl := warmQuorum(t, nodes, cs, 5*time.Second)
 	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
-	admins := quorumClients(t, nodes)
-	ctx := timeout(t, time.Minute)
-	ttl := instrument.WithTTL(time.Hour)
-	warmUp(t, ctx, l, ttl, instrument.FailFast())
 
 	const key = "lock:quorum-lost-replies"
 	if err := admins[2].Set(ctx, key, "someone-else 1 {}", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var dropped []<-chan struct{}
-	for _, p := range proxies {
-		dropped = append(dropped, p.DropNextReply())
-	}
+	allDropped := dropNextReplies(t, proxies)
 	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	if lease, err := l.Acquire(actx, key, ttl, instrument.FailFast()); err == nil {
@@ -128,13 +115,7 @@ func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 	} else if !errors.Is(err, instrument.ErrNotAcquired) {
 		t.Errorf("Acquire = %v, want it to wrap ErrNotAcquired", err)
 	}
-	for i, d := range dropped {
-		select {
-		case <-d:
-		default:
-			t.Fatalf("node %d's reply was not dropped", i)
-		}
-	}
+	allDropped()
 	// The other holder is done with it.
 	if err := admins[2].Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
@@ -159,14 +140,10 @@ func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 // inFlightLeaves counts the leave.lua tries (EVALSHA or EVAL with four
 // keys) running at once through a client, and those that succeeded.
 type inFlightLeaves struct {
+	passThrough
 	mu              sync.Mutex
 	now, max, tries int
 	ok              int
-}
-
-func (h *inFlightLeaves) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *inFlightLeaves) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *inFlightLeaves) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

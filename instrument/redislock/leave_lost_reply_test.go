@@ -17,6 +17,7 @@ import (
 // leaveHook holds back the first leave.lua of key's waiter until proceed is
 // closed, and reports every try's error and duration.
 type leaveHook struct {
+	passThrough
 	queue   string
 	proceed chan struct{}
 	tries   chan leaveTry
@@ -28,11 +29,6 @@ type leaveTry struct {
 	cmd  string
 	err  error
 	took time.Duration
-}
-
-func (h *leaveHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *leaveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *leaveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

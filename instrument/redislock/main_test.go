@@ -51,6 +51,16 @@ func newLocker(t testing.TB, c redis.UniversalClient, opts ...redislock.Option) 
 	return l
 }
 
+// passThrough is the part of a go-redis hook that wraps only single
+// commands: it passes dials and pipelines on. Hooks embed it and define
+// ProcessHook.
+type passThrough struct{}
+
+func (passThrough) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (passThrough) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // setup starts a private redis-server and returns a client to it.
 func setup(t testing.TB) (*testenv.Redis, *redis.Client) {
 	t.Helper()

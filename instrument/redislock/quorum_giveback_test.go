@@ -18,6 +18,7 @@ import (
 // after arm has its reply: the node answered, and nothing sent to it after
 // that arrives.
 type cutAfterReply struct {
+	passThrough
 	p     *testenv.Proxy
 	mu    sync.Mutex
 	armed bool
@@ -34,11 +35,6 @@ func (h *cutAfterReply) didCut() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.cut
-}
-
-func (h *cutAfterReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *cutAfterReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *cutAfterReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -69,18 +65,12 @@ func (h *cutAfterReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // background, as a lost reply's leave is.
 func TestQuorum_AGrantWhoseGiveBackFailsIsGivenBackLater(t *testing.T) {
 	nodes := quorumNodes(t, 3)
-	cs := quorumClients(t, nodes)
-	p := testenv.NewProxy(t, nodes[0].Addr())
-	c0 := newClient(t, p.Addr())
+	cs, proxies, clients := proxiedClients(t, nodes, 1)
+	p := proxies[0]
 	h := &cutAfterReply{p: p}
-	c0.AddHook(h)
-	cs[0] = c0
-	l := newQuorumOn(t, cs, redislock.WithNodeTimeout(time.Second))
+	clients[0].AddHook(h)
+	l, admins, ctx, ttl := warmQuorum(t, nodes, cs, time.Second)
 	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
-	admins := quorumClients(t, nodes)
-	ctx := timeout(t, time.Minute)
-	ttl := instrument.WithTTL(time.Hour)
-	warmUp(t, ctx, l, ttl, instrument.FailFast())
 
 	const key = "lock:quorum-give-back"
 	for _, a := range admins[1:] {

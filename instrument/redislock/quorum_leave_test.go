@@ -40,15 +40,11 @@ func (a releaseAnswer) final() bool {
 // running, from arm on, as its releaseAnswer says; tries counts the calls
 // since arm.
 type answerReleases struct {
+	passThrough
 	releaseAnswer
 	c     *redis.Client
 	armed atomic.Bool
 	tries atomic.Int32
-}
-
-func (h *answerReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *answerReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *answerReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -73,14 +69,10 @@ func (h *answerReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // cutBeforeRelease blackholes p right before the first release.lua call
 // through a client once armed, and counts the release calls that failed.
 type cutBeforeRelease struct {
+	passThrough
 	p      *testenv.Proxy
 	armed  atomic.Bool
 	failed atomic.Int32
-}
-
-func (h *cutBeforeRelease) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *cutBeforeRelease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *cutBeforeRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -126,16 +118,7 @@ func TestQuorum_ALeaveRefusedOnOneNodeStillGivesBackTheGrantOnAnother(t *testing
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := quorumNodes(t, 3)
-			cs := make([]redis.UniversalClient, len(nodes))
-			var proxies []*testenv.Proxy
-			var clients []*redis.Client
-			for i := range nodes {
-				p := testenv.NewProxy(t, nodes[i].Addr())
-				proxies = append(proxies, p)
-				c := newClient(t, p.Addr())
-				clients = append(clients, c)
-				cs[i] = c
-			}
+			cs, proxies, clients := proxiedClients(t, nodes, 3)
 			cut := &cutBeforeRelease{p: proxies[0]}
 			clients[0].AddHook(cut)
 			var answers []*answerReleases
@@ -147,17 +130,10 @@ func TestQuorum_ALeaveRefusedOnOneNodeStillGivesBackTheGrantOnAnother(t *testing
 				}
 			}
 			final := tc.node1.final()
-			l := newQuorumOn(t, cs, redislock.WithNodeTimeout(5*time.Second))
-			admins := quorumClients(t, nodes)
-			ctx := timeout(t, time.Minute)
-			ttl := instrument.WithTTL(time.Hour)
-			warmUp(t, ctx, l, ttl, instrument.FailFast())
+			l, admins, ctx, ttl := warmQuorum(t, nodes, cs, 5*time.Second)
 
 			const key = "lock:quorum-leave-refused"
-			var dropped []<-chan struct{}
-			for _, p := range proxies {
-				dropped = append(dropped, p.DropNextReply())
-			}
+			allDropped := dropNextReplies(t, proxies)
 			cut.armed.Store(true)
 			for _, h := range answers {
 				h.armed.Store(true)
@@ -171,13 +147,7 @@ func TestQuorum_ALeaveRefusedOnOneNodeStillGivesBackTheGrantOnAnother(t *testing
 			} else if !errors.Is(err, instrument.ErrNotAcquired) {
 				t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
 			}
-			for i, d := range dropped {
-				select {
-				case <-d:
-				default:
-					t.Fatalf("node %d's reply was not dropped", i)
-				}
-			}
+			allDropped()
 			if n := admins[0].Exists(ctx, key).Val(); n != 1 {
 				t.Fatalf("node 0 holds %d locks on %q, want the lost attempt's grant (the test's premise)", n, key)
 			}

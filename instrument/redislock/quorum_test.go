@@ -53,6 +53,61 @@ func newQuorumOn(t testing.TB, cs []redis.UniversalClient, opts ...redislock.Quo
 	return l
 }
 
+// proxiedClients returns clients of nodes for a quorum Locker: the first
+// proxied of them reach their node through a proxy of their own, returned
+// with those clients (to cut a node off, drop a reply, add a hook), and the
+// others reach theirs directly.
+func proxiedClients(t *testing.T, nodes []*testenv.Redis, proxied int) (cs []redis.UniversalClient, proxies []*testenv.Proxy, clients []*redis.Client) {
+	t.Helper()
+	cs = make([]redis.UniversalClient, len(nodes))
+	for i, r := range nodes {
+		if i >= proxied {
+			cs[i] = newClient(t, r.Addr())
+			continue
+		}
+		p := testenv.NewProxy(t, r.Addr())
+		c := newClient(t, p.Addr())
+		proxies = append(proxies, p)
+		clients = append(clients, c)
+		cs[i] = c
+	}
+	return cs, proxies, clients
+}
+
+// warmQuorum returns a quorum Locker on cs (hooks added to them already)
+// with a node timeout of nodeTimeout, clients of nodes that reach them
+// directly (admins), a minute's context and an hour's TTL; the Locker is
+// warmed up (warmUp, FailFast) under that TTL.
+func warmQuorum(t *testing.T, nodes []*testenv.Redis, cs []redis.UniversalClient, nodeTimeout time.Duration) (l *redislock.Locker, admins []redis.UniversalClient, ctx context.Context, ttl instrument.AcquireOption) {
+	t.Helper()
+	l = newQuorumOn(t, cs, redislock.WithNodeTimeout(nodeTimeout))
+	admins = quorumClients(t, nodes)
+	ctx = timeout(t, time.Minute)
+	ttl = instrument.WithTTL(time.Hour)
+	warmUp(t, ctx, l, ttl, instrument.FailFast())
+	return l, admins, ctx, ttl
+}
+
+// dropNextReplies has each of proxies (proxies[i] in front of node i) drop
+// the next reply through it, and returns a check that fails the test unless
+// every one was dropped.
+func dropNextReplies(t *testing.T, proxies []*testenv.Proxy) (allDropped func()) {
+	var dropped []<-chan struct{}
+	for _, p := range proxies {
+		dropped = append(dropped, p.DropNextReply())
+	}
+	return func() {
+		t.Helper()
+		for i, d := range dropped {
+			select {
+			case <-d:
+			default:
+				t.Fatalf("node %d's reply was not dropped", i)
+			}
+		}
+	}
+}
+
 func TestConformance_Quorum(t *testing.T) {
 	for _, down := range []int{0, 1} {
 		t.Run(map[int]string{0: "all-up", 1: "one-node-down"}[down], func(t *testing.T) {

@@ -129,8 +129,17 @@ func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	const key = "lock:quorum-release-on-an-ended-context"
 
+	releaseOnAnEndedContext(t, ctx, l, key, instrument.WithTTL(time.Hour))
+	grantsGivenBack(t, ctx, admins, key)
+}
+
+// releaseOnAnEndedContext acquires key through l (FailFast) under a
+// request's context, ends that context and releases the lease on it:
+// Release must return an error.
+func releaseOnAnEndedContext(t *testing.T, ctx context.Context, l *redislock.Locker, key string, ttl instrument.AcquireOption) {
+	t.Helper()
 	reqCtx, cancel := context.WithCancel(ctx)
-	lease, err := l.Acquire(reqCtx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+	lease, err := l.Acquire(reqCtx, key, ttl, instrument.FailFast())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +147,12 @@ func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
 	if err := lease.Release(reqCtx); err == nil {
 		t.Error("Release on an ended context = nil, want its error")
 	}
+}
+
+// grantsGivenBack waits until none of the nodes admins reach (node i
+// through admins[i]) holds a grant on key.
+func grantsGivenBack(t *testing.T, ctx context.Context, admins []redis.UniversalClient, key string) {
+	t.Helper()
 	for i, c := range admins {
 		eventually(t, fmt.Sprintf("node %d's grant to be given back", i), func() bool {
 			return c.Exists(ctx, key).Val() == 0
@@ -164,20 +179,8 @@ func TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds(t *testing.
 		t.Fatal(err)
 	}
 
-	reqCtx, cancel := context.WithCancel(ctx)
-	lease, err := l.Acquire(reqCtx, key, ttl, instrument.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := lease.Release(reqCtx); err == nil {
-		t.Error("Release on an ended context = nil, want its error")
-	}
-	for i, c := range admins[:2] {
-		eventually(t, fmt.Sprintf("node %d's grant to be given back", i), func() bool {
-			return c.Exists(ctx, key).Val() == 0
-		})
-	}
+	releaseOnAnEndedContext(t, ctx, l, key, ttl)
+	grantsGivenBack(t, ctx, admins[:2], key)
 	eventually(t, "the give-back to end once only the dead node is left", func() bool {
 		return redislock.PendingLeaves(l) == 0
 	})
