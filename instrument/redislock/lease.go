@@ -106,7 +106,7 @@ func (r *request) Release(ctx context.Context) error {
 // lost.
 func (r *request) mayHold(ok bool, err error) bool {
 	if q, isQuorum := r.st.(*quorum); isQuorum {
-		return r.nodes != nil && q.blocks(r.nodes)
+		return r.nodes != nil && q.blocks(r)
 	}
 	return !ok && unanswered(err)
 }

@@ -353,13 +353,14 @@ func (q *quorum) leave(ctx context.Context, r *request) error {
 			r.nodes[i] = false
 		case !retryLeave(err):
 			r.nodes[i] = false
+			r.kept++ // it may still hold the grant, and will until its TTL
 			errs = append(errs, fmt.Errorf("node %d, not tried again: %w", i, err))
 		default:
 			left = true
 			errs = append(errs, fmt.Errorf("node %d: %w", i, err))
 		}
 	}
-	if left && r.releasing && !q.blocks(r.nodes) {
+	if left && r.releasing && !q.blocks(r) {
 		// A released lease's give-back: the nodes left may still hold
 		// the grant, but too few of them to keep a majority from anyone.
 		// As after a Release that some node confirmed, their grants
@@ -375,11 +376,12 @@ func (q *quorum) leave(ctx context.Context, r *request) error {
 	return errors.Join(errs...)
 }
 
-// blocks reports whether the nodes marked in on (a token's grants) are
-// enough to keep every other token from a majority.
-func (q *quorum) blocks(on []bool) bool {
-	n := 0
-	for _, b := range on {
+// blocks reports whether the nodes that may still hold r's grants, those
+// marked in r.nodes and those no give-back can reach (r.kept), are enough
+// to keep every other token from a majority.
+func (q *quorum) blocks(r *request) bool {
+	n := r.kept
+	for _, b := range r.nodes {
 		if b {
 			n++
 		}
@@ -440,8 +442,12 @@ func (q *quorum) release(ctx context.Context, r *request) (ok bool, err error) {
 	released, denied, errs := q.vote(ctx, r.ttl, func(ctx context.Context, n node) (bool, error) {
 		return runRelease(ctx, n.c, r, false)
 	})
+	r.kept = 0
 	for i, err := range errs {
 		r.nodes[i] = unanswered(err)
+		if err != nil && !r.nodes[i] {
+			r.kept++ // a closed client: nothing reaches that node's grant
+		}
 	}
 	if denied > len(q.nodes)-q.majority {
 		return false, nil

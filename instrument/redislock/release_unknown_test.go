@@ -120,8 +120,9 @@ func TestRelease_ThatNeverReachesRedisGivesTheLockUpOnceItDoes(t *testing.T) {
 }
 
 // TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode: the same in
-// quorum mode, where the lock is a grant on each node: every node's grant
-// must be given back, or a majority stays out of reach for the TTL.
+// quorum mode, where the lock is a grant on each node: the grants must be
+// given back (on every node that answers the give-back before the nodes
+// left are a minority), or a majority stays out of reach for the TTL.
 func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
 	nodes := quorumNodes(t, 3)
 	l := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
@@ -130,7 +131,7 @@ func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
 	const key = "lock:quorum-release-on-an-ended-context"
 
 	releaseOnAnEndedContext(t, ctx, l, key, instrument.WithTTL(time.Hour))
-	grantsGivenBack(t, ctx, admins, key)
+	givenBackToAMajority(t, ctx, l, newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second)), admins, key)
 }
 
 // releaseOnAnEndedContext acquires key through l (FailFast) under a
@@ -157,6 +158,39 @@ func grantsGivenBack(t *testing.T, ctx context.Context, admins []redis.Universal
 		eventually(t, fmt.Sprintf("node %d's grant to be given back", i), func() bool {
 			return c.Exists(ctx, key).Val() == 0
 		})
+	}
+}
+
+// givenBackToAMajority waits for l's background give-backs to end and
+// checks what a quorum Release promises once they have: the nodes still
+// holding key under the released lease's token are too few to keep a
+// majority from anyone (the rest of the lock expires at its TTL), and
+// another caller takes the lock. A give-back ends as soon as the nodes it
+// has not reached are a minority (quorum.leave: a node down for good keeps
+// its grant to its TTL rather than draw a background try a second for the
+// TTL), so which nodes a loaded machine's tries clear in time varies; that
+// a majority is free does not. Asserting every node cleared failed under
+// load (a node's try timing out once the other's had got through).
+func givenBackToAMajority(t *testing.T, ctx context.Context, l, other *redislock.Locker, admins []redis.UniversalClient, key string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	waitFor(t, wctx, "the give-back to end", func() bool { return redislock.PendingLeaves(l) == 0 })
+	held := 0
+	for _, c := range admins {
+		if c.Exists(ctx, key).Val() == 1 {
+			held++
+		}
+	}
+	if majority := len(admins)/2 + 1; held > len(admins)-majority {
+		t.Fatalf("%d of %d nodes still hold the released lease's grant after its give-back ended: a majority kept from everyone for the TTL", held, len(admins))
+	}
+	taken, err := other.Acquire(ctx, key, instrument.WithTTL(time.Minute), instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another caller cannot take the lock after the give-back: %v", err)
+	}
+	if err := taken.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -225,13 +259,15 @@ func TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed(
 			t.Fatalf("node %d's grant is gone although its release was cut off: the blackhole did not hold it", i)
 		}
 	}
+	// Node 0 comes back first and its grant is given back while node 1 is
+	// still cut off: node 1's grant and node 2's (which nothing can reach
+	// through a closed client) are still a majority, so the give-back must
+	// go on until node 1 answers. It stopped there: it counted only the
+	// nodes it could still try.
 	p0.Blackhole(false)
+	waitFor(t, ctx, "node 0's grant to be given back", func() bool { return admins[0].Exists(ctx, key).Val() == 0 })
 	p1.Blackhole(false)
-	for i, c := range admins[:2] {
-		eventually(t, fmt.Sprintf("node %d's grant to be given back once it can be reached", i), func() bool {
-			return c.Exists(ctx, key).Val() == 0
-		})
-	}
+	givenBackToAMajority(t, ctx, l, newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second)), admins, key)
 }
 
 // TestQuorum_ReleaseThatOneNodeConfirmedGivesBackOnACutOffMajority: one
@@ -266,16 +302,5 @@ func TestQuorum_ReleaseThatOneNodeConfirmedGivesBackOnACutOffMajority(t *testing
 	}
 	p1.Blackhole(false)
 	p2.Blackhole(false)
-	for i, c := range admins[1:] {
-		eventually(t, fmt.Sprintf("node %d's grant to be given back once it can be reached", i+1), func() bool {
-			return c.Exists(ctx, key).Val() == 0
-		})
-	}
-	taken, err := other.Acquire(ctx, key, ttl, instrument.FailFast())
-	if err != nil {
-		t.Fatalf("another caller cannot take the lock after the cut-off grants were given back: %v", err)
-	}
-	if err := taken.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	givenBackToAMajority(t, ctx, l, other, admins, key)
 }

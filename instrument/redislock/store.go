@@ -75,6 +75,10 @@ type request struct {
 	// releasing: the lease's Release is giving the lock back (quorum.leave
 	// stops once a majority of nodes is free of it).
 	releasing bool
+	// kept: quorum mode, the nodes that may still hold the grant but that
+	// no give-back can reach (a closed client, a release refused for good):
+	// quorum.blocks counts them with the marked ones.
+	kept int
 
 	// What node's calls send, kept here so that a call boxes no argument:
 	// go-redis writes *string and *int64 arguments in place (see evalsha).
