@@ -390,7 +390,9 @@ func (a *Agent) scan(t term) {
 	a.mu.Lock()
 	a.rec = rec
 	a.mu.Unlock()
-	if err := a.publish(t, rec); err != nil {
+	if err := a.publish(t, rec); err != nil && t.ctx.Err() == nil {
+		// A publish ended by the term's end (the agent stopping, or
+		// another leader elected) is no store failure: not logged.
 		a.log.Warn("agent: publish findings", "store", a.coord.name, "err", err)
 	}
 }
