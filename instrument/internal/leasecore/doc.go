@@ -34,7 +34,8 @@
 // flight returns at once and ends the lease as lost too, but does not drop
 // the release: the backend's runs once the renewal has settled, on the
 // ended context, as it would have without a renewal in flight (etcdlock then
-// revokes in the background). A backend whose lock outlives the watchdog (etcdlock's Mutex
+// revokes in the background, redislock gives the lock back in the
+// background). A backend whose lock outlives the watchdog (etcdlock's Mutex
 // adapter: the session's keepalive renews the key) must keep deleting it
 // itself until the delete is confirmed. Backends whose release is not
 // owner-checked (FromFunc wrapping a plain DEL) set UnsafeRelease, and then

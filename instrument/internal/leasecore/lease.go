@@ -480,7 +480,8 @@ func (c *Lease) Refresh(ctx context.Context) error {
 // context's error at once and ends the lease as lost, but the backend's
 // release still runs, on that ended ctx, once the renewal has settled: what
 // a backend does with a release on an ended context (etcdlock revokes in
-// the background) it does here too, instead of leaving the lock to its TTL.
+// the background, redislock gives the lock back in the background) it
+// does here too, instead of leaving the lock to its TTL.
 func (c *Lease) Release(ctx context.Context) error {
 	c.mu.Lock()
 	if c.released {
