@@ -635,22 +635,19 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 	var cur []*kvPair
 	curKey := ""
 	batch := make([]Lock, 0, s.count)
-	flush := func() error {
-		if len(cur) == 0 {
-			return nil
-		}
-		head := cur[0]
-		for _, kv := range cur[1:] {
+	// emit reports the lock whose entries are group, named key.
+	emit := func(group []*kvPair, key string) error {
+		head := group[0]
+		for _, kv := range group[1:] {
 			if kv.createRev < head.createRev {
 				head = kv
 			}
 		}
-		l := Lock{Key: curKey, StoreKey: string(head.key), Holder: etcdlock.DecodeValue(head.value),
-			Fence: uint64(head.createRev), Lease: head.lease, Waiters: len(cur) - 1}
+		l := Lock{Key: key, StoreKey: string(head.key), Holder: etcdlock.DecodeValue(head.value),
+			Fence: uint64(head.createRev), Lease: head.lease, Waiters: len(group) - 1}
 		if l.NoTTL = head.lease == 0; l.NoTTL {
 			l.Version = lockversion.Etcd(head.modRev)
 		}
-		cur = cur[:0]
 		if !l.NoTTL && needTTL != nil && needTTL(&l) {
 			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease))
 			if err != nil {
@@ -670,27 +667,34 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 		}
 		return nil
 	}
+	flush := func() error {
+		if len(cur) == 0 {
+			return nil
+		}
+		err := emit(cur, curKey)
+		cur = cur[:0]
+		return err
+	}
 	err := s.pages(ctx, s.prefix, func(kvs []*kvPair) error {
 		for _, kv := range kvs {
 			key, _, ok := etcdlock.ParseQueueKey(s.prefix, string(kv.key))
 			if !ok {
 				// Not etcdlock's layout (another writer's key under the
-				// prefix): a lock of its own, named by its etcd key.
-				key = string(kv.key)
+				// prefix): a lock of its own, named by its etcd key. It
+				// may sort between two entries of one lock ("<key>\x00"
+				// and a longer suffix), so the lock's group goes on.
+				if err := emit([]*kvPair{kv}, string(kv.key)); err != nil {
+					return err
+				}
+				continue
 			}
-			if key != curKey || !ok {
+			if key != curKey {
 				if err := flush(); err != nil {
 					return err
 				}
 				curKey = key
 			}
 			cur = append(cur, kv)
-			if !ok {
-				if err := flush(); err != nil {
-					return err
-				}
-				curKey = ""
-			}
 		}
 		return nil
 	})
