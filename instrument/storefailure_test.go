@@ -3,10 +3,12 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -148,5 +150,80 @@ func TestStoreFailure_ACallerPastItsDeadlineIsNeverGrantedADegradedLock(t *testi
 	}
 	if n := degradedLocks(t, f.reg); n != 0 {
 		t.Fatalf("degraded = %v, want 0: the caller's deadline is not a store failure (%v)", n, err)
+	}
+}
+
+// answerLoading answers every SET through a client, once armed, with the
+// error reply of a Redis that is loading its data set: the reply comes
+// from the server (an EVAL of redis.error_reply sent in its place).
+type answerLoading struct{ armed atomic.Bool }
+
+func (h *answerLoading) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *answerLoading) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *answerLoading) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !h.armed.Load() || cmd.Name() != "set" {
+			return next(ctx, cmd)
+		}
+		return next(ctx, redis.NewCmd(ctx, "eval", "return redis.error_reply(ARGV[1])", 0,
+			"LOADING Redis is loading the dataset in memory"))
+	}
+}
+
+// TestStoreFailure_FailOpenDegradesOnALoadingReplyJoinedAfterErrNotAcquired:
+// lock code wrapped with FromFunc joins its client's error with
+// ErrNotAcquired, in whichever order it likes. A LOADING reply is a store
+// not serving wherever it sits in the join: FailOpen falls back to a
+// process-local lock. It did only when the reply was the join's first
+// member. With Redis answering, a held lock is still ErrNotAcquired.
+func TestStoreFailure_FailOpenDegradesOnALoadingReplyJoinedAfterErrNotAcquired(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	loading := &answerLoading{}
+	c.AddHook(loading)
+	lock := func(ctx context.Context, key string) (func(context.Context) error, error) {
+		l := NewRedisLock(c, key, 10*time.Second)
+		if ok, err := l.Lock(ctx); err != nil || !ok {
+			return nil, errors.Join(instrument.ErrNotAcquired, err)
+		}
+		return l.Unlock, nil
+	}
+	reg := prometheus.NewRegistry()
+	g, err := instrument.NewGoverned(instrument.FromFunc(lock, instrument.FuncTTL(10*time.Second)),
+		instrument.WithStoreFailure(instrument.FailOpen), instrument.WithRegisterer(reg), instrument.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withTimeout(t, time.Minute)
+
+	held, err := g.Acquire(ctx, "lock:order:1", instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Acquire(ctx, "lock:order:1", instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("Redis answering, lock held: %v, want ErrNotAcquired", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := degradedLocks(t, reg); n != 0 {
+		t.Fatalf("degraded = %v with Redis answering, want 0", n)
+	}
+
+	loading.armed.Store(true)
+	local, err := g.Acquire(ctx, "lock:order:2", instrument.FailFast())
+	if err != nil {
+		t.Fatalf("FailOpen, Redis answering LOADING after ErrNotAcquired in the join: %v, want a process-local lease", err)
+	}
+	defer local.Release(ctx)
+	if n := degradedLocks(t, reg); n != 1 {
+		t.Fatalf("degraded = %v, want 1", n)
+	}
+	if c.Exists(ctx, "lock:order:2").Val() != 0 {
+		t.Fatal("the key exists in Redis: the hook did not answer LOADING, the lease is Redis's")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,6 +52,59 @@ func TestUnavailable_OnlyTransportFailures(t *testing.T) {
 	} {
 		if got := Unavailable(c.err); got != c.want {
 			t.Errorf("%s: Unavailable(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// multiErr is a join that is not errors.Join's: any Unwrap() []error.
+type multiErr []error
+
+func (m multiErr) Error() string   { return fmt.Sprint([]error(m)) }
+func (m multiErr) Unwrap() []error { return m }
+
+// TestUnavailable_AJoinIsReadMemberByMember: every member of a join
+// (errors.Join, fmt.Errorf with several %w, any Unwrap() []error), at any
+// depth, is read as a lone error would be: a LOADING reply joined after a
+// store's answer says the store is not serving, as it does alone. When
+// members disagree the caller's context ending wins: a context error
+// outside an Unreachable mark, in any member, makes the whole error not a
+// store failure.
+func TestUnavailable_AJoinIsReadMemberByMember(t *testing.T) {
+	loading := redisReply("LOADING Redis is loading the dataset in memory")
+	clusterDown := redisReply("CLUSTERDOWN The cluster is down")
+	notAcquired := errors.New("lockgov: lock not acquired")
+	scriptErr := redisReply("ERR user_script:1: request id reused")
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: "connection refused", Addr: "127.0.0.1:1"}}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"LOADING first", errors.Join(loading, notAcquired), true},
+		{"LOADING after a store answer", errors.Join(notAcquired, loading), true},
+		{"LOADING after a store answer, wrapped", fmt.Errorf("acquire %q: %w", "k", errors.Join(notAcquired, fmt.Errorf("node 1: %w", loading))), true},
+		{"LOADING in a member, wrapped inside it", errors.Join(fmt.Errorf("node 0: %w", loading)), true},
+		{"fmt.Errorf with two %w", fmt.Errorf("%w: %w", notAcquired, clusterDown), true},
+		{"a join in a join", errors.Join(scriptErr, fmt.Errorf("x: %w", errors.Join(notAcquired, fmt.Errorf("y: %w", clusterDown)))), true},
+		{"a join that is not errors.Join's", multiErr{notAcquired, loading}, true},
+		{"a refused dial after a store answer", errors.Join(notAcquired, fmt.Errorf("x: %w", refused)), true},
+		{"an i/o timeout after a store answer", errors.Join(notAcquired, fmt.Errorf("read: %w", os.ErrDeadlineExceeded)), true},
+		{"an Unreachable mark after a store answer", errors.Join(scriptErr, Unreachable(errors.Join(fmt.Errorf("node 0: %w", context.DeadlineExceeded)))), true},
+		{"store answers only", errors.Join(notAcquired, scriptErr), false},
+		{"a key that looks like a reply, in a member's wrapper", errors.Join(notAcquired, fmt.Errorf("begin %q: %w", "LOADING ", scriptErr)), false},
+		{"an empty join", multiErr{}, false},
+		// The caller gave up: whatever another member says, nothing is
+		// decided without the store.
+		{"caller cancelled, then LOADING", errors.Join(context.Canceled, loading), false},
+		{"LOADING, then caller cancelled", errors.Join(loading, fmt.Errorf("x: %w", context.Canceled)), false},
+		{"caller's deadline deep in a join beside CLUSTERDOWN", errors.Join(clusterDown, fmt.Errorf("a: %w", errors.Join(notAcquired, fmt.Errorf("b: %w", context.DeadlineExceeded)))), false},
+		{"caller's deadline beside a refused dial, fmt.Errorf", fmt.Errorf("%w: %w", refused, context.DeadlineExceeded), false},
+		// A mark vouches for the context errors inside it (the nodes'
+		// own timeouts), not for one beside it.
+		{"an Unreachable mark beside the caller's cancel", errors.Join(Unreachable(fmt.Errorf("node 0: %w", refused)), context.Canceled), false},
+	} {
+		if got := Unavailable(c.err); got != c.want {
+			t.Errorf("%s: Unavailable(%q) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }
