@@ -152,19 +152,23 @@
 //     transport error (never the key or a token).
 //
 // Only transport failures degrade: ErrNotAcquired, a policy refusal and the
-// caller's own context ending are returned as they are. FailOpen keeps
-// mutual exclusion only inside one process: two instances may both enter
-// the critical section while the store is down, and a process-local lease
-// taken during the outage is not seen by a Redis lease taken after the
-// store returns (each new Acquire goes to the store again at once). Use it
-// for work where a duplicate is caught further down (a unique constraint,
-// reconciliation), never for money or stock without such a net. An etcd
-// client retries an unreachable cluster until the context ends, so under
-// etcdlock FailOpen applies only where the client gives up first (a dial
-// timeout shorter than the caller's deadline). A redislock quorum
+// caller's own context ending are returned as they are. An error that joins
+// several (lock code under FromFunc that joins its client's error with
+// ErrNotAcquired) degrades when any of them is a transport failure, wherever
+// it sits in the join, unless one is a context.Canceled or
+// context.DeadlineExceeded: that is taken for the caller's giving up.
+// FailOpen keeps mutual exclusion only inside one process: two instances may
+// both enter the critical section while the store is down, and a
+// process-local lease taken during the outage is not seen by a Redis lease
+// taken after the store returns (each new Acquire goes to the store again at
+// once). Use it for work where a duplicate is caught further down (a unique
+// constraint, reconciliation), never for money or stock without such a net.
+// An etcd client retries an unreachable cluster until the context ends, so
+// under etcdlock FailOpen applies only where the client gives up first (a
+// dial timeout shorter than the caller's deadline). A redislock quorum
 // (NewQuorum) is out of reach when so many of its nodes are (refused, no
-// answer within the node timeout) that the others cannot make a majority;
-// a majority that answers that the lock is held is ErrNotAcquired.
+// answer within the node timeout) that the others cannot make a majority; a
+// majority that answers that the lock is held is ErrNotAcquired.
 //
 // # Writing a backend
 //

@@ -10,11 +10,40 @@
 // An answer from the store (lock held, fingerprint mismatch, insufficient
 // balance, a script error) is never a reason to decide without it, and
 // neither is the caller's own context ending.
+//
+// # Joined errors
+//
+// An error may hold several: errors.Join, fmt.Errorf with more than one
+// %w, any error with an Unwrap() []error method, at any depth (the nodes
+// of a quorum; lock code under instrument.FromFunc that joins its client's
+// error with ErrNotAcquired, in either order). Unavailable reads every
+// member as it would read that member alone, the reply prefixes (LOADING
+// and the like) on the innermost error of each, and when the members
+// disagree it decides in this order:
+//
+//  1. A context.Canceled or context.DeadlineExceeded in any member,
+//     outside an Unreachable mark: not a store failure, whatever the other
+//     members say. An unmarked context error may be the caller's, and a
+//     caller that gave up is not answered by a decision taken without the
+//     store. That decision is the one that can go wrong (FailOpen's
+//     process-local lock does not exclude another process holding the
+//     store's), so a doubt never leads to it: it costs the caller an error
+//     it would have got anyway.
+//  2. Otherwise, any member that is a transport failure, or is marked
+//     Unreachable, makes the whole a store failure: a store answer beside
+//     it (ErrNotAcquired that lock code joined, an error reply) does not
+//     say that the store answered the call. A store of several nodes for
+//     which some nodes out of reach are no failure of the whole (a quorum
+//     that a majority answered) keeps their errors out of the chain.
+//  3. Otherwise (only answers, or nothing recognised) it is not.
+//
+// An Unreachable mark vouches for what it wraps only: the context errors
+// inside it are the nodes' own timeouts, told apart from the caller's
+// (Ended) by whoever marked them; one beside it is read by rule 1.
 package storefail
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,8 +70,8 @@ const (
 
 // serverBusy are the prefixes of Redis replies that mean "not serving now"
 // (loading a data set, cluster or replication down, a slot moving), and the
-// go-redis pool's timeout. They are matched by text on the innermost error:
-// the client's error types are internal to it.
+// go-redis pool's timeout. They are matched by text on the innermost error
+// (of each member of a join): the client's error types are internal to it.
 var serverBusy = []string{"LOADING ", "CLUSTERDOWN ", "MASTERDOWN ", "TRYAGAIN ", "redis: connection pool timeout"}
 
 // Unavailable reports whether err says the store could not be reached or
@@ -83,35 +112,93 @@ type unreachable struct{ error }
 func (e unreachable) Unwrap() error { return e.error }
 
 // transport returns the part of err that says the store is unreachable
-// (its message carries an address, never a key), or nil.
+// (its message carries an address, never a key), or nil. It reads err and
+// every error it wraps, every member of a join, with the precedence the
+// package doc gives.
 func transport(err error) error {
+	var found error
+	if walk(err, &found) {
+		return nil
+	}
+	return found
+}
+
+// walk visits err and what it wraps, depth first, every member of a join
+// (both forms of Unwrap). It reports whether it met a context error
+// outside an Unreachable mark, stopping there, and keeps in *found the
+// first sign of a transport failure it met. An Unreachable mark is such a
+// sign, and what it wraps is not visited.
+func walk(err error, found *error) (contextEnded bool) {
 	if err == nil {
-		return nil
+		return false
 	}
-	var u unreachable
-	if errors.As(err, &u) {
-		return u
+	if u, ok := err.(unreachable); ok {
+		if *found == nil {
+			*found = u
+		}
+		return false
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return nil
+	if is(err, context.Canceled) || is(err, context.DeadlineExceeded) {
+		return true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if *found == nil {
+		*found = failure(err)
+	}
+	var members []error
+	switch x := err.(type) {
+	case interface{ Unwrap() error }:
+		if next := x.Unwrap(); next != nil {
+			members = []error{next}
+		}
+	case interface{ Unwrap() []error }:
+		members = x.Unwrap()
+	}
+	if len(members) == 0 && *found == nil {
+		*found = busyReply(err)
+	}
+	for _, m := range members {
+		if walk(m, found) {
+			return true
+		}
+	}
+	return false
+}
+
+// is reports whether err itself, not what it wraps, is target: the step
+// errors.Is takes on each error of a chain.
+func is(err, target error) bool {
+	if err == target { // the targets' types are comparable: this cannot panic
+		return true
+	}
+	x, ok := err.(interface{ Is(error) bool })
+	return ok && x.Is(target)
+}
+
+// failure returns err if err itself, not what it wraps, says the
+// connection failed (a net.Error such as a refused dial or a read timeout,
+// an EOF, a reset or closed connection), or nil.
+func failure(err error) error {
+	if ne, ok := err.(net.Error); ok {
 		return ne
 	}
+	if x, ok := err.(interface{ As(any) bool }); ok {
+		var ne net.Error
+		if x.As(&ne) {
+			return ne
+		}
+	}
 	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE} {
-		if errors.Is(err, target) {
+		if is(err, target) {
 			return target
 		}
 	}
-	leaf := err
-	for {
-		next := errors.Unwrap(leaf)
-		if next == nil {
-			break
-		}
-		leaf = next
-	}
+	return nil
+}
+
+// busyReply returns leaf, an innermost error, if its text is a reply that
+// says the server is not serving now (serverBusy), or nil. Only the
+// innermost error is read: a wrapper's text may carry a key.
+func busyReply(leaf error) error {
 	for _, p := range serverBusy {
 		if strings.HasPrefix(leaf.Error(), p) {
 			return leaf
