@@ -14,10 +14,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/lockversion"
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
@@ -324,5 +326,134 @@ func TestCLI_LocksShow_AStoreDownIsNamedOnce(t *testing.T) {
 	_, errOut, code := runCLI(t, "locks", "show", "lock:x", "--timeout", "1s", "--redis", url)
 	if code != 1 || strings.Count(errOut, url) != 1 {
 		t.Errorf("locks show with the store down: exit %d, stderr %q; want exit 1 and the store named once", code, errOut)
+	}
+}
+
+// tableRow returns the line of a locks table whose first cell is key as
+// the table shows it.
+func tableRow(t *testing.T, out, key string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, key+"  ") {
+			return line
+		}
+	}
+	t.Fatalf("no row for %s in:\n%s", key, out)
+	return ""
+}
+
+// TestCLI_LocksLsAndShow_EscapeWhatATerminalWouldNotShowAndShowTheVersion:
+// a key is bytes, and another application's key under a scanned pattern
+// (or a holder's service name in a crafted value) may hold a newline that
+// prints a row of its own, an escape sequence that rewrites the terminal,
+// a tab that shifts the columns, or bytes that are not UTF-8. The table
+// prints such a cell as a POSIX shell's $'...' with \xNN escapes (the
+// agent console's and the findings' actions' form), which `locks show`
+// takes back through the shell; it prints every other key as it is, and
+// says on stderr that values were escaped. Each row shows the lock's
+// version, the If-Match of the agent's DELETE.
+func TestCLI_LocksLsAndShow_EscapeWhatATerminalWouldNotShowAndShowTheVersion(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	l, err := redislock.New(c, redislock.WithService("billing"), redislock.WithInstance("pod-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, "lock:order:42", instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	raw, err := c.Get(ctx, "lock:order:42").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const spoof = "lock:spoof\nlock:order:7  billing@pod-1 pid 1  1s  59s  7"
+	for key, value := range map[string]string{
+		"lock:\xff\xfe":                 "foreign-1",
+		spoof:                           "x",
+		"lock:esc\x1b[2J\x1b]0;pwned\a": "x",
+		"lock:tab\there":                "x",
+		"lock:café":                     "x",
+		"lock:crafted":                  `tok 7 {"service":"evil\nbilling","pid":1}`,
+		`$'lock:\xff'`:                  "x",
+	} {
+		if err := c.Set(ctx, key, value, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	url := "redis://" + r.Addr()
+	out, errOut, code := runCLI(t, "locks", "ls", "--redis", url, "--pattern", "lock:*", "--pattern", "$*")
+	if code != 0 {
+		t.Fatalf("locks ls: %d %s", code, errOut)
+	}
+	for _, c := range out {
+		if c != '\n' && !unicode.IsPrint(c) {
+			t.Fatalf("locks ls printed %q, which a terminal does not show as itself:\n%s", c, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 9 {
+		t.Errorf("locks ls printed %d lines, want 9 (a header and 8 locks): a key printed a row of its own:\n%s", n, out)
+	}
+	header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
+	if header[len(header)-1] != "VERSION" {
+		t.Errorf("header %q: want a VERSION column last", header)
+	}
+	if row := tableRow(t, out, "lock:order:42"); !strings.HasSuffix(row, "  "+lockversion.Redis(raw)) {
+		t.Errorf("row of lock:order:42 %q: want its version %s last", row, lockversion.Redis(raw))
+	}
+	tableRow(t, out, `$'lock:\xff\xfe'`)
+	tableRow(t, out, `$'lock:spoof\x0alock:order:7  billing@pod-1 pid 1  1s  59s  7'`)
+	tableRow(t, out, `$'lock:esc\x1b[2J\x1b]0;pwned\x07'`)
+	tableRow(t, out, `$'lock:tab\x09here'`)
+	tableRow(t, out, "lock:café")
+	tableRow(t, out, `$'$\'lock:\\xff\''`) // a key that reads as an escaped one is escaped too
+	if row := tableRow(t, out, "lock:crafted"); !strings.Contains(row, `$'evil\x0abilling pid 1'`) {
+		t.Errorf("row of lock:crafted %q: want its holder escaped", row)
+	}
+	if !strings.Contains(errOut, "escaped") || !strings.Contains(errOut, `\xNN`) {
+		t.Errorf("locks ls stderr %q: want a note that values are shown escaped", errOut)
+	}
+
+	// The key as the shell passes $'lock:\xff\xfe': its bytes.
+	out, errOut, code = runCLI(t, "locks", "show", "lock:\xff\xfe", "--redis", url)
+	if code != 0 {
+		t.Fatalf("locks show of a key that is not UTF-8: %d %s", code, errOut)
+	}
+	if row := tableRow(t, out, `$'lock:\xff\xfe'`); !strings.HasSuffix(row, "  "+lockversion.Redis("foreign-1")) {
+		t.Errorf("locks show row %q: want the escaped key and its version", row)
+	}
+	if !strings.Contains(errOut, "escaped") {
+		t.Errorf("locks show stderr %q: want a note that the key is shown escaped", errOut)
+	}
+	out, errOut, code = runCLI(t, "locks", "show", "lock:order:42", "--redis", url)
+	if code != 0 || !strings.HasSuffix(tableRow(t, out, "lock:order:42"), "  "+lockversion.Redis(raw)) || errOut != "" {
+		t.Errorf("locks show lock:order:42: exit %d, stdout %q, stderr %q; want its row with its version, nothing on stderr", code, out, errOut)
+	}
+
+	// etcd: the version is the holder entry's revision, as the API gives it.
+	e := testenv.NewEtcd(t)
+	el, err := etcdlock.New(testenv.NewEtcdClient(t, e.Endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	elease, err := el.Acquire(ctx, "lock:stock:7", instrument.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elease.Release(ctx)
+	out, _, code = runCLI(t, "locks", "show", "lock:stock:7", "--etcd", e.Endpoint(), "-o", "json")
+	var got struct{ Version string }
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Version == "" {
+		t.Fatalf("locks show -o json on etcd: %d %q", code, out)
+	}
+	out, _, code = runCLI(t, "locks", "show", "lock:stock:7", "--etcd", e.Endpoint())
+	if row := tableRow(t, out, "lock:stock:7"); code != 0 || !strings.HasSuffix(row, "  "+got.Version) {
+		t.Errorf("locks show on etcd: row %q, want the version %s last", row, got.Version)
 	}
 }
