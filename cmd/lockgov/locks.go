@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -43,9 +45,18 @@ func newLocksCmd() *cobra.Command {
 		Use:   "locks",
 		Short: "list and show the locks in Redis or etcd (locks ls, locks show KEY)",
 		Long: `List and show lockgov's locks (and other libraries' locks under the same
-patterns) with their holder, key pattern, age, TTL and fence. Owner tokens are
-never shown. Unset --redis, --etcd and --policy come from LOCKGOV_REDIS
-(space-separated), LOCKGOV_ETCD and LOCKGOV_POLICY.`,
+patterns) with their holder, key pattern, age, TTL, fence and version (what the
+agent's DELETE /api/v1/locks takes as If-Match). Owner tokens are never shown.
+Unset --redis, --etcd and --policy come from LOCKGOV_REDIS (space-separated),
+LOCKGOV_ETCD and LOCKGOV_POLICY.
+
+A key is bytes. In the table, a key (or a pattern or holder) that is not UTF-8
+or that a terminal would not print as itself (a newline, a tab, an escape
+sequence) is shown as a shell's $'...' quoting writes it: \xNN for each byte
+outside printable ASCII, \\ and \' for a backslash and a quote. A shell turns
+it back into the bytes (lockgov locks show $'lock:\xff'), but for a NUL, which
+no argument carries; -o json gives them as key_base64. A note on stderr says
+when the table escaped anything.`,
 		Args: noCommand,
 		RunE: showHelp,
 	}
@@ -127,6 +138,10 @@ func (f *locksFlags) run(cmd *cobra.Command, body func(context.Context, *agent.I
 	if ferr := out.flush(); err == nil {
 		err = ferr
 	}
+	if out.escaped > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d values shown escaped, as $'...': \\xNN is a byte that is not printable text, \\\\ a backslash, \\' a quote; a shell reads them back (lockgov locks show $'...'), -o json gives a key's bytes as key_base64\n",
+			cmd.CommandPath(), out.escaped)
+	}
 	return err
 }
 
@@ -139,6 +154,7 @@ type lockWriter struct {
 	withStore bool
 	header    bool
 	rows      int
+	escaped   int // cells shown escaped (shown)
 }
 
 func newLockWriter(w io.Writer, format string, withStore bool) *lockWriter {
@@ -154,7 +170,7 @@ func (w *lockWriter) write(l agent.Lock) error {
 	}
 	if !w.header {
 		w.header = true
-		h := "KEY\tPATTERN\tHOLDER\tAGE\tTTL\tFENCE"
+		h := "KEY\tPATTERN\tHOLDER\tAGE\tTTL\tFENCE\tVERSION"
 		if w.withStore {
 			h = "STORE\t" + h
 		}
@@ -167,12 +183,46 @@ func (w *lockWriter) write(l agent.Lock) error {
 			return err
 		}
 	}
-	row := strings.Join([]string{l.Key, l.Pattern, holder(l), age(l.Age), ttl(l), strconv.FormatUint(l.Fence, 10)}, "\t")
+	row := strings.Join([]string{w.shown(l.Key), w.shown(l.Pattern), w.shown(holder(l)), age(l.Age), ttl(l),
+		strconv.FormatUint(l.Fence, 10), version(l)}, "\t")
 	if w.withStore {
-		row = l.Store + "\t" + row
+		row = w.shown(l.Store) + "\t" + row
 	}
 	_, err := fmt.Fprintln(w.tw, row)
 	return err
+}
+
+// shown returns s as a table cell: as it is when it is UTF-8 that a
+// terminal prints as itself (every rune printable: no newline, tab, escape
+// sequence or bidirectional control), not empty and not beginning with $'
+// (it would read as an escaped cell). Otherwise escaped, as a POSIX shell's
+// $'...' quoting writes s: \xNN for each byte outside printable ASCII, as
+// the agent console shows a key that is not UTF-8 and the findings' actions
+// quote one, and \\ and \' for a backslash and a quote. A shell reads it
+// back into s's bytes. A key printed as it is could print a row of its own
+// (a newline), rewrite the terminal (an escape sequence), shift the columns
+// (a tab), or, not being UTF-8, print as another key.
+func (w *lockWriter) shown(s string) string {
+	if s != "" && !strings.HasPrefix(s, "$'") && utf8.ValidString(s) &&
+		strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	w.escaped++
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' || c == '\'':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 func (w *lockWriter) flush() error {
@@ -193,6 +243,15 @@ func holder(l agent.Lock) string {
 		return h.Service + " pid " + strconv.Itoa(h.PID)
 	}
 	return "pid " + strconv.Itoa(h.PID)
+}
+
+// version is the lock's version (lockversion), "-" when the store gave
+// none.
+func version(l agent.Lock) string {
+	if l.Version == "" {
+		return "-"
+	}
+	return l.Version
 }
 
 func age(d time.Duration) string {
