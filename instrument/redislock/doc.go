@@ -295,6 +295,22 @@
 // the TTL stays the net when Redis cannot be reached for that long, or the
 // client is closed.
 //
+// After Locker.Close nothing runs in the background, so that give-back can
+// no longer be left to it. Decided: it then runs in the caller, once,
+// bounded by the caller's context (and a second), before Release returns,
+// and not at all when that context has already ended: Release returns at
+// once, its error wrapping the release's error and ErrClosed and saying
+// that the lock is left to its TTL (so too when the one try fails). A
+// caller's context bounds what the caller waits for; a give-back detached
+// from it made `defer lease.Release(reqCtx)` after Close wait up to a
+// second for a request already cancelled. In quorum mode a Release that one
+// node confirmed still returns nil; the grants the give-back could not
+// reach expire at their TTL. An Acquire that gives up after Close leaves
+// its queue entry or lost grant the same way (within its context, which has
+// usually ended: left to the entry's deadline and the TTL). Close a Locker
+// after its leases are released, not before, to keep the background
+// give-back.
+//
 // An attempt whose reply is lost after it ran may have taken the lock under
 // a token that only this Acquire knows. go-redis resends it while the
 // caller's context lives (acquire.lua recognises its own token: the lock is

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -64,7 +65,10 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // as an Acquire that gave up is (Locker.leave: leave.lua, owner-checked,
 // hands the lock to the next waiter or deletes it; bounded, retried until
 // Redis answers or the lock's TTL has passed). The caller still gets the
-// error: whether the lock was free in time is unknown.
+// error: whether the lock was free in time is unknown. After Close the
+// give-back runs in the caller, within ctx, or not at all once ctx has
+// ended (Locker.leaveClosed); what it did not give back is left to its TTL
+// and the error says so, wrapping ErrClosed.
 //
 // In quorum mode, on the nodes whose release may not have run
 // (quorum.release marks them), when they are enough to keep a majority
@@ -77,13 +81,18 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // (quorum.leave).
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
+	var left error // after Close: what the give-back could not do
 	if r.owner != nil && r.mayHold(ok, err) {
 		r.releasing = true
-		r.owner.leave(ctx, r)
+		left = r.owner.leave(ctx, r)
 	}
 	switch {
 	case ok:
+		// A node confirmed it (quorum mode): the release is done, whatever
+		// the give-back on the others could do.
 		return nil
+	case err != nil && left != nil:
+		return fmt.Errorf("%w; %w", err, left)
 	case err != nil:
 		return err // the outcome is unknown
 	}

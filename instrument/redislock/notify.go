@@ -47,7 +47,9 @@ const barrierPrefix = "redislock:"
 // it needs the PINGs' replies.
 const healthInterval = 2 * time.Second
 
-// ErrClosed is returned by Acquire on a Locker after Close.
+// ErrClosed is returned by Acquire on a Locker after Close, and wrapped in
+// the error of a Release after Close whose lock could not be given back
+// (it is left to its TTL: see Close).
 var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 
 // Close closes the Locker's pub/sub connection and makes every later
@@ -55,9 +57,12 @@ var ErrClosed = errors.New("redislock: Locker closed (Close was called)")
 // notification, or in-process behind another Acquire of the same Locker on
 // the same key, returns ErrClosed at once; one that polls (Retry, quorum
 // mode) when its current pause ends. Leases already acquired stay valid:
-// Release and Refresh do not need the Locker to be open (a Release whose
-// outcome is unknown then gives the lock back once, in the caller: a
-// second at most, past its ended context). Close waits for the Locker's
+// Release and Refresh do not need the Locker to be open. A Release whose
+// outcome is unknown then gives the lock back in the caller, once, within
+// the caller's context (and a second): not at all when that context has
+// ended, so that it returns at once; what it does not give back is left to
+// its TTL, and its error says so, wrapping ErrClosed. An Acquire that gives
+// up after Close leaves the same way. Close waits for the Locker's
 // reader and writer goroutines to exit (a dial in progress ends within the
 // client's dial and read timeouts) and for the tries in flight of the
 // background leaves (of waiters that gave up, see Waiting: the handoff, and

@@ -342,7 +342,7 @@ func (q *quorum) leave(ctx context.Context, r *request) error {
 	if !slices.Contains(r.nodes, true) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout) // detached by the caller, when in the background (Locker.leave)
 	defer cancel()
 	var errs []error
 	left := false

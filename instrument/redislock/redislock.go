@@ -145,7 +145,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	mustLeave := false
 	defer func() {
 		if mustLeave {
-			l.leave(ctx, r)
+			// After Close, within ctx only; what it cannot give back is
+			// left to its TTL, and this Acquire fails anyway.
+			_ = l.leave(ctx, r)
 		}
 		if leaveQueue != nil {
 			leaveQueue()
@@ -248,10 +250,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 // leave takes back what an Acquire that gave up may have left under its
 // token (store.leave): its entry in the queue, and the lock, if a release
 // handed it over meanwhile or an attempt whose reply was lost took it
-// (unanswered). leave.lua is a round trip of its own, bounded by a second (store.go), not by ctx, which
-// has ended: it runs on a goroutine that Close waits for, so that Acquire
-// returns by its deadline. On a closed Locker, Close may be waiting
-// already: it runs once in the caller then.
+// (unanswered). leave.lua is a round trip of its own, bounded by a second
+// (store.go), not by ctx, which has ended: it runs on a goroutine that
+// Close waits for, on ctx detached from its cancellation, so that Acquire
+// returns by its deadline. On a closed Locker nothing runs in the
+// background any more (Close may be waiting already): see leaveClosed,
+// whose error leave returns. Otherwise it returns nil.
 //
 // A try that fails is tried again, with back-off, for as long as it can
 // still matter: the entry can be handed the lock until its deadline (at
@@ -268,19 +272,37 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 // maxPendingLeaves leaves wait for their turn; one past that is not tried,
 // and what it would have taken back ends by itself (the entry at its
 // deadline, a lock at its TTL).
-func (l *Locker) leave(ctx context.Context, r *request) {
+func (l *Locker) leave(ctx context.Context, r *request) error {
 	if l.pendingLeaves.Add(1) > maxPendingLeaves {
 		l.pendingLeaves.Add(-1)
-		return
+		return nil
 	}
 	if l.notify.goTracked(func() {
 		defer l.pendingLeaves.Add(-1)
-		l.leaveUntil(ctx, r, time.Now().Add(l.waiterTTL+r.ttl))
+		l.leaveUntil(context.WithoutCancel(ctx), r, time.Now().Add(l.waiterTTL+r.ttl))
 	}) {
-		return
+		return nil
 	}
 	l.pendingLeaves.Add(-1)
-	_ = l.store.leave(ctx, r)
+	return l.leaveClosed(ctx, r)
+}
+
+// leaveClosed is the leave of a closed Locker, which can neither run it in
+// the background nor try it again: one try, in the caller, bounded by the
+// caller's ctx (and a second, as every try), and none at all when ctx has
+// ended. Detaching it from ctx, as the background does, made a caller that
+// had given up wait for it (a Release after Close under an ended request
+// context: up to a second, longer than the caller asked for). What it does
+// not give back is left to its TTL (an entry to its deadline), and its
+// error says so, wrapping ErrClosed.
+func (l *Locker) leaveClosed(ctx context.Context, r *request) error {
+	if storefail.Ended(ctx) != nil {
+		return fmt.Errorf("not given back, %w: the lock is left to its TTL", ErrClosed)
+	}
+	if err := l.store.leave(ctx, r); err != nil {
+		return fmt.Errorf("the give-back failed (%w), and %w: the lock is left to its TTL", err, ErrClosed)
+	}
+	return nil
 }
 
 // maxLeaving bounds the leave.lua tries of one Locker in flight at once;

@@ -210,10 +210,13 @@ func decodeAcquire(res []int64) (attempt, error) {
 
 func (s node) leave(ctx context.Context, r *request) error { return leave(ctx, s.c, r, false) }
 
-// leave runs leave.lua once, within a second: out of the queue, and the
-// lock handed on if a release handed it to this waiter meanwhile.
+// leave runs leave.lua once, within a second and within ctx: out of the
+// queue, and the lock handed on if a release handed it to this waiter
+// meanwhile. A leave in the background runs on a context detached from the
+// caller's (Locker.leaveUntil); a closed Locker's, in the caller, on the
+// caller's (Locker.leaveClosed).
 func leave(ctx context.Context, c redis.UniversalClient, r *request, fair bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaveTimeout)
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	f := "0"
 	if fair {
