@@ -41,6 +41,18 @@ const MaxLeaving = maxLeaving
 // ReleaseSHA is the SHA1 that EVALSHA names release.lua by.
 var ReleaseSHA = releaseScript.Hash()
 
+// ReleaseSrc is release.lua as EVAL sends it (after NOSCRIPT: a server
+// whose script cache a restart emptied).
+var ReleaseSrc = releaseSrcFull
+
+// WidenLeaveWindow sets the waiter-timeout part of how long l's background
+// leaves and give-backs are tried (Locker.leave: until the waiter timeout
+// plus the lock's TTL has passed; 5s plus the TTL by default), so that a
+// test whose lock expires while its give-back is held back can count on
+// the try it lets through afterwards on a loaded machine. Call it before
+// l's first Acquire.
+func WidenLeaveWindow(l *Locker, d time.Duration) { l.waiterTTL = d }
+
 // PendingLeaves is how many of l's leaves run or wait in the background.
 func PendingLeaves(l *Locker) int64 { return l.pendingLeaves.Load() }
 

@@ -18,10 +18,11 @@ func TestMain(m *testing.M) {
 }
 
 // newClient dials addr the way lockgov recommends: context deadlines bound
-// every call, and a small pool.
-func newClient(t testing.TB, addr string) *redis.Client {
+// every call, and a small pool. Each of mutate, if any, then changes the
+// options (a Dialer of the test's own, say).
+func newClient(t testing.TB, addr string, mutate ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{
+	o := &redis.Options{
 		Addr:                  addr,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           time.Second,
@@ -33,7 +34,11 @@ func newClient(t testing.TB, addr string) *redis.Client {
 		// refused" at once; do not spend the node timeout re-dialling it.
 		DialerRetries:      1,
 		DialerRetryTimeout: time.Millisecond,
-	})
+	}
+	for _, m := range mutate {
+		m(o)
+	}
+	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
