@@ -62,7 +62,7 @@ func (g *pendingGiveBack) releaseUnknown(t *testing.T, lease instrument.Lease) {
 	if err := lease.Release(ended); err == nil {
 		t.Fatal("Release on an ended context = nil, want its error: whether the lock was free in time is unknown")
 	}
-	testenv.WaitFor(t, giveBackWithin, "the give-back's first try (into the blackhole)", func() bool {
+	testenv.WaitFor(t, giveBackWithin, "the give-back's first try (into the blackhole): is the lock given back at all?", func() bool {
 		_, tries, _ := g.h.counts()
 		return tries >= 1
 	})
@@ -152,16 +152,9 @@ func giveBackAfterATakeover(t *testing.T, lopts []redislock.Option, attl time.Du
 	if err := b.Release(ctx); err != nil {
 		t.Fatalf("B's Release: %v, want nil (its lock untouched)", err)
 	}
-	select {
-	case x := <-xgot:
-		if x == nil {
-			t.Fatal("X, queued behind B, did not get the lock")
-		}
-		if err := x.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(giveBackWithin):
-		t.Fatal("X, queued behind B, was not handed the lock by B's release")
+	x := receive(t, xgot, "X, queued behind B, to be handed the lock by B's release")
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -200,4 +193,91 @@ func TestGiveBack_AfterTheTTLRanOutLeavesTheNextHolderAlone(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestGiveBack_FairWaiterQueuedWhenItRuns (fault 3): in Fair mode W, then
+// X, queue behind A, and A's Release on an ended context leaves its
+// give-back pending (A cut off). Then either
+//
+//   - "held": the give-back gets through while A's lock still stands: it
+//     must hand the lock to W, the head of the queue (not leave it to its
+//     hour's TTL), and only to W: X stays queued behind W;
+//   - "expired": A's lock runs out its TTL first and W takes it by its own
+//     attempt, X still queued; the give-back, getting through after that,
+//     must leave W's lock alone, not hand it on to X.
+//
+// Either way W holds the lock once the give-back has ended, and X gets it
+// from W's release.
+func TestGiveBack_FairWaiterQueuedWhenItRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		expires bool
+	}{{"held", false}, {"expired", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, admin := setup(t)
+			ctx := timeout(t, 2*time.Minute)
+			const key = "lock:give-back-fair-waiter"
+			fair := []redislock.Option{redislock.Fair()}
+			attl := time.Hour
+			if tc.expires {
+				attl = 2 * time.Second // the watchdog keeps it while W and X queue
+			}
+			a, g := holdThroughAProxy(t, ctx, r, key, fair, instrument.WithTTL(attl))
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			var wa, xa atomicInt
+			wgot := acquireInBackground(wctx, newLocker(t, newClient(t, r.Addr()), fair...), key, &wa.v)
+			waitQueued(t, ctx, admin, key, 1)
+			xgot := acquireInBackground(wctx, newLocker(t, newClient(t, r.Addr()), fair...), key, &xa.v)
+			waitQueued(t, ctx, admin, key, 2)
+			g.releaseUnknown(t, a)
+
+			var w instrument.Lease
+			if tc.expires {
+				// W's next attempt, at A's expiry, takes the lock.
+				w = receive(t, wgot, "W to take the lock once A's ran out its TTL")
+				waitQueued(t, ctx, admin, key, 1)
+				if redislock.PendingLeaves(g.l) == 0 {
+					t.Fatal("the give-back ended while A was cut off: the test's premise failed")
+				}
+			} else if v := keyValue(t, ctx, admin, key); redislock.DecodeValue(v).Fence != a.Fence() {
+				t.Fatalf("the lock holds fence %d, want A's %d: the blackhole did not hold the give-back", redislock.DecodeValue(v).Fence, a.Fence())
+			}
+			g.letThrough(t)
+
+			if w == nil {
+				w = receive(t, wgot, "W, at the head of the queue, to be handed the lock by the give-back")
+			}
+			untouched(t, ctx, admin, key, keyValue(t, ctx, admin, key), w, "W")
+			if f := redislock.DecodeValue(keyValue(t, ctx, admin, key)).Fence; f != w.Fence() {
+				t.Fatalf("the lock holds fence %d, want W's %d", f, w.Fence())
+			}
+			if n := admin.LLen(ctx, queueKey(key)).Val(); n != 1 {
+				t.Fatalf("after the give-back the queue holds %d entries, want X's, queued behind W", n)
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Fatalf("W's Release: %v, want nil (its lock untouched)", err)
+			}
+			x := receive(t, xgot, "X to be handed the lock by W's release")
+			if err := x.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// receive waits (at most giveBackWithin) for a background Acquire's lease
+// and fails the test if none comes or the Acquire failed.
+func receive(t *testing.T, got <-chan instrument.Lease, what string) instrument.Lease {
+	t.Helper()
+	select {
+	case lease := <-got:
+		if lease == nil {
+			t.Fatalf("waiting for %s: its Acquire failed", what)
+		}
+		return lease
+	case <-time.After(giveBackWithin):
+		t.Fatalf("not within %v: %s", giveBackWithin, what)
+	}
+	return nil
 }
