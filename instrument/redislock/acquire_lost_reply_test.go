@@ -137,8 +137,15 @@ func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
 	}
 }
 
-// inFlightLeaves counts the leave.lua tries (EVALSHA or EVAL with four
-// keys) running at once through a client, and those that succeeded.
+// runsLeave reports whether cmd runs leave.lua: an EVALSHA or EVAL with
+// four keys and five arguments.
+func runsLeave(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) == 12 && fmt.Sprint(a[2]) == "4"
+}
+
+// inFlightLeaves counts the leave.lua tries running at once through a
+// client, and those that succeeded.
 type inFlightLeaves struct {
 	passThrough
 	mu              sync.Mutex
@@ -148,8 +155,7 @@ type inFlightLeaves struct {
 
 func (h *inFlightLeaves) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		a := cmd.Args()
-		if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(a) != 12 || fmt.Sprint(a[2]) != "4" {
+		if !runsLeave(cmd) {
 			return next(ctx, cmd)
 		}
 		h.mu.Lock()
