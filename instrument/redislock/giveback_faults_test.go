@@ -233,9 +233,11 @@ func TestGiveBack_FairWaiterQueuedWhenItRuns(t *testing.T) {
 			g.releaseUnknown(t, a)
 
 			var w instrument.Lease
+			var want string // W's lock
 			if tc.expires {
 				// W's next attempt, at A's expiry, takes the lock.
 				w = receive(t, wgot, "W to take the lock once A's ran out its TTL")
+				want = keyValue(t, ctx, admin, key)
 				waitQueued(t, ctx, admin, key, 1)
 				if redislock.PendingLeaves(g.l) == 0 {
 					t.Fatal("the give-back ended while A was cut off: the test's premise failed")
@@ -247,11 +249,12 @@ func TestGiveBack_FairWaiterQueuedWhenItRuns(t *testing.T) {
 
 			if w == nil {
 				w = receive(t, wgot, "W, at the head of the queue, to be handed the lock by the give-back")
+				want = keyValue(t, ctx, admin, key)
+				if f := redislock.DecodeValue(want).Fence; f != w.Fence() {
+					t.Fatalf("the give-back handed the lock to fence %d, want W's %d", f, w.Fence())
+				}
 			}
-			untouched(t, ctx, admin, key, keyValue(t, ctx, admin, key), w, "W")
-			if f := redislock.DecodeValue(keyValue(t, ctx, admin, key)).Fence; f != w.Fence() {
-				t.Fatalf("the lock holds fence %d, want W's %d", f, w.Fence())
-			}
+			untouched(t, ctx, admin, key, want, w, "W")
 			if n := admin.LLen(ctx, queueKey(key)).Val(); n != 1 {
 				t.Fatalf("after the give-back the queue holds %d entries, want X's, queued behind W", n)
 			}
