@@ -135,19 +135,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		cleanups = append(cleanups, func() { _ = rdb.Close() })
 	}
 
-	work, stopWork := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	w := &workload{cli: cli, rdb: rdb, log: cfg.Logger}
-	cleanups = append(cleanups, func() {
-		stopWork()
-		wg.Wait()
-		for _, g := range w.governed {
-			_ = g.Close()
-		}
-	})
-	if err := w.start(work, &wg); err != nil {
+	stopWork, err := StartWorkload(ctx, cli, rdb, cfg.Logger)
+	if err != nil {
 		return sum, err
 	}
+	cleanups = append(cleanups, stopWork)
 
 	fmt.Fprintln(cfg.Stdout, a.URL())
 	redisNote := "no redis-server on PATH: etcd only"
@@ -266,6 +258,33 @@ func startRedis(bin, dir string) (string, func(), error) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a process start, not a synchronisation
 	}
+}
+
+// StartWorkload starts the demo's workload (see the package doc) on the
+// etcd of cli and, when rdb is not nil, on the Redis of rdb, until ctx ends
+// or stop is called. stop ends it, releases its locks and waits for its
+// goroutines. Run starts it on the servers it starts itself; a test starts
+// it on servers of its own to get the state the demo shows (the findings
+// it makes, their locks and heartbeats). logger receives its warnings.
+func StartWorkload(ctx context.Context, cli *clientv3.Client, rdb *redis.Client, logger *slog.Logger) (stop func(), err error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	work, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	w := &workload{cli: cli, rdb: rdb, log: logger}
+	stop = func() {
+		stopWork()
+		wg.Wait()
+		for _, g := range w.governed {
+			_ = g.Close()
+		}
+	}
+	if err := w.start(work, &wg); err != nil {
+		stop()
+		return nil, err
+	}
+	return stop, nil
 }
 
 // workload makes each kind of finding; see the package doc.
