@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -430,14 +432,25 @@ func (w *workload) fleet(ctx context.Context, wg *sync.WaitGroup) error {
 		ib.Held, ib.Waiting = held(pear, hb), waiting(apple, pear)
 		return []*fleet.Heartbeat{skewed, oa, ob, ia, ib}
 	}
-	lease, err := w.cli.Grant(actx, int64(3*beatPeriod/time.Second))
+	beatTTL := int64(3 * beatPeriod / time.Second)
+	lease, err := w.cli.Grant(actx, beatTTL)
 	if err != nil {
 		return err
 	}
+	leaseID := lease.ID // publish's goroutine alone uses it after the first publish
 	publish := func() error {
 		pctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		if _, err := w.cli.KeepAliveOnce(pctx, lease.ID); err != nil {
+		if _, err := w.cli.KeepAliveOnce(pctx, leaseID); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The demo was held up past the lease's TTL (a loaded
+			// machine), and the beats went with it: publish them under a
+			// new lease, or the made-up instances would stay gone.
+			l, err := w.cli.Grant(pctx, beatTTL)
+			if err != nil {
+				return err
+			}
+			leaseID = l.ID
+		} else if err != nil {
 			return err
 		}
 		for _, b := range beats(time.Now()) {
@@ -445,7 +458,7 @@ func (w *workload) fleet(ctx context.Context, wg *sync.WaitGroup) error {
 			if err != nil {
 				return err
 			}
-			if _, err := w.cli.Put(pctx, fleet.EtcdKey(b.Instance), string(v), clientv3.WithLease(lease.ID)); err != nil {
+			if _, err := w.cli.Put(pctx, fleet.EtcdKey(b.Instance), string(v), clientv3.WithLease(leaseID)); err != nil {
 				return err
 			}
 		}
@@ -457,7 +470,7 @@ func (w *workload) fleet(ctx context.Context, wg *sync.WaitGroup) error {
 	wg.Go(func() {
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			_, _ = w.cli.Revoke(rctx, lease.ID) // the heartbeats go with it
+			_, _ = w.cli.Revoke(rctx, leaseID) // the heartbeats go with it
 			cancel()
 		}()
 		tick := time.NewTicker(beatPeriod)
