@@ -137,6 +137,9 @@ type runbookLine struct {
 
 var (
 	findingKind = regexp.MustCompile("finding kind `([a-z_]+)`")
+	// codeFence is the opening fence of a markdown code block and its
+	// language (its closing fence is the next "```" alone).
+	codeFence = regexp.MustCompile("(?m)^[ \t]*```([a-z]+)?[ \t]*\n(?s:.*?)\n[ \t]*```[ \t]*$")
 	// assignment is a word that sets a variable; assignmentLine a line
 	// that only sets one (VAR=value, VAR='...', VAR=$(...)), maybe with a
 	// comment.
@@ -164,6 +167,12 @@ func readRunbooks(t *testing.T) []runbook {
 		}
 		rel := filepath.ToSlash(strings.TrimPrefix(p, filepath.Join("..", "..")+string(filepath.Separator)))
 		rb := runbook{path: rel, lines: shLines(rel, string(data))}
+		// Commands in a block of another language would not be run.
+		for _, m := range codeFence.FindAllStringSubmatch(string(data), -1) {
+			if m[1] != "sh" && m[1] != "promql" {
+				t.Errorf("%s: a ```%s block: runbook code blocks are sh (run here) or promql (checked by ./alerts)", rel, m[1])
+			}
+		}
 		if m := findingKind.FindStringSubmatch(string(data)); m != nil {
 			rb.kind = m[1]
 		}
