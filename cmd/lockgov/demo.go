@@ -16,7 +16,7 @@ func newDemoCmd() *cobra.Command {
 	var cfg demo.Config
 	cmd := &cobra.Command{
 		Use:   "demo [--duration D] [--listen ADDR]",
-		Short: "run the agent and its console on an embedded etcd, with a workload that shows every kind of finding",
+		Short: "run the agent and its console on an embedded etcd, with a workload that makes a deadlock, immortal locks, a rejected clock and WorkerID collisions",
 		Long: `demo starts the agent on an embedded etcd (and on a private redis-server when
 one is on PATH), runs a small workload through instrument.Govern (contention,
 an immortal lock, a skewed clock, two instances on one WorkerID, a deadlock),
