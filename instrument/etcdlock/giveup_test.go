@@ -1,0 +1,264 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// oldCleanupBound is how long after its caller's context had ended an
+// Acquire that gave up used to spend on its cleanup when etcd could not be
+// reached: the revoke of its lease (and before that the stop of its
+// own-key watch, and a watch etcd had not confirmed) ran on contexts of
+// their own bounded by 2 s each. The tests below show that the Acquire
+// returned before that bound could have passed: none of them measures
+// how promptly, which a loaded machine decides.
+const oldCleanupBound = 2 * time.Second
+
+// cutAfter is a unary client interceptor that makes etcd unreachable right
+// after the next request that match selects: that request is applied
+// (whatever the caller's context does meanwhile) and its reply comes back,
+// then cut runs (a proxy's HalfOpen: nothing sent on the client's
+// connection arrives any more) and done is closed.
+type cutAfter struct {
+	match func(method string, req any) bool
+	cut   func()
+	armed atomic.Bool
+	done  chan struct{}
+}
+
+func newCutAfter(match func(method string, req any) bool, cut func()) *cutAfter {
+	return &cutAfter{match: match, cut: cut, done: make(chan struct{})}
+}
+
+func (c *cutAfter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !c.match(method, req) || !c.armed.CompareAndSwap(true, false) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	err := invoker(context.WithoutCancel(ctx), method, req, reply, cc, opts...)
+	c.cut()
+	close(c.done)
+	return err
+}
+
+// arm cuts after the next matching request.
+func (c *cutAfter) arm() { c.armed.Store(true) }
+
+// waitClosed waits up to within for ch, failing the test with what.
+func waitClosed(t *testing.T, ch <-chan struct{}, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(within):
+		t.Fatalf("%s: not within %s", what, within)
+	}
+}
+
+// waitAcquired waits up to within for an Acquire run in the background.
+func waitAcquired(t *testing.T, got <-chan acquired, within time.Duration, what string) acquired {
+	t.Helper()
+	select {
+	case r := <-got:
+		return r
+	case <-time.After(within):
+		t.Fatalf("%s: still waiting after %s", what, within)
+		return acquired{}
+	}
+}
+
+// TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce:
+// a waiter has queued behind a holder when etcd becomes unreachable (the
+// connection goes half-open right after its entry was put), and its
+// caller's context ends. The caller's deadline is rule one: Acquire must
+// return then, not after an inline cleanup that cannot get through (it
+// took 2 s for the revoke alone, and as long again for the watches the
+// waiter had asked for after its put), as a service with a 100 ms budget
+// per request would otherwise pile up goroutines exactly when etcd is
+// sick. Its entry is then still there, on a lease nobody renews; once etcd
+// is reachable again it must go (TTL 1 h), and the lock with it.
+func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	other := newLocker(t, admin)
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			key := "gives-up-unreachable/" + mode.name
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+			cut := newCutAfter(putTxn, p.HalfOpen)
+			l := inWaitMode(newLocker(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept)), mode.max)
+			holder, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+			defer cancel()
+			cut.arm()
+			got := make(chan acquired, 1)
+			go func() {
+				lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour))
+				got <- acquired{lease, err}
+			}()
+			waitClosed(t, cut.done, 10*time.Second, "the waiter's put")
+			ended := time.Now()
+			cancel()
+			r := waitAcquired(t, got, 30*time.Second, "the waiter whose context ended")
+			returned := time.Now()
+			if r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+				t.Fatal("the waiter got the lock while it was held")
+			}
+			if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+				t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
+			}
+			if took := returned.Sub(ended); took >= oldCleanupBound {
+				t.Errorf("the waiter returned %s after its context ended, with etcd unreachable: its cleanup held it past the caller's end", took)
+			}
+			// It returned without its revoke: the entry stands.
+			resp, err := admin.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
+			if err != nil || len(resp.Kvs) != 1 || resp.Count != 2 {
+				t.Fatalf("queue while etcd was unreachable: %v, %v; want the holder's entry and the waiter's", resp, err)
+			}
+			waiter := resp.Kvs[0].Lease
+			if leaseGone(t, admin, waiter) {
+				t.Fatal("the waiter's lease is gone although etcd could not be reached: the fault did not hold")
+			}
+			p.Reset() // the client reconnects
+			testenv.WaitFor(t, 30*time.Second, "the waiter's lease to be given up once etcd is reachable (TTL 1 h)", func() bool {
+				return leaseGone(t, admin, waiter)
+			})
+			if n := queueLen(t, admin, other, key); n != 1 {
+				t.Fatalf("%d entries in the queue, want the holder's only", n)
+			}
+			if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			lockIsFree(t, key, other, l)
+		})
+	}
+}
+
+// TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoked:
+// a waiter gives up while its revoke cannot get through: Acquire returns at
+// once and leaves its entry, the ghost, to the Locker's background revokes.
+// Meanwhile the ghost is an entry like any other: waiters queued behind it,
+// of the same Locker or of another process, must not be granted the lock
+// while it stands once the holder has released (the ghost is then the
+// oldest entry, which everyone else takes for the holder), nor may a
+// FailFast caller take it. Once the revoke gets through they take it in
+// the order they queued, without waiting for the ghost's TTL (1 h).
+func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoked(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	g := &revokeGate{open: make(chan struct{})}
+	l := newLocker(t, interceptedClient(t, e.Endpoints(), g.intercept))
+	other, elsewhere := newLocker(t, admin), newLocker(t, admin)
+	const key = "ghost-entry"
+	ttl := instrument.WithTTL(time.Hour)
+	holder, err := other.Acquire(timeout(t, 10*time.Second), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+	defer cancel()
+	gaveUp := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, ttl)
+		gaveUp <- acquired{lease, err}
+	}()
+	waitWatching(t, l, 1)
+	ghost := newestEntry(t, admin, l, key, 2)
+	g.shut.Store(true)
+	ended := time.Now()
+	cancel()
+	r := waitAcquired(t, gaveUp, 30*time.Second, "the waiter whose context ended")
+	returned := time.Now()
+	if r.err == nil {
+		_ = r.lease.Release(timeout(t, 10*time.Second))
+		t.Fatal("the waiter got the lock while it was held")
+	}
+	if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
+	}
+	if took := returned.Sub(ended); took >= oldCleanupBound {
+		t.Errorf("the waiter returned %s after its context ended, its revoke held back: its cleanup held it past the caller's end", took)
+	}
+	if leaseGone(t, admin, ghost.Lease) || queueLen(t, admin, l, key) != 2 {
+		t.Fatal("the ghost entry is gone although its revoke was held back: the fault did not hold")
+	}
+
+	// A later waiter of the same Locker, then one of another process.
+	mine := acquireInBackground(t, l, key, time.Minute, ttl)
+	waitWatching(t, l, 2)
+	theirs := acquireInBackground(t, elsewhere, key, time.Minute, ttl)
+	waitWatching(t, elsewhere, 1)
+	if n := queueLen(t, admin, l, key); n != 4 {
+		t.Fatalf("%d entries in the queue, want the holder's, the ghost's and two waiters'", n)
+	}
+	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := newLocker(t, admin).Acquire(timeout(t, 10*time.Second), key, ttl, instrument.FailFast()); err == nil {
+		_ = h.Release(timeout(t, 10*time.Second))
+		t.Fatal("FailFast took the lock while the ghost entry stood")
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("FailFast while the ghost entry stood: %v, want ErrNotAcquired", err)
+	}
+	// Let a background revoke fail after the release: the waiters have had
+	// the holder's deletion and a revoke's worth of time to go wrong.
+	g.reset()
+	testenv.WaitFor(t, 30*time.Second, "a background revoke of the ghost to be tried and fail", func() bool {
+		_, failed := g.counts()
+		return failed >= 1
+	})
+	for _, w := range []<-chan acquired{mine, theirs} {
+		select {
+		case r := <-w:
+			if r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+			}
+			t.Fatalf("a waiter behind the ghost entry returned while it stood (err %v)", r.err)
+		default:
+		}
+	}
+
+	g.shut.Store(false)
+	close(g.open)
+	first := waitAcquired(t, mine, 30*time.Second, "the waiter behind the ghost, once its revoke gets through")
+	if first.err != nil {
+		t.Fatalf("the waiter behind the ghost: %v", first.err)
+	}
+	if first.lease.Fence() <= holder.Fence() {
+		t.Errorf("fence %d not above the released holder's %d", first.lease.Fence(), holder.Fence())
+	}
+	if !leaseGone(t, admin, ghost.Lease) {
+		t.Error("a waiter behind the ghost got the lock while the ghost's lease was live")
+	}
+	select {
+	case r := <-theirs:
+		t.Fatalf("the second waiter returned while the first held the lock (err %v)", r.err)
+	default:
+	}
+	if err := first.lease.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	second := waitAcquired(t, theirs, 30*time.Second, "the second waiter behind the ghost")
+	if second.err != nil {
+		t.Fatalf("the second waiter behind the ghost: %v", second.err)
+	}
+	if second.lease.Fence() <= first.lease.Fence() {
+		t.Errorf("fence %d not above the previous holder's %d", second.lease.Fence(), first.lease.Fence())
+	}
+	if err := second.lease.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lockIsFree(t, key, other, l)
+}
