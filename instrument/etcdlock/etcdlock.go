@@ -23,10 +23,6 @@ const BackendName = "etcd"
 // DefaultPrefix is the etcd key prefix under which lock queues live.
 const DefaultPrefix = "lockgov/lock/"
 
-// cleanupTimeout bounds the revoke that withdraws a waiter that gave up,
-// which must run even when the caller's context has ended.
-const cleanupTimeout = 2 * time.Second
-
 // errClientClosed is why an Acquire stopped when its Locker's client was
 // closed under it (wrapped with instrument.ErrNotAcquired).
 var errClientClosed = errors.New("etcdlock: the etcd client was closed")

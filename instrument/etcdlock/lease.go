@@ -291,10 +291,14 @@ func (st *leaseState) release(ctx context.Context) error {
 // the own-key watch stops and the lease is revoked, which deletes the queue
 // entry and wakes the next waiter. The entry may stand even when no reply
 // said it was put (a reply lost after etcd applied the attempt), so a
-// revoke that does not get through within cleanupTimeout is tried again in
-// the background (revoker).
+// revoke that does not get through is tried again in the background
+// (revoker). Inline, abandon tries only while the caller's context has time
+// left (at most cleanupTimeout) or for cleanupGrace after it has ended
+// (cleanupContext): the caller's deadline is the Acquire's, and a revoke
+// that etcd does not answer at once (unreachable, no leader) would hold it
+// past it.
 func (st *leaseState) abandon(ctx context.Context, cause error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	st.core.End(cause)
 	_ = st.stopWatch(rctx)
