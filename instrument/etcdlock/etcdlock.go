@@ -638,18 +638,43 @@ const watchCreateGrace = cleanupTimeout
 // stays open until the client is closed. Client.Watch returns only once the
 // watch is created, so a cancel after it returns is safe. Only when stop has
 // ended and etcd does not answer within watchCreateGrace (a lost connection)
-// is a pending watch cancelled, accepting that leak over a stuck Release.
+// is a pending watch cancelled, accepting that leak over a stuck caller.
+//
+// The caller does not wait for that, though: etcd may never confirm the
+// watch (unreachable, or the connection went half-open after the waiter's
+// put), and a waiter whose context has ended must return then, not
+// watchCreateGrace later. Client.Watch runs on a goroutine of its own;
+// once stop ends, watch returns at once a nil channel (never ready: the
+// caller's select takes stop.Done) and a no-op cancel, and that goroutine
+// cancels the watch when etcd confirms it, or after watchCreateGrace.
 func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
 	return watchKey(l.c, stop, key, opts...)
 }
 
 // watchKey is Locker.watch on any client.
 func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+	if stop.Err() != nil {
+		return nil, func() {}
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(stop)))
-	pending := context.AfterFunc(stop, func() { time.AfterFunc(watchCreateGrace, cancel) })
-	wch := c.Watch(wctx, key, opts...)
-	pending()
-	return wch, cancel
+	created := make(chan clientv3.WatchChan)
+	gone := make(chan struct{}) // closed when the caller stopped waiting
+	go func() {
+		wch := c.Watch(wctx, key, opts...)
+		select {
+		case created <- wch:
+		case <-gone:
+			cancel() // confirmed (or closed) after the caller left: safe now
+		}
+	}()
+	select {
+	case wch := <-created:
+		return wch, cancel
+	case <-stop.Done():
+		close(gone)
+		time.AfterFunc(watchCreateGrace, cancel)
+		return nil, func() {}
+	}
 }
 
 // waitErr explains why waiting stopped: the caller's context or the end of
