@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -261,4 +262,182 @@ func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoke
 		t.Fatal(err)
 	}
 	lockIsFree(t, key, other, l)
+}
+
+// TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce:
+// the adapter's Acquire has put this session's Mutex key (queued behind
+// another session's, or taken the free lock) when etcd becomes unreachable,
+// and its caller's context ends. It must return then: its withdraw of the
+// key ran on 2 s of its own, and a waiting Mutex.Lock cleans up after a
+// failed wait on the client's context, which a half-open connection holds
+// until the client is closed. The key is kept alive by the session, so
+// once etcd is reachable again the adapter must still delete it, and
+// nobody may lock meanwhile.
+func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	otherSession := newSession(t, admin, 600)
+	for _, tc := range []acquireCase{
+		{"wait/held", true, nil},
+		{"fail-fast/held", true, []instrument.AcquireOption{instrument.FailFast()}},
+		{"wait/free", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := "/gives-up-unreachable/" + tc.name + "/"
+			const key = "k"
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+			cut := newCutAfter(putTxn, p.HalfOpen)
+			// A session TTL the test never outlives: the session must not
+			// end, and its key with it, while etcd is unreachable.
+			s := newSession(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), 600)
+			// Before the session's Close, whose revoke would wait out the
+			// TTL on a half-open connection if the test fails before its
+			// own Reset.
+			t.Cleanup(p.Reset)
+			m, other := fromMutex(t, s, pfx), fromMutex(t, otherSession, pfx)
+			var holder instrument.Lease
+			if tc.held {
+				var err error
+				if holder, err = other.Acquire(timeout(t, 10*time.Second), key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			own := fmt.Sprintf("%s%s/%x", pfx, key, s.Lease())
+			ownCount := func() int64 {
+				resp, err := admin.Get(timeout(t, 5*time.Second), own, clientv3.WithCountOnly())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Count
+			}
+			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+			defer cancel()
+			cut.arm()
+			got := make(chan acquired, 1)
+			go func() {
+				lease, err := m.Acquire(ctx, key, tc.opts...)
+				got <- acquired{lease, err}
+			}()
+			waitClosed(t, cut.done, 10*time.Second, "the Mutex's put")
+			ended := time.Now()
+			cancel()
+			r := waitAcquired(t, got, 30*time.Second, "the adapter's Acquire whose context ended")
+			returned := time.Now()
+			if r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+				t.Fatal("Acquire returned a lease although its context ended while etcd was unreachable")
+			}
+			if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+				t.Errorf("Acquire: %v, want ErrNotAcquired with context.Canceled", r.err)
+			}
+			if took := returned.Sub(ended); took >= oldCleanupBound {
+				t.Errorf("Acquire returned %s after its context ended, with etcd unreachable: its cleanup held it past the caller's end", took)
+			}
+			if n := ownCount(); n != 1 {
+				t.Fatalf("%d Mutex keys of this session while etcd was unreachable, want 1: the fault did not hold", n)
+			}
+			p.Reset() // the client reconnects
+			testenv.WaitFor(t, 30*time.Second, "this session's Mutex key to be deleted once etcd is reachable", func() bool { return ownCount() == 0 })
+			if holder != nil {
+				if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("another session cannot lock after the Acquire gave up: %v", err)
+			}
+			if err := h.Release(timeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// The adapter gives the key's in-process turn back just after
+			// the delete, which the test may have seen first: wait.
+			h, err = m.Acquire(timeout(t, 10*time.Second), key)
+			if err != nil {
+				t.Fatalf("the same adapter cannot lock after its Acquire gave up: %v", err)
+			}
+			if err := h.Release(timeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce: the
+// common `defer lease.Release(reqCtx)` after the request's context ended,
+// while etcd cannot be reached. Release cannot confirm its delete, and must
+// say so at once rather than after a delete on 2 s of its own (FromMutex
+// did that). The key stands meanwhile; once etcd is reachable it must go
+// (the Locker's lease has an hour's TTL, FromMutex's key is kept alive by
+// its session), others may lock, and the same Locker's next holder gets a
+// higher fence.
+func TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	for _, tc := range []struct {
+		name string
+		// lockers returns the Locker under test, on c, and another
+		// process's; stands says whether the first one's key stands.
+		lockers func(t *testing.T, c *clientv3.Client) (l, other instrument.Locker, stands func(h instrument.Lease) bool)
+	}{
+		{"Locker", func(t *testing.T, c *clientv3.Client) (instrument.Locker, instrument.Locker, func(instrument.Lease) bool) {
+			l := newLocker(t, c)
+			return l, newLocker(t, admin), func(h instrument.Lease) bool { return queueLen(t, admin, l, h.Key()) > 0 }
+		}},
+		{"FromMutex", func(t *testing.T, c *clientv3.Client) (instrument.Locker, instrument.Locker, func(instrument.Lease) bool) {
+			const pfx = "/release-ended-unreachable/"
+			s := newSession(t, c, 600)
+			return fromMutex(t, s, pfx), fromMutex(t, newSession(t, admin, 600), pfx), func(h instrument.Lease) bool {
+				resp, err := admin.Get(timeout(t, 5*time.Second), fmt.Sprintf("%s%s/%x", pfx, h.Key(), s.Lease()), clientv3.WithCountOnly())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Count > 0
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "release-ended-unreachable-" + tc.name
+			c, p := proxied(t, e)
+			l, other, stands := tc.lockers(t, c)
+			t.Cleanup(p.Reset) // before the session's Close (above)
+			h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.HalfOpen() // nothing sent on the client's connection arrives any more
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			start := time.Now()
+			err = h.Release(ended)
+			if took := time.Since(start); took >= oldCleanupBound {
+				t.Errorf("Release on an ended context took %s with etcd unreachable", took)
+			}
+			if err == nil {
+				t.Fatal("Release reported success although etcd could not be reached")
+			}
+			if !stands(h) {
+				t.Fatal("the key is gone although etcd could not be reached: the fault did not hold")
+			}
+			p.Reset() // the client reconnects
+			testenv.WaitFor(t, 30*time.Second, "the key to be given up once etcd is reachable", func() bool { return !stands(h) })
+			o, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("another process cannot lock after the Release: %v", err)
+			}
+			if err := o.Release(timeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			next, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+			if err != nil {
+				t.Fatalf("the same Locker cannot lock after the Release: %v", err)
+			}
+			if next.Fence() <= h.Fence() {
+				t.Errorf("fence %d not above the released holder's %d", next.Fence(), h.Fence())
+			}
+			if err := next.Release(timeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
