@@ -386,6 +386,9 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 			if took.Load() == 0 {
 				t.Fatal("nobody acquired")
 			}
+			for _, l := range lockers {
+				waitRevokesDone(t, l)
+			}
 			if n := queueLen(t, c, lockers[0], key); n != 0 {
 				t.Fatalf("%d entries left in the queue", n)
 			}
@@ -739,6 +742,7 @@ func TestAcquire_AWaiterWhoseContextEndsAsAReadFailsGetsErrNotAcquiredWithTheCau
 			case <-time.After(10 * time.Second):
 				t.Fatal("the waiter still waits 10s after its context ended")
 			}
+			waitRevokesDone(t, lw)
 			if n := queueLen(t, admin, lh, key); n != 1 {
 				t.Errorf("%d entries in the queue, want the holder's only", n)
 			}

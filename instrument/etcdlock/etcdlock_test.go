@@ -100,6 +100,19 @@ func waitWatching(t *testing.T, l *etcdlock.Locker, n int64) {
 	}
 }
 
+// waitRevokesDone waits until l's background revoker has given up every
+// lease handed to it, for at most 30 s. An Acquire that gives up revokes its
+// lease inline only while its caller's context has time left or for
+// cleanupGrace (100 ms) after it ended, and leaves the rest to that
+// revoker: on a loaded machine a give-up's entry may outlive its Acquire
+// briefly, but not the revoker's work.
+func waitRevokesDone(t *testing.T, l *etcdlock.Locker) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, "the Locker's background revokes to be done", func() bool {
+		return etcdlock.RevokesPending(l) == 0
+	})
+}
+
 // queueLen counts the entries in key's queue.
 func queueLen(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key string) int64 {
 	resp, err := c.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -23,3 +23,11 @@ func SetIssued(m *MutexLocker, key string, fence int64) { m.issued(key, fence) }
 
 // ErrClientClosed is errClientClosed, for tests.
 var ErrClientClosed = errClientClosed
+
+// RevokesPending returns how many leases l's background revoker still has
+// to give up.
+func RevokesPending(l *Locker) int {
+	l.revokes.mu.Lock()
+	defer l.revokes.mu.Unlock()
+	return len(l.revokes.pending)
+}
