@@ -53,7 +53,10 @@ import (
 //   - Release and Refresh check ownership by create revision (ErrNotHeld);
 //     Mutex.Unlock deletes the key unconditionally. Release after a loss
 //     never deletes anyone else's key. Release on a context that has
-//     already ended deletes the key on a context of its own bounded by 2 s.
+//     already ended deletes the key on a context of its own, for at most
+//     100 ms: a caller's deadline is not extended by a delete that etcd
+//     does not answer (unreachable, no leader); that delete is retried in
+//     the background, as below.
 //   - A Release whose delete does not reach etcd (etcd unreachable, the
 //     context ending during the release) returns the error, and the key may
 //     still stand: no TTL ends it, since the session's keepalive renews it.
@@ -63,11 +66,18 @@ import (
 //     every other session's, rather than re-entering the key.
 //   - An Acquire that fails after it may have written the Mutex key (the
 //     lock succeeded but a later step failed, or a request ended by the
-//     context may have been applied) deletes this session's entry, with a
-//     context of its own bounded by 2 s, before it returns: the session's
-//     keepalive would otherwise keep the key, and the lock, for ever. If
-//     etcd cannot be reached for it, the delete is retried in the
-//     background as after a failed Release.
+//     context may have been applied) deletes this session's entry before
+//     it returns, while its caller's context has time left (at most 2 s)
+//     or for 100 ms after it ended: the session's keepalive would
+//     otherwise keep the key, and the lock, for ever. If etcd does not
+//     answer within that time, Acquire returns and the delete is retried
+//     in the background as after a failed Release. A waiting Acquire also
+//     returns when concurrency.Mutex.Lock has not: after a wait that
+//     failed, Lock deletes its key on the client's context, which a
+//     half-open connection or a member that is down holds until etcd
+//     answers again or the client is closed. The adapter keeps the key's
+//     turn until that Lock has returned and the key is deleted (until
+//     then Lock may still delete the key unconditionally).
 //   - A lease dropped without Release is released when it is
 //     garbage-collected (Observer.Leaked).
 //
@@ -196,13 +206,13 @@ func (m *MutexLocker) entry(key string) string {
 	return fmt.Sprintf("%s/%x", m.pfx+key, m.s.Lease())
 }
 
-// withdraw deletes this session's entry in key's queue if it exists. The
-// caller holds key's turn, so no other goroutine of this adapter uses the
-// entry. It runs on a context of its own: ctx may be why the caller failed.
-func (m *MutexLocker) withdraw(ctx context.Context, key string) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if err := m.deleteEntry(wctx, key); err != nil {
+// withdraw deletes this session's entry in key's queue if it exists, on
+// cctx (cleanupContext: ctx may be why the caller failed, and a delete
+// that etcd does not answer at once must not hold the caller past its
+// end). The caller holds key's turn, so no other goroutine of this adapter
+// uses the entry.
+func (m *MutexLocker) withdraw(cctx context.Context, key string) error {
+	if err := m.deleteEntry(cctx, key); err != nil {
 		return fmt.Errorf("etcdlock: mutex acquire %q: could not delete this session's Mutex key %q after the failure, the key stays locked until a retry in the background deletes it or the session ends: %w", key, m.entry(key), err)
 	}
 	return nil
@@ -220,14 +230,47 @@ func (m *MutexLocker) deleteEntry(ctx context.Context, key string) error {
 // undo withdraws this session's entry in key's queue after a failed
 // Acquire and gives key's turn, which the caller holds, back; if the
 // withdraw fails, the turn comes back only once settle has deleted the
-// entry. It returns err, joined with the withdraw's error.
-func (m *MutexLocker) undo(ctx context.Context, key string, t *turn, err error) error {
-	if werr := m.withdraw(ctx, key); werr != nil {
+// entry. It returns err, joined with the withdraw's error. locking, when
+// not nil, is the outcome of a Mutex.Lock that has not returned yet (see
+// lockMutex): the turn is kept until it has, and the entry is deleted
+// after it.
+func (m *MutexLocker) undo(ctx context.Context, key string, t *turn, err error, locking <-chan error) error {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if locking != nil {
+		select {
+		case <-locking:
+			locking = nil
+		case <-cctx.Done():
+			m.settle(key, t, m.deleteAfter(key, locking))
+			return errors.Join(err, fmt.Errorf("etcdlock: mutex acquire %q: the Mutex's own cleanup has not returned (etcd unreachable?): this session's Mutex key %q may stand until a retry in the background deletes it or the session ends", key, m.entry(key)))
+		}
+	}
+	if werr := m.withdraw(cctx, key); werr != nil {
 		m.settle(key, t, func(ctx context.Context) error { return m.deleteEntry(ctx, key) })
 		return errors.Join(err, werr)
 	}
 	<-t.ch
 	return err
+}
+
+// deleteAfter is settle's delete of this session's entry in key's queue
+// once locking, the outcome of a Mutex.Lock, has come: until then the
+// Lock may still delete that key unconditionally (Mutex.Unlock), and with
+// the turn given back that delete could hit the key of this adapter's
+// next holder.
+func (m *MutexLocker) deleteAfter(key string, locking <-chan error) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if locking != nil { // settle calls this from one goroutine
+			select {
+			case <-locking:
+				locking = nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return m.deleteEntry(ctx, key)
+	}
 }
 
 // Acquire locks the Mutex of key as the options say.
@@ -251,7 +294,7 @@ func (m *MutexLocker) Acquire(ctx context.Context, key string, opts ...instrumen
 		if cerr := storefail.Ended(ctx); cerr != nil {
 			err = fmt.Errorf("%w: %w", instrument.ErrNotAcquired, cerr)
 		}
-		err = m.undo(ctx, key, t, fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
+		err = m.undo(ctx, key, t, fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err), nil)
 		m.leave(key, t)
 		return nil, err
 	}
@@ -276,9 +319,9 @@ func (m *MutexLocker) lockNew(ctx context.Context, key string, t *turn, cfg *ins
 		}
 		err := fmt.Errorf("etcdlock: mutex acquire %q: %w: the Mutex re-entered this session's key %q at fence %d, not above the fence %d already handed out for the key", key, instrument.ErrNotAcquired, mu.Key(), fence, last)
 		if again {
-			return nil, m.undo(ctx, key, t, err)
+			return nil, m.undo(ctx, key, t, err, nil)
 		}
-		if werr := m.withdraw(ctx, key); werr != nil {
+		if werr := m.withdrawNow(ctx, key); werr != nil {
 			m.settle(key, t, func(ctx context.Context) error { return m.deleteEntry(ctx, key) })
 			return nil, errors.Join(err, werr)
 		}
@@ -286,14 +329,22 @@ func (m *MutexLocker) lockNew(ctx context.Context, key string, t *turn, cfg *ins
 	}
 }
 
+// withdrawNow is withdraw on cleanupContext(ctx).
+func (m *MutexLocker) withdrawNow(ctx context.Context, key string) error {
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	return m.withdraw(cctx, key)
+}
+
 // lock takes the in-process turn, then the Mutex, per the wait strategy. On
 // error it has withdrawn any entry it may have left and given the turn
-// back, or left it to settle when the withdraw failed.
+// back, or left it to settle when the withdraw failed or Mutex.Lock had not
+// returned (lockMutex).
 func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurrency.Mutex, cfg *instrument.AcquireConfig) error {
 	// failed undoes an attempt that may have left our entry in etcd: a
 	// request ended by ctx may still have been applied, and TryLock's own
 	// cleanup runs on ctx too.
-	failed := func(err error) error { return m.undo(ctx, key, t, err) }
+	failed := func(err error) error { return m.undo(ctx, key, t, err, nil) }
 	attempt := func() (bool, error) {
 		select {
 		case t.ch <- struct{}{}:
@@ -339,8 +390,11 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 		case <-ctx.Done():
 			return fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, context.Cause(ctx))
 		}
-		err := mu.Lock(ctx)
+		locking, err := lockMutex(ctx, mu)
 		cfg.Observer.Attempt(err == nil)
+		if locking != nil {
+			return m.undo(ctx, key, t, fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, err), locking)
+		}
 		if err != nil {
 			if cerr := storefail.Ended(ctx); cerr != nil {
 				return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
@@ -348,6 +402,29 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 			return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
 		}
 		return nil
+	}
+}
+
+// lockMutex is mu.Lock(ctx), except that it returns when ctx ends even if
+// Mutex.Lock does not. A Lock whose wait fails (ctx ended) deletes its key
+// before it returns, on the client's context, not on ctx: while etcd
+// cannot be reached (a half-open connection, a member that is down) that
+// delete, and Lock with it, lasts until etcd answers again or the client
+// is closed. locking is then Lock's outcome, still to come, and err the
+// cause of ctx's end.
+func lockMutex(ctx context.Context, mu *concurrency.Mutex) (locking <-chan error, err error) {
+	done := make(chan error, 1)
+	go func() { done <- mu.Lock(ctx) }()
+	select {
+	case err := <-done:
+		return nil, err
+	case <-ctx.Done():
+		select {
+		case err := <-done:
+			return nil, err
+		default:
+			return done, context.Cause(ctx)
+		}
 	}
 }
 
@@ -493,8 +570,10 @@ func (st *mutexState) watch(rev int64) {
 // Release deletes the Mutex key if it is still ours (the lease core's
 // Release), then frees the in-process turn. A ctx that has already ended
 // (defer lease.Release(reqCtx) after the request was cancelled) is replaced
-// by one of its own bounded by 2 s: no TTL would end the key, which the
-// session keeps alive.
+// by one of its own bounded by cleanupGrace (100 ms): no TTL would end the
+// key, which the session keeps alive, but a caller's deadline must not be
+// extended by a delete that etcd does not answer; that delete is retried in
+// the background (below).
 //
 // When the outcome of the delete is unknown (etcd unreachable, ctx ended
 // during the release, or the lease core gave up waiting for a renewal in
@@ -508,7 +587,7 @@ func (st *mutexState) watch(rev int64) {
 func (st *mutexState) Release(ctx context.Context) error {
 	first := st.releasing.CompareAndSwap(false, true)
 	if first && storefail.Ended(ctx) != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		dctx, cancel := cleanupContext(ctx)
 		defer cancel()
 		ctx = dctx
 	}

@@ -61,13 +61,17 @@ func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
 			if err == nil {
 				t.Fatal("Acquire succeeded on a cancelled context")
 			}
-			resp, err := c.Get(timeout(t, 5*time.Second), "/after-lock/"+tc.name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.Count != 0 {
-				t.Errorf("%d Mutex keys left after the failed Acquire", resp.Count)
-			}
+			// The delete runs inline for at most 100 ms after the caller's
+			// end, then in the background: a loaded machine may see the
+			// key a moment longer. The session keeps it alive, so only a
+			// delete ends it.
+			testenv.WaitFor(t, 30*time.Second, "the failed Acquire's Mutex key to be deleted", func() bool {
+				resp, err := c.Get(timeout(t, 5*time.Second), "/after-lock/"+tc.name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.Count == 0
+			})
 			h, err := other.Acquire(timeout(t, 5*time.Second), tc.name, instrument.FailFast())
 			if err != nil {
 				t.Fatalf("another session cannot lock after the failed Acquire: %v", err)
@@ -75,7 +79,9 @@ func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
 			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			h, err = m.Acquire(timeout(t, 5*time.Second), tc.name, instrument.FailFast())
+			// A background delete gives the key's in-process turn back just
+			// after it, which the test may have seen first: wait.
+			h, err = m.Acquire(timeout(t, 10*time.Second), tc.name)
 			if err != nil {
 				t.Fatalf("the same adapter cannot lock after the failed Acquire: %v", err)
 			}
@@ -272,10 +278,13 @@ func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := h1.Release(ended); err != nil {
+	// The delete runs on 100 ms of its own, and in the background if a
+	// loaded machine needs longer: then Release says DeadlineExceeded, and
+	// the adapter keeps the key's turn until the delete is through.
+	if err := h1.Release(ended); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Release on an ended context: %v", err)
 	}
-	h2, err := ma.Acquire(timeout(t, 5*time.Second), "k", instrument.FailFast())
+	h2, err := ma.Acquire(timeout(t, 10*time.Second), "k")
 	if err != nil {
 		t.Fatalf("the same adapter cannot lock after the Release: %v", err)
 	}
