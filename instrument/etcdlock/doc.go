@@ -123,8 +123,9 @@
 // A waiter whose own lease ends (expired while etcd was unreachable, or its
 // entry deleted, seen by its watch or at the handoff's confirmation) stops
 // waiting with an error wrapping ErrLockLost; a waiter whose context ends
-// withdraws its entry and returns ErrNotAcquired wrapping the context's
-// cause.
+// withdraws its entry (at once, or in the background when etcd does not
+// answer within 100 ms: see Failure modes) and returns ErrNotAcquired
+// wrapping the context's cause.
 //
 // Release is one owner-checked delete. clientv3 never re-sends a write
 // transaction that may have reached etcd (it retries a Txn only when the
@@ -159,19 +160,37 @@
 // failed: the attempt that put its entry may have been applied although no
 // reply said so (the reply lost as the caller's context ended, or as the
 // connection broke), and the revoke deletes the entry with the lease. The
-// revoke runs on a context of its own bounded by 2 s. When it does not get
-// through (the connection that lost a reply is often broken for the
-// requests that follow; a waiter gives up during a partition), or when a
-// Release's delete and revoke did not, the lease is revoked in the
-// background: one revoke in flight per Locker, every 50 ms doubling to 1 s
-// (jittered), until etcd revokes the lease or no longer knows it, or the
-// client is closed, however long that takes: no lease expires while etcd
-// has no leader, and the leader elected after an outage gives every lease
-// its whole TTL again, so the entry may still stand when etcd is back. At
-// most 4096 leases per Locker are kept; past that a lease ends at its TTL. Without it the entry would stand, the lock or a place ahead of
-// every later waiter taken by nobody, for the lease's whole TTL. A lease
-// grant whose reply is lost leaves a lease with nothing attached, which
-// expires at its TTL.
+// caller's deadline bounds that cleanup too: the revoke runs inline while
+// the caller's context has time left (at most 2 s) or for 100 ms after it
+// ended, and a watch that etcd has not confirmed yet does not hold the
+// waiter either. So while etcd cannot be reached or has no leader, an
+// Acquire whose context ends returns about 100 ms later, not after a
+// cleanup that cannot get through; with a healthy etcd the revoke is done
+// by then and the entry gone when Acquire returns. When the revoke does not
+// get through in that time (the connection that lost a reply is often
+// broken for the requests that follow; a waiter gives up during a
+// partition), or when a Release's delete and revoke did not, the lease is
+// revoked in the background: one revoke in flight per Locker, every 50 ms
+// doubling to 1 s (jittered), until etcd revokes the lease or no longer
+// knows it, or the client is closed, however long that takes: no lease
+// expires while etcd has no leader, and the leader elected after an outage
+// gives every lease its whole TTL again, so the entry may still stand when
+// etcd is back. At most 4096 leases per Locker are kept; past that a lease
+// ends at its TTL. Without it the entry would stand, the lock or a place
+// ahead of every later waiter taken by nobody, for the lease's whole TTL.
+// A lease grant whose reply is lost leaves a lease with nothing attached,
+// which expires at its TTL.
+//
+// Until its revoke gets through, the entry of an Acquire that gave up
+// stands like any other, and it is never pooled. Waiters queued behind it
+// keep waiting, this Locker's included (a later Acquire of the same key
+// runs on a lease of its own and queues behind it); once the entries
+// before it are gone it is the oldest, which other Lockers and the agent
+// take for the holder (its value has no acquired_at_ms), so nobody is
+// granted the lock and FailFast and Retry find it taken. Its deletion then
+// wakes the next waiter as a release does. Once etcd answers again, the
+// queue waits for the revoker to catch up: its revoke in flight gives up
+// within 2 s, the next round follows within 1 s, one lease at a time.
 //
 // FromMutex adapts code that already uses concurrency.Mutex. Its leases
 // run on the same lifecycle and have the same loss signals (key watch,
@@ -180,12 +199,18 @@
 // that etcd ends (compaction, no leader) after reading the key, and never
 // leave a Mutex key behind when Acquire fails after it may have written one
 // (a lock that succeeded just before the context ended): the session's
-// keepalive would keep that key, and the lock, until the session ends. If
-// etcd cannot be reached for that cleanup (2 s), or for a Release's delete,
-// the key stays until a retry in the background deletes it (or the session
-// ends), and the adapter keeps the key's in-process turn until then. A lost
-// FromMutex lease keeps its in-process turn until Release (or until the
-// garbage collector finds it dropped): its key may still stand, and another
-// goroutine of the session would re-enter it with the same fence. See
-// MutexLocker.
+// keepalive would keep that key, and the lock, until the session ends. That
+// cleanup, and the delete of a Release on a context that has already
+// ended, run inline only while the caller's context has time left or for
+// 100 ms after it ended, as the Locker's revoke does. If etcd does not
+// answer in that time, or a Release's delete fails, the key stays until a
+// retry in the background deletes it (or the session ends), and the adapter
+// keeps the key's in-process turn until then. A waiting Acquire returns
+// then even though concurrency.Mutex.Lock has not: after a failed wait it
+// deletes its key on the client's context, which a half-open connection
+// holds until the client is closed; the turn is kept until it returns. A
+// lost FromMutex lease keeps its in-process turn until Release (or until
+// the garbage collector finds it dropped): its key may still stand, and
+// another goroutine of the session would re-enter it with the same fence.
+// See MutexLocker.
 package etcdlock

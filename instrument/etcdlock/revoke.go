@@ -22,13 +22,15 @@ const maxPendingRevokes = 4096
 var revokeRetry = instrument.ExponentialBackoff(settleFirst, settleMax)
 
 // revoker revokes, in the background, the leases whose revoke did not get
-// through when an Acquire gave up or when a Release could not confirm its
-// delete. Such a lease may still carry its queue entry, and nobody renews
-// it any more: without a revoke the lock, or a place ahead of every later
-// waiter, stays taken by nobody for the lease's whole TTL. The usual cause
-// is a connection that broke under an attempt (its reply lost, so the
-// entry may stand though no reply said so): the revoke that follows meets
-// the same broken connection.
+// through when an Acquire gave up (within its caller's time, or
+// cleanupGrace after its end: abandon) or when a Release could not confirm
+// its delete. Such a lease may still carry its queue entry, and nobody
+// renews it any more: without a revoke the lock, or a place ahead of every
+// later waiter, stays taken by nobody for the lease's whole TTL. The usual
+// causes are a connection that broke under an attempt (its reply lost, so
+// the entry may stand though no reply said so), which the revoke that
+// follows meets too, and a waiter that gives up while etcd cannot be
+// reached or has no leader.
 //
 // One goroutine per Locker, started by the first pending lease and gone
 // when none is left or the client is closed, revokes the leases one at a
