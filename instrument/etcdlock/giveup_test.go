@@ -16,13 +16,13 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// oldCleanupBound is how long after its caller's context had ended an
-// Acquire that gave up used to spend on its cleanup when etcd could not be
-// reached: the revoke of its lease (and before that the stop of its
-// own-key watch, and a watch etcd had not confirmed) ran on contexts of
-// their own bounded by 2 s each. The tests below show that the Acquire
-// returned before that bound could have passed: none of them measures
-// how promptly, which a loaded machine decides.
+// oldCleanupBound is what a call whose caller's context had ended used to
+// spend on cleanup that etcd did not answer: 2 s of its own for the
+// Locker's revoke (and as long, before it, for a watch etcd never
+// confirmed), and for FromMutex's delete of its key. The old code could
+// not return earlier than that after the context's end; each test below
+// checks that the call did, and never how promptly, which a loaded machine
+// decides.
 const oldCleanupBound = 2 * time.Second
 
 // cutAfter is a unary client interceptor that makes etcd unreachable right
