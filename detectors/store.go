@@ -20,6 +20,7 @@ import (
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/lockversion"
+	"github.com/lockgov/lockgov/internal/shellquote"
 )
 
 // Store is one Redis or etcd deployment the detectors read. NewRedisStore
@@ -721,45 +722,5 @@ func (s *EtcdStore) get(ctx context.Context, key string) ([]byte, bool, error) {
 	return resp.Kvs[0].Value, true, nil
 }
 
-// shellQuote quotes s for a POSIX shell: single quotes, or $'…' with \xNN
-// escapes when s holds bytes a terminal would not show (etcd queue keys
-// contain a NUL).
-func shellQuote(s string) string {
-	plain := s != ""
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_./:,=@%+", c) >= 0) {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return s
-	}
-	printable := true
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] >= 0x7f {
-			printable = false
-			break
-		}
-	}
-	if printable {
-		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-	}
-	var b strings.Builder
-	b.WriteString("$'")
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '\'' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c >= 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
-}
+// shellQuote quotes s for a POSIX shell (shellquote.Quote).
+func shellQuote(s string) string { return shellquote.Quote(s) }

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockgov/lockgov/internal/agent"
+	"github.com/lockgov/lockgov/internal/shellquote"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -208,21 +209,7 @@ func (w *lockWriter) shown(s string) string {
 		return s
 	}
 	w.escaped++
-	var b strings.Builder
-	b.WriteString("$'")
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' || c == '\'':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c >= 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
+	return shellquote.ANSIC(s)
 }
 
 func (w *lockWriter) flush() error {
