@@ -62,9 +62,14 @@ type Finding struct {
 	Key        string // the lock or claim key, when there is one
 	KeyPattern string
 	Holder     *Holder // decoded lock value / heartbeat
-	Age, TTL   time.Duration
-	Detail     string
-	Action     string // what an operator should do
+	Age        time.Duration
+	// TTL is what was left of the lock's TTL when the finding was made,
+	// and -1s for a lock that has none (an immortal lock), as
+	// Redis's PTTL and the agent's /api/v1/locks (ttl_seconds -1) say it;
+	// 0 for a finding about no lock.
+	TTL    time.Duration
+	Detail string
+	Action string // what an operator should do
 	// Version is the version of the lock the finding is about when that
 	// lock has no TTL (Lock.Version): the agent's remediation deletes such
 	// a lock only at this version when it is sent as If-Match. Empty for

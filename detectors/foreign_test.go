@@ -46,6 +46,10 @@ func TestLocks_ValuesNoDecoderKnowsAreForeign(t *testing.T) {
 		if f.Holder == nil || !f.Holder.Foreign {
 			t.Errorf("%s: holder %+v, want foreign", k, f.Holder)
 		}
+		// No TTL reads as PTTL and /api/v1/locks say it, not as 0.
+		if b, _ := json.Marshal(f); f.TTL != -time.Second || !strings.Contains(string(b), `"ttl_seconds":-1,`) {
+			t.Errorf("%s: TTL %v, JSON %s; want -1s, ttl_seconds -1", k, f.TTL, b)
+		}
 	}
 
 	e := newEtcd(t)
@@ -63,7 +67,7 @@ func TestLocks_ValuesNoDecoderKnowsAreForeign(t *testing.T) {
 		t.Fatalf("etcd: want 2 findings:%s", describe(fs))
 	}
 	for _, f := range fs {
-		if f.Kind != detectors.KindImmortal || !f.Holder.Foreign {
+		if f.Kind != detectors.KindImmortal || !f.Holder.Foreign || f.TTL != -time.Second {
 			t.Errorf("etcd: %+v", f)
 		}
 	}

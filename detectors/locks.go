@@ -93,6 +93,9 @@ func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
 // check classifies one lock. A lock with a TTL within the policy, held
 // within max hold by a process that is live or was never seen publishing
 // heartbeats, is never a finding.
+// noTTL is a finding's TTL for a lock without one (Finding.TTL).
+const noTTL = -time.Second
+
 func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	label, rule := d.m.Match(l.Key)
 	h := &l.Holder
@@ -123,9 +126,13 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	if !h.AcquiredAt.IsZero() {
 		age = max(now.Sub(h.AcquiredAt), 0)
 	}
+	ttl := l.TTL
+	if immortal {
+		ttl = noTTL
+	}
 	f := func(kind, sev, detail, action string) {
 		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
-			KeyPattern: label, Holder: holder, Age: age, TTL: l.TTL, Detail: detail, Action: action, Version: l.Version})
+			KeyPattern: label, Holder: holder, Age: age, TTL: ttl, Detail: detail, Action: action, Version: l.Version})
 	}
 	who := holderString(*h)
 	if l.Unreadable != "" {
