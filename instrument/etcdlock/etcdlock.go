@@ -195,6 +195,10 @@ type acquirer struct {
 	// readFails counts the reads that failed in a row: the attempt number
 	// of readRetry's back-off.
 	readFails int
+	// watchStop ends with the caller's context or with our lease: a wait
+	// stops at either, and so does its wait for etcd to confirm a watch,
+	// which etcd may never do (Locker.watch).
+	watchStop context.Context
 }
 
 // readRetry is the back-off between reads of the queue that keep failing.
@@ -361,6 +365,13 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("etcdlock: acquire %q: queue read returned no predecessor", st.key)
 	}
 	a.startWaiting()
+	// A waiter whose lease ends (it expired while etcd was unreachable, or
+	// our entry was deleted) stops waiting, also while it waits for a watch
+	// that etcd has not confirmed: its place in the queue is gone.
+	watchStop, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	defer context.AfterFunc(st.Context(), stopWatches)()
+	a.watchStop = watchStop
 	if ahead.Count <= a.l.headWatchMax {
 		a.l.queueWatches.Add(1)
 		if rev, done, err := a.waitHead(ctx, myRev); done {
@@ -388,7 +399,7 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 // lost): waitTurn takes over, with a fresh watch and a re-check.
 func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done bool, err error) {
 	st := a.st
-	wch, wcancel := a.l.watch(ctx, st.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wch, wcancel := a.l.watch(a.watchStop, st.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	defer wcancel()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
@@ -556,7 +567,7 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 				return 0, a.waitErr(ctx)
 			}
 			watched = string(pred.Key)
-			wch, wcancel = a.l.watch(ctx, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			wch, wcancel = a.l.watch(a.watchStop, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 		}
 		recheck := false
 		select {
@@ -627,7 +638,8 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 const watchCreateGrace = cleanupTimeout
 
 // watch opens a watch on key (requiring a leader) that ends when the returned
-// cancel is called; the caller also selects on stop.Done itself.
+// cancel is called; the caller also selects on stop.Done itself (or on what
+// ends stop: a waiter's context and its lease).
 //
 // The watch is not cancelled through stop while etcd has not yet confirmed
 // its creation. clientv3 (v3.7.3, watch.go) keeps a new watch in its stream's
