@@ -1,12 +1,19 @@
 package etcdlock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -55,4 +62,112 @@ func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing
 			lockIsFree(t, key, other, l)
 		})
 	}
+}
+
+// putBarrier lets every put transaction through to etcd but holds its reply
+// back until n of them have been applied; then cut runs (a proxy's
+// HalfOpen) and all the replies come back at once. Every waiter has then
+// queued, and none has had a watch confirmed.
+type putBarrier struct {
+	n    int64
+	cut  func()
+	seen atomic.Int64
+	all  chan struct{}
+}
+
+func (b *putBarrier) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !putTxn(method, req) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	err := invoker(context.WithoutCancel(ctx), method, req, reply, cc, opts...)
+	if b.seen.Add(1) == b.n {
+		b.cut()
+		close(b.all)
+	}
+	<-b.all
+	return err
+}
+
+// TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothingRunning:
+// 200 waiters of one Locker have queued behind a holder when etcd becomes
+// unreachable, before etcd confirmed any of their watches, and their
+// callers' contexts end together. Each leaves an entry to the background
+// revoker and a watch goroutine that waits up to 2 s for a confirmation
+// that cannot come. What they leave running must be bounded while etcd is
+// still unreachable (goroutines back to about where they were: no watch
+// goroutine, lease core, own-key watch or inline revoke per waiter left),
+// one revoke in flight at a time; once etcd is reachable every entry must
+// go (TTL 1 h) and the lock be free after the holder releases.
+func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothingRunning(t *testing.T) {
+	const waiters = 200
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	other := newLocker(t, admin)
+	const key = "burst-of-give-ups"
+	holder, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	b := &putBarrier{n: waiters, cut: p.HalfOpen, all: make(chan struct{})}
+	g := &revokeGate{open: make(chan struct{})}
+	c := interceptedClient(t, []string{"http://" + p.Addr()}, b.intercept, grpc.WithChainUnaryInterceptor(g.intercept))
+	l := newLocker(t, c)
+	waitReachable(t, c)
+	before := runtime.NumGoroutine()
+
+	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+	defer cancel()
+	got := make(chan acquired, waiters)
+	for range waiters {
+		go func() {
+			lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour))
+			got <- acquired{lease, err}
+		}()
+	}
+	waitClosed(t, b.all, 30*time.Second, "every waiter's put")
+	ended := time.Now()
+	cancel()
+	for i := range waiters {
+		r := waitAcquired(t, got, 30*time.Second, fmt.Sprintf("waiter %d of %d whose context ended", i+1, waiters))
+		if r.err == nil {
+			_ = r.lease.Release(timeout(t, 10*time.Second))
+			t.Fatal("a waiter got the lock while it was held")
+		}
+		if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
+		}
+	}
+	t.Logf("the last of %d waiters returned %s after their context ended", waiters, time.Since(ended))
+	if n := etcdlock.RevokesPending(l); n == 0 || n > waiters {
+		t.Fatalf("%d revokes pending after %d give-ups with etcd unreachable: the fault did not hold", n, waiters)
+	}
+	if m, _ := g.counts(); m > waiters {
+		t.Errorf("%d revokes in flight at once", m)
+	}
+	// From here on only the background revoker revokes: one at a time.
+	g.reset()
+	// Still unreachable: what the give-ups leave running is the revoker
+	// and the client's own machinery, not a goroutine per waiter.
+	const slack = 40
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("goroutines to come back to about %d (a watch goroutine ends 2 s after its waiter left)", before), func() bool {
+		return runtime.NumGoroutine() <= before+slack
+	})
+	t.Logf("goroutines: %d before the waiters, %d once they were gone", before, runtime.NumGoroutine())
+	if m, _ := g.counts(); m > 1 {
+		t.Errorf("%d background revokes in flight at once, want 1", m)
+	}
+	if n := queueLen(t, admin, other, key); n != waiters+1 {
+		t.Fatalf("%d entries in the queue while etcd was unreachable, want the holder's and %d waiters'", n, waiters)
+	}
+
+	p.Reset() // the client reconnects
+	waitRevokesDone(t, l)
+	if n := queueLen(t, admin, other, key); n != 1 {
+		t.Fatalf("%d entries in the queue once the revokes were done, want the holder's only", n)
+	}
+	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lockIsFree(t, key, other, l)
 }
