@@ -171,3 +171,111 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 	}
 	lockIsFree(t, key, other, l)
 }
+
+// TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock: a
+// waiter on a pooled lease gives up while revokes cannot get through, so
+// its entry (the ghost) stands on that lease until the background revoker
+// gets through. The lease may carry the entry: were it pooled again, a
+// later Acquire of another key could run on it, and the revoke, once it
+// got through, would delete that holder's entry under it (a live lock
+// ended by somebody else's cleanup). While the revoke is pending, the same
+// Locker takes and releases locks on other keys and holds one; none may
+// run on the ghost's lease, and the revoke must leave the held one alone.
+func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	g := &revokeGate{open: make(chan struct{})}
+	l := newLocker(t, interceptedClient(t, e.Endpoints(), g.intercept))
+	other := newLocker(t, admin)
+	ttl := instrument.WithTTL(time.Hour)
+	entryLease := func(key string) int64 { return newestEntry(t, admin, l, key, 1).Lease }
+
+	warm, err := l.Acquire(timeout(t, 10*time.Second), "ghost-lease/warm", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled := entryLease("ghost-lease/warm")
+	if err := warm.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	const key = "ghost-lease/contended"
+	holder, err := other.Acquire(timeout(t, 10*time.Second), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+	defer cancel()
+	gaveUp := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, ttl)
+		gaveUp <- acquired{lease, err}
+	}()
+	waitWatching(t, l, 1)
+	ghost := newestEntry(t, admin, l, key, 2)
+	if ghost.Lease != pooled {
+		t.Fatalf("the waiter runs on lease %x, not on the pooled %x: the test does not attack what it means to", ghost.Lease, pooled)
+	}
+	g.shut.Store(true)
+	cancel()
+	if r := waitAcquired(t, gaveUp, 30*time.Second, "the waiter whose context ended"); r.err == nil {
+		_ = r.lease.Release(timeout(t, 10*time.Second))
+		t.Fatal("the waiter got the lock while it was held")
+	}
+	if etcdlock.RevokesPending(l) != 1 || leaseGone(t, admin, ghost.Lease) {
+		t.Fatal("the ghost's revoke got through although revokes were held back: the fault did not hold")
+	}
+
+	// More locks than the pool holds, released and held, while the ghost's
+	// revoke is pending.
+	for i := range 20 {
+		k := fmt.Sprintf("ghost-lease/other-%d", i)
+		h, err := l.Acquire(timeout(t, 10*time.Second), k, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := entryLease(k); id == ghost.Lease {
+			t.Fatalf("a later Acquire of %q runs on the ghost's lease %x", k, id)
+		}
+		if i%4 == 0 {
+			defer func() {
+				if err := h.Release(timeout(t, 10*time.Second)); err != nil {
+					t.Errorf("Release of %q, held while the ghost's revoke got through: %v", k, err)
+				}
+			}()
+			continue
+		}
+		if err := h.Release(timeout(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := l.Acquire(timeout(t, 10*time.Second), "ghost-lease/live", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := entryLease("ghost-lease/live"); id == ghost.Lease {
+		t.Fatalf("a later Acquire runs on the ghost's lease %x", id)
+	}
+
+	g.shut.Store(false)
+	close(g.open)
+	waitRevokesDone(t, l)
+	if !leaseGone(t, admin, ghost.Lease) {
+		t.Fatal("the revoker is done but the ghost's lease stands")
+	}
+	if n := queueLen(t, admin, l, key); n != 1 {
+		t.Fatalf("%d entries in the contended queue, want the holder's only", n)
+	}
+	if err := context.Cause(live.Context()); err != nil {
+		t.Fatalf("a lock held while the ghost's revoke got through was lost: %v", err)
+	}
+	if n := queueLen(t, admin, l, "ghost-lease/live"); n != 1 {
+		t.Fatal("the live holder's entry is gone")
+	}
+	if err := live.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lockIsFree(t, key, other, l)
+}
