@@ -31,3 +31,12 @@ func RevokesPending(l *Locker) int {
 	defer l.revokes.mu.Unlock()
 	return len(l.revokes.pending)
 }
+
+// TurnHeld reports whether some goroutine of m holds key's in-process turn
+// (a holder, an Acquire under way, or a background delete keeping it).
+func TurnHeld(m *MutexLocker, key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.turns[key]
+	return t != nil && len(t.ch) > 0
+}

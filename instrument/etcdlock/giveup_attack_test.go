@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -278,4 +279,90 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 		t.Fatal(err)
 	}
 	lockIsFree(t, key, other, l)
+}
+
+// TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession:
+// the adapter's waiting Acquire has put this session's Mutex key behind
+// another session's when the connection goes half-open, and its caller's
+// context ends. concurrency.Mutex.Lock then deletes its key on the client's
+// context, which nothing ends while the connection stays half-open, and
+// the adapter keeps the key's in-process turn until it returns. Later
+// Acquires of the key in the same process must not hang on that turn
+// beyond their own context (FailFast refused at once, a waiting one ending
+// at its deadline), and the turn must come back when the session ends,
+// however it ends (Orphan, Close, or its lease lapsing on the client side
+// while etcd cannot be reached), not only once etcd answers.
+func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	otherSession := newSession(t, admin, 600)
+	for _, tc := range []struct {
+		name string
+		ttl  int
+		end  func(s *concurrency.Session)
+	}{
+		{"orphaned", 600, func(s *concurrency.Session) { s.Orphan() }},
+		// Close revokes on a half-open connection: only its first step,
+		// the end of the keepalive, is needed.
+		{"closed", 600, func(s *concurrency.Session) { go s.Close() }},
+		{"lapsed", 2, func(*concurrency.Session) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := "/turn-bounded/" + tc.name + "/"
+			const key = "k"
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+			cut := newCutAfter(putTxn, p.HalfOpen)
+			s := newSession(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), tc.ttl)
+			t.Cleanup(p.Reset) // before the session's Close
+			m, other := fromMutex(t, s, pfx), fromMutex(t, otherSession, pfx)
+			holder, err := other.Acquire(timeout(t, 10*time.Second), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(timeout(t, 10*time.Second))
+			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+			defer cancel()
+			cut.arm()
+			got := make(chan acquired, 1)
+			go func() {
+				lease, err := m.Acquire(ctx, key)
+				got <- acquired{lease, err}
+			}()
+			waitClosed(t, cut.done, 10*time.Second, "the Mutex's put")
+			cancel()
+			if r := waitAcquired(t, got, 30*time.Second, "the adapter's Acquire whose context ended"); r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+				t.Fatal("Acquire returned a lease although its context ended while etcd was unreachable")
+			}
+			if s.Ctx().Err() == nil { // a session of 2 s may have lapsed already on a loaded machine
+				if !etcdlock.TurnHeld(m, key) {
+					t.Fatal("the turn came back although Mutex.Lock may still delete this session's key: the fault did not hold")
+				}
+				if h, err := m.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast()); err == nil {
+					_ = h.Release(timeout(t, 10*time.Second))
+					t.Fatal("FailFast took the key while the turn was kept")
+				} else if !errors.Is(err, instrument.ErrNotAcquired) {
+					t.Errorf("FailFast while the turn was kept: %v, want ErrNotAcquired", err)
+				}
+				short, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer stop()
+				waiting := make(chan acquired, 1)
+				go func() {
+					lease, err := m.Acquire(short, key)
+					waiting <- acquired{lease, err}
+				}()
+				if r := waitAcquired(t, waiting, 30*time.Second, "a waiting Acquire of the kept turn whose deadline passed"); r.err == nil {
+					_ = r.lease.Release(timeout(t, 10*time.Second))
+					t.Fatal("a waiting Acquire took the key while the turn was kept")
+				} else if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.DeadlineExceeded) {
+					t.Errorf("a waiting Acquire of the kept turn: %v, want ErrNotAcquired with DeadlineExceeded", r.err)
+				}
+			}
+			tc.end(s)
+			waitClosed(t, s.Ctx().Done(), 30*time.Second, "the session to end")
+			testenv.WaitFor(t, 10*time.Second, "the key's turn to come back once the session ended", func() bool {
+				return !etcdlock.TurnHeld(m, key)
+			})
+		})
+	}
 }
