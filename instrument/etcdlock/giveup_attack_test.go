@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 
@@ -364,5 +365,154 @@ func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(
 				return !etcdlock.TurnHeld(m, key)
 			})
 		})
+	}
+}
+
+// TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWithoutAHandoff:
+// three waiters of a Locker whose client talks to one member of a
+// three-member cluster give up after that member was partitioned from the
+// others: their entries (the ghosts) stand on leases only the background
+// revoker gives up. On the majority meanwhile, two waiters of other Lockers
+// queue behind them, the leadership moves, the store is compacted and the
+// holder releases. Nobody may take the lock while a ghost stands (a
+// FailFast caller is refused and neither waiter returns); once the
+// partition heals, the ghosts go and the two waiters take the lock in the
+// order they queued, each only once every ghost's lease is gone, fences
+// increasing, and the queue ends empty.
+func TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWithoutAHandoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster in -short")
+	}
+	cl := testenv.NewEtcdClusterWithPeerProxies(t, 3)
+	leader, err := cl.Leader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := (leader + 1) % 3  // the partitioned member
+	next := (leader + 2) % 3 // the leadership moves there
+	maj := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint(), cl.Members[next].Endpoint())
+	g := &revokeGate{open: make(chan struct{})}
+	lg := newLocker(t, interceptedClient(t, cl.Members[cut].Endpoints(), g.intercept))
+	la, lb, lc := newLocker(t, maj), newLocker(t, maj), newLocker(t, maj)
+	const key, ghosts = "ghosts-partitioned", 3
+	ttl := instrument.WithTTL(time.Hour)
+
+	holder, err := la.Acquire(timeout(t, 10*time.Second), key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+	defer cancel()
+	gaveUp := make(chan acquired, ghosts)
+	var ghostLeases []int64
+	for i := range ghosts {
+		go func() {
+			lease, err := lg.Acquire(ctx, key, ttl)
+			gaveUp <- acquired{lease, err}
+		}()
+		ghostLeases = append(ghostLeases, newestEntry(t, maj, lg, key, int64(2+i)).Lease)
+	}
+	waitWatching(t, lg, ghosts)
+
+	cl.Isolate(cut, true)
+	g.shut.Store(true) // a revoke that got through the partition's first moments would not make a ghost
+	cancel()
+	for range ghosts {
+		if r := waitAcquired(t, gaveUp, 30*time.Second, "a waiter of the partitioned member whose context ended"); r.err == nil {
+			_ = r.lease.Release(timeout(t, 10*time.Second))
+			t.Fatal("a waiter got the lock while it was held")
+		}
+	}
+	for _, id := range ghostLeases {
+		if leaseGone(t, maj, id) {
+			t.Fatal("a ghost's lease is gone although its member was partitioned: the fault did not hold")
+		}
+	}
+
+	first := acquireInBackground(t, lb, key, 2*time.Minute, ttl)
+	waitWatching(t, lb, 1)
+	second := acquireInBackground(t, lc, key, 2*time.Minute, ttl)
+	waitWatching(t, lc, 1)
+
+	// The leadership moves, the store is compacted, the holder releases.
+	ids := map[string]uint64{}
+	ml, err := maj.MemberList(timeout(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ml.Members {
+		ids[m.Name] = m.ID
+	}
+	toLeader := testenv.NewEtcdClient(t, cl.Members[leader].Endpoint())
+	if _, err := toLeader.MoveLeader(timeout(t, 10*time.Second), ids[cl.Members[next].Name()]); err != nil {
+		t.Fatalf("move the leadership: %v", err)
+	}
+	rev, err := maj.Get(timeout(t, 10*time.Second), "compact-here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := maj.Compact(timeout(t, 10*time.Second), rev.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := newLocker(t, maj).Acquire(timeout(t, 10*time.Second), key, ttl, instrument.FailFast()); err == nil {
+		_ = h.Release(timeout(t, 10*time.Second))
+		t.Fatal("FailFast took the lock while the ghosts stood")
+	}
+	// Give the waiters a background revoke's worth of time to go wrong.
+	g.reset()
+	testenv.WaitFor(t, 30*time.Second, "a background revoke of a ghost to be tried and fail", func() bool {
+		_, failed := g.counts()
+		return failed >= 1
+	})
+	for _, w := range []<-chan acquired{first, second} {
+		select {
+		case r := <-w:
+			if r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+			}
+			t.Fatalf("a waiter behind the ghosts returned while they stood (err %v)", r.err)
+		default:
+		}
+	}
+
+	cl.Isolate(cut, false)
+	g.shut.Store(false)
+	close(g.open)
+	r1 := waitAcquired(t, first, time.Minute, "the first waiter once the partition healed")
+	if r1.err != nil {
+		t.Fatalf("the first waiter: %v", r1.err)
+	}
+	for _, id := range ghostLeases {
+		if !leaseGone(t, maj, id) {
+			t.Errorf("the first waiter got the lock while ghost lease %x stood", id)
+		}
+	}
+	if r1.lease.Fence() <= holder.Fence() {
+		t.Errorf("fence %d not above the released holder's %d", r1.lease.Fence(), holder.Fence())
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("the second waiter returned while the first held the lock (err %v)", r.err)
+	default:
+	}
+	if err := r1.lease.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := waitAcquired(t, second, 30*time.Second, "the second waiter")
+	if r2.err != nil {
+		t.Fatalf("the second waiter: %v", r2.err)
+	}
+	if r2.lease.Fence() <= r1.lease.Fence() {
+		t.Errorf("fence %d not above the previous holder's %d", r2.lease.Fence(), r1.lease.Fence())
+	}
+	if err := r2.lease.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	waitRevokesDone(t, lg)
+	if n := queueLen(t, maj, la, key); n != 0 {
+		t.Fatalf("%d entries left in the queue", n)
 	}
 }
