@@ -163,7 +163,9 @@
 // caller's deadline bounds that cleanup too: the revoke runs inline while
 // the caller's context has time left (at most 2 s) or for 100 ms after it
 // ended, and a watch that etcd has not confirmed yet does not hold the
-// waiter either. So while etcd cannot be reached or has no leader, an
+// waiter either, past its context or past the end of its own lease (a
+// waiter whose lease expired while etcd was unreachable stops then, with
+// ErrLockLost). So while etcd cannot be reached or has no leader, an
 // Acquire whose context ends returns about 100 ms later, not after a
 // cleanup that cannot get through; with a healthy etcd the revoke is done
 // by then and the entry gone when Acquire returns. When the revoke does not
