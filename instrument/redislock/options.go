@@ -41,6 +41,7 @@ type options struct {
 	fair         bool
 	waiterTTL    time.Duration
 	waiterTTLSet bool
+	acks         replicaAcks
 
 	// NewQuorum.
 	driftFactor float64
@@ -129,6 +130,23 @@ func WithWaiterTimeout(d time.Duration) Option {
 	return newOption(func(o *options) { o.waiterTTL, o.waiterTTLSet = d, true })
 }
 
+// WithReplicaAcks makes every acquire and renewal wait until n replicas
+// have acknowledged it, with WAIT n timeout on the connection that ran the
+// script (Redisson's "sync slaves"), so that a failover to one of those
+// replicas keeps the lock. An Acquire whose lock fewer than n replicas
+// acknowledged within timeout gives the lock back and fails with an error
+// wrapping ErrNotReplicated; a renewal so left unacknowledged does not
+// extend the lease. Releases do not wait. See "Replica acknowledgements"
+// in the package doc for what this does and does not promise.
+//
+// n must be >= 1 and timeout > 0 and below the client's ReadTimeout (the
+// WAIT reply is read within it). New refuses it on a client that does not
+// send a pipeline to one node on one connection (Cluster, Ring); it is an
+// Option of New only: a quorum's nodes are independent primaries.
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return newOption(func(o *options) { o.acks = replicaAcks{n: n, timeout: timeout, set: true} })
+}
+
 // WithDriftFactor sets the clock drift factor of quorum mode (default 0.01,
 // in [0, 0.5)): a lease is valid for TTL - elapsed - TTL*factor - 2ms after
 // the attempt started, and its context ends at that point unless renewed.
@@ -158,6 +176,14 @@ func applyNewOptions(opts []Option) (options, error) {
 	}
 	if o.idleTimeout <= 0 {
 		return o, fmt.Errorf("%w: redislock: idle timeout %v must be > 0", instrument.ErrInvalidOption, o.idleTimeout)
+	}
+	if o.acks.set {
+		if o.acks.n < 1 {
+			return o, fmt.Errorf("%w: redislock: replica acks %d must be >= 1 (without WithReplicaAcks nothing waits for replicas)", instrument.ErrInvalidOption, o.acks.n)
+		}
+		if o.acks.timeout <= 0 {
+			return o, fmt.Errorf("%w: redislock: replica ack timeout %v must be > 0 (WAIT 0 would block until the replicas answer)", instrument.ErrInvalidOption, o.acks.timeout)
+		}
 	}
 	return o, o.validate()
 }

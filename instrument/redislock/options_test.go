@@ -32,6 +32,7 @@ func TestOptions_EachConstructorTakesOnlyWhatApplies(t *testing.T) {
 		{"WithWaiterTimeout", redislock.WithWaiterTimeout, true, false},
 		{"WithDriftFactor", redislock.WithDriftFactor, false, true},
 		{"WithNodeTimeout", redislock.WithNodeTimeout, false, true},
+		{"WithReplicaAcks", redislock.WithReplicaAcks, true, false},
 	} {
 		out := reflect.TypeOf(tc.ctor).Out(0)
 		if got := out.Implements(newType); got != tc.new {

@@ -55,6 +55,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := o.acks.checkClient(c); err != nil {
+		return nil, err
+	}
 	send := newCombiner(c)
 	var s store = node{c: c, send: send, waiterTTL: o.waiterTTL}
 	if o.fair {

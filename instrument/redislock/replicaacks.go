@@ -1,0 +1,75 @@
+package redislock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
+)
+
+// ErrNotReplicated says that fewer replicas than WithReplicaAcks asks for
+// acknowledged a lock write within its timeout. An Acquire that returns it
+// has given the lock back; a renewal that returns it did not extend the
+// lease. It is a store failure for instrument.Govern (see "Replica
+// acknowledgements" in the package doc).
+var ErrNotReplicated = errors.New("redislock: lock write not acknowledged by enough replicas")
+
+// replicaAcks is WithReplicaAcks: n replicas within timeout (n 0: none).
+type replicaAcks struct {
+	n       int
+	timeout time.Duration
+	set     bool
+}
+
+// on says acks are asked for.
+func (a replicaAcks) on() bool { return a.n > 0 }
+
+// ackReply is the answer of the WAIT that followed a command: how many
+// replicas acknowledged the connection's writes up to it, or why WAIT did
+// not answer.
+type ackReply struct {
+	n   int64
+	err error
+}
+
+// check returns nil when the WAIT that followed a lock write says at least
+// a.n replicas acknowledged it, else the error the caller returns: WAIT's
+// own (a transport error, which the caller judges as any other), or
+// ErrNotReplicated with the count, marked as the store out of reach
+// (storefail.Unreachable) so that Govern's store-failure policy applies.
+// The message carries no key: the store-failure log prints it.
+func (a replicaAcks) check(r ackReply) error {
+	if r.err != nil {
+		return fmt.Errorf("WAIT %d %v: %w", a.n, a.timeout, r.err)
+	}
+	if r.n < int64(a.n) {
+		return storefail.Unreachable(fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, r.n, a.n, a.timeout))
+	}
+	return nil
+}
+
+// checkClient refuses acks on a client that cannot put WAIT on the
+// connection that ran the script, or that would time out reading its
+// reply. WAIT counts the acknowledgements of one connection's writes, so it
+// must follow the script in one pipeline on one connection to the node
+// that ran it: a *redis.Client (one node, or Sentinel's primary through
+// NewFailoverClient) does; a ClusterClient splits a pipeline by slot and
+// sends a keyless WAIT to a node of its own choosing, a Ring likewise.
+func (a replicaAcks) checkClient(c redis.UniversalClient) error {
+	if !a.on() {
+		return nil
+	}
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return fmt.Errorf("%w: redislock: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not %T: WAIT must run on the connection and node that ran the lock script", instrument.ErrInvalidOption, c)
+	}
+	// A pipeline's replies are read within ReadTimeout (> 0: a limit).
+	if rt := rc.Options().ReadTimeout; rt > 0 && a.timeout >= rt {
+		return fmt.Errorf("%w: redislock: replica ack timeout %v must be below the client's ReadTimeout %v (the WAIT reply is read within it)", instrument.ErrInvalidOption, a.timeout, rt)
+	}
+	return nil
+}
