@@ -29,10 +29,13 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 	a[2], a[3], a[4], a[5], a[6] = 4, &r.keys.lock, &r.keys.fence, &r.keys.queue, &r.keys.waiters
 	a[7], a[8], a[9], a[10] = &r.tok, &r.ttlMs, &r.meta, &r.fenceTTLMs
 	a[11], a[12], a[13] = &r.waiterTTLMs, once, &r.entry
-	res, err := evalsha(ctx, s.send, nil, &acquireFairCall, a[:14], redis.NewIntSliceCmd).Result()
+	res, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireFairCall, a[:14], redis.NewIntSliceCmd).Result()
 	var att attempt
 	if err == nil {
 		att, err = decodeAcquire(res)
+	}
+	if err == nil && att.acquired && s.acks.on() {
+		err = s.acks.check(r.ack)
 	}
 	if err == nil && !att.acquired {
 		att.queued = !r.once

@@ -46,6 +46,10 @@ import (
 // one caller giving up does not fail the others' commands.
 type combiner struct {
 	c redis.UniversalClient
+	// acks, when on, is the WAIT that follows the commands that ask for it
+	// (WithReplicaAcks): in their pipeline, on their connection.
+	acks replicaAcks
+	wait []any // WAIT's command line, boxed once
 
 	mu       sync.Mutex
 	inFlight int       // sends under way (plain commands and batches)
@@ -70,6 +74,7 @@ type queued struct {
 	ctx    context.Context
 	cmd    redis.Cmder
 	window *int64        // cmd's resend window argument (release.lua's tombstone TTL), or nil
+	ack    *ackReply     // where the WAIT after cmd answers, or nil: cmd asks for no WAIT
 	done   chan struct{} // one send: the reply is in cmd, or batch is this call's to send
 	batch  []*queued     // set when this call leads the batch it is in
 	taken  bool          // in a batch (under combiner.mu): it can no longer leave
@@ -77,29 +82,48 @@ type queued struct {
 
 var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
 
-func newCombiner(c redis.UniversalClient) *combiner { return &combiner{c: c} }
+func newCombiner(c redis.UniversalClient, acks replicaAcks) *combiner {
+	b := &combiner{c: c, acks: acks}
+	if acks.on() {
+		b.wait = []any{"wait", acks.n, acks.timeout.Milliseconds()}
+	}
+	return b
+}
 
 // Process runs cmd, alone or in a batch with other calls', and returns its
 // error (also in cmd.Err()).
 func (b *combiner) Process(ctx context.Context, cmd redis.Cmder) error {
-	return b.process(ctx, cmd, nil)
+	return b.process(ctx, cmd, nil, nil)
 }
 
 // process is Process for a command one of whose arguments, *window, is in
 // milliseconds how long a trace of its run must live for a resend of it to
 // recognise that run, computed from ctx by tombstoneTTL: a batch raises it
 // to its own (see send). window is nil for other commands.
-func (b *combiner) process(ctx context.Context, cmd redis.Cmder, window *int64) error {
+//
+// ack, if not nil (and b.acks on), asks for a WAIT after cmd, in one
+// pipeline with it: its answer goes to *ack. A batch that holds such
+// commands ends with one WAIT, which covers every command before it on
+// the connection (WAIT counts the replication offset of the connection's
+// last write).
+func (b *combiner) process(ctx context.Context, cmd redis.Cmder, window *int64, ack *ackReply) error {
+	if !b.acks.on() {
+		ack = nil
+	}
 	b.mu.Lock()
 	if b.inFlight < maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		_ = b.c.Process(ctx, cmd)
+		if ack == nil {
+			_ = b.c.Process(ctx, cmd)
+		} else {
+			b.sendAcked(ctx, cmd, ack)
+		}
 		b.finish()
 		return cmd.Err()
 	}
 	p := queuedPool.Get().(*queued)
-	p.ctx, p.cmd, p.window = ctx, cmd, window
+	p.ctx, p.cmd, p.window, p.ack = ctx, cmd, window, ack
 	b.queue = append(b.queue, p)
 	b.mu.Unlock()
 
@@ -166,7 +190,11 @@ func (b *combiner) finish() bool {
 // context, several as one pipeline.
 func (b *combiner) send(batch []*queued) {
 	if len(batch) == 1 {
-		_ = b.c.Process(batch[0].ctx, batch[0].cmd)
+		if q := batch[0]; q.ack != nil {
+			b.sendAcked(q.ctx, q.cmd, q.ack)
+		} else {
+			_ = b.c.Process(q.ctx, q.cmd)
+		}
 		return
 	}
 	ctx, cancel := batchContext(batch)
@@ -192,9 +220,37 @@ func (b *combiner) send(batch []*queued) {
 		}
 		_ = pipe.Process(ctx, q.cmd)
 	}
+	var wait *redis.IntCmd
+	for _, q := range batch {
+		if q.ack != nil {
+			wait = redis.NewIntCmd(ctx, b.wait...)
+			_ = pipe.Process(ctx, wait)
+			break
+		}
+	}
 	// Exec sets every command's result and error, a transport error on each
 	// of them when the pipeline failed.
 	_, _ = pipe.Exec(ctx)
+	if wait != nil {
+		for _, q := range batch {
+			if q.ack != nil {
+				*q.ack = ackReply{n: wait.Val(), err: wait.Err()}
+			}
+		}
+	}
+}
+
+// sendAcked runs cmd and a WAIT after it, in one pipeline: on one
+// connection, so that WAIT counts the replicas that have cmd's writes. A
+// go-redis hook sees a pipeline. A retry resends both, the script as
+// idempotent as in any retry.
+func (b *combiner) sendAcked(ctx context.Context, cmd redis.Cmder, ack *ackReply) {
+	pipe := b.c.Pipeline()
+	_ = pipe.Process(ctx, cmd)
+	wait := redis.NewIntCmd(ctx, b.wait...)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	*ack = ackReply{n: wait.Val(), err: wait.Err()}
 }
 
 // batchContext is the context a batch is sent under: the first call's
@@ -227,6 +283,6 @@ func (b *combiner) remove(p *queued) {
 }
 
 func (p *queued) put() {
-	p.ctx, p.cmd, p.window, p.batch, p.taken = nil, nil, nil, nil, false
+	p.ctx, p.cmd, p.window, p.ack, p.batch, p.taken = nil, nil, nil, nil, nil, false
 	queuedPool.Put(p)
 }

@@ -88,7 +88,7 @@ func gatedCombiner(t *testing.T) (*testenv.Redis, *redis.Client, *combiner, *gat
 	t.Cleanup(func() { _ = c.Close() })
 	h := &gateHook{gate: make(chan struct{}), pipes: make(chan int, 16)}
 	c.AddHook(h)
-	return r, c, newCombiner(c), h
+	return r, c, newCombiner(c, replicaAcks{}), h
 }
 
 // waitState polls the combiner until cond holds (under its lock).
@@ -240,7 +240,7 @@ func TestCombiner_ManyCallers(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	b := newCombiner(c)
+	b := newCombiner(c, replicaAcks{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -77,7 +77,7 @@ func NewQuorum(nodes []redis.UniversalClient, opts ...QuorumOption) (*Locker, er
 		nodeTimeout: o.nodeTimeout,
 	}
 	for i, c := range nodes {
-		q.nodes[i] = node{c: c, send: newCombiner(c)}
+		q.nodes[i] = node{c: c, send: newCombiner(c, replicaAcks{})}
 	}
 	// The notifier is never used for waiting (quorum waiters poll); it is
 	// there for Close.

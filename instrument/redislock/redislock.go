@@ -34,7 +34,11 @@ type Locker struct {
 	local     localQueue
 	retention time.Duration
 	waiterTTL time.Duration // how long a queue entry outlives its waiter's last attempt
-	value     lockvalue.Writer
+	// confirmHandoffs: a handoff is confirmed by an acquire attempt of the
+	// waiter's own before the lease is granted (WithReplicaAcks: the
+	// release that wrote it waited for no replica).
+	confirmHandoffs bool
+	value           lockvalue.Writer
 	// lid names this Locker's own release channels: a handoff is published
 	// on the key's channel + ":" + lid, so only the process whose waiter
 	// got the lock wakes (see notifier).
@@ -58,10 +62,11 @@ func New(c redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if err := o.acks.checkClient(c); err != nil {
 		return nil, err
 	}
-	send := newCombiner(c)
-	var s store = node{c: c, send: send, waiterTTL: o.waiterTTL}
+	send := newCombiner(c, o.acks)
+	n := node{c: c, send: send, waiterTTL: o.waiterTTL, acks: o.acks}
+	var s store = n
 	if o.fair {
-		s = fairNode{node: node{c: c, send: send, waiterTTL: o.waiterTTL}, waiterTTL: o.waiterTTL}
+		s = fairNode{node: n, waiterTTL: o.waiterTTL}
 	}
 	return newLocker(c, s, o)
 }
@@ -86,6 +91,8 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 		retention: o.retention,
 		waiterTTL: o.waiterTTL,
 		value:     value,
+
+		confirmHandoffs: o.acks.on(),
 	}, nil
 }
 
@@ -232,7 +239,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		if err := l.pause(ctx, w, sleep); err != nil {
 			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
 		}
-		if f := w.handedOver(); f > seen && time.Since(sent) < r.ttl/3 {
+		if f := w.handedOver(); f > seen && time.Since(sent) < r.ttl/3 && !l.confirmHandoffs {
 			// A release handed this waiter the lock. It did so after the
 			// last attempt ran (that attempt would have found the lock
 			// this token's, and a notification older than it carries a

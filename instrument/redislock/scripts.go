@@ -73,4 +73,5 @@ var (
 	acquireCall     = callOf(acquireScript, acquireSrcFull)
 	acquireFairCall = callOf(acquireFairScript, acquireFairSrcFull)
 	releaseCall     = callOf(releaseScript, releaseSrcFull)
+	refreshCall     = callOf(refreshScript, refreshSrc)
 )

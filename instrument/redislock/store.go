@@ -85,6 +85,7 @@ type request struct {
 	ttlMs, fenceTTLMs, retentionMs, waiterTTLMs, tombTTLMs int64
 	tomb                                                   string // the tombstone key, made at release
 	args                                                   [14]any
+	ack                                                    ackReply // the WAIT after the last acquire attempt (WithReplicaAcks)
 }
 
 // queueEntry is the request's entry in the waiter queue: what a release
@@ -131,6 +132,7 @@ type node struct {
 	c         redis.UniversalClient
 	send      *combiner     // acquire and release scripts: c's commands, pipelined when concurrent
 	waiterTTL time.Duration // how long a queued waiter counts as alive without retrying
+	acks      replicaAcks   // WithReplicaAcks: acquires and renewals wait for replicas
 }
 
 func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
@@ -150,10 +152,13 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 		a[11], a[12] = &r.entry, &r.waiterTTLMs
 		n = 13
 	}
-	res, err := evalsha(ctx, s.send, nil, &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
+	res, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
 	var att attempt
 	if err == nil {
 		att, err = decodeAcquire(res)
+	}
+	if err == nil && att.acquired && s.acks.on() {
+		err = s.acks.check(r.ack)
 	}
 	if err == nil && !att.acquired {
 		att.queued = r.queue
@@ -171,16 +176,16 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 // reply is read by the typed command newCmd makes (integers straight into
 // an int64 or []int64, not through interface values). window, if not nil,
 // is the argument a batch raises to its resend window (combiner.process).
-func evalsha[C redis.Cmder](ctx context.Context, c *combiner, window *int64, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
+func evalsha[C redis.Cmder](ctx context.Context, c *combiner, window *int64, ack *ackReply, s *luaCall, args []any, newCmd func(context.Context, ...any) C) C {
 	args[0], args[1] = "evalsha", s.sha
 	cmd := newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	_ = c.process(ctx, cmd, window)
+	_ = c.process(ctx, cmd, window, ack)
 	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
 		args[0], args[1] = "eval", s.src
 		cmd = newCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
-		_ = c.process(ctx, cmd, window)
+		_ = c.process(ctx, cmd, window, ack)
 	}
 	return cmd
 }
@@ -255,8 +260,32 @@ func untilExpiry(d, holderTTL time.Duration) time.Duration {
 }
 
 func (s node) refresh(ctx context.Context, keys keySet, tok string, ttl time.Duration) (bool, error) {
-	n, err := refreshScript.Run(ctx, s.c, []string{keys.lock}, tok, ttl.Milliseconds()).Int64()
+	if !s.acks.on() {
+		n, err := refreshScript.Run(ctx, s.c, []string{keys.lock}, tok, ttl.Milliseconds()).Int64()
+		return n == 1, err
+	}
+	// With a WAIT after it, through the combiner (one pipeline, one
+	// connection). A renewal the replicas did not acknowledge extended the
+	// lock on the primary only, which a failover to a replica forgets: it
+	// fails, and leasecore counts the lease from the last renewal that
+	// succeeded (a failed renewal confirms nothing and is tried again).
+	var ack ackReply
+	args := []any{nil, nil, 1, keys.lock, tok, ttl.Milliseconds()}
+	n, err := evalsha(ctx, s.send, nil, &ack, &refreshCall, args, redis.NewIntCmd).Result()
+	if err == nil && n == 1 {
+		err = s.acks.check(ack)
+	}
 	return n == 1, err
+}
+
+// ackOf is where the WAIT after r's acquire script answers, or nil when no
+// WAIT is asked for.
+func (s node) ackOf(r *request) *ackReply {
+	if !s.acks.on() {
+		return nil
+	}
+	r.ack = ackReply{}
+	return &r.ack
 }
 
 func (s node) release(ctx context.Context, r *request) (bool, error) {
@@ -267,7 +296,10 @@ func (s node) release(ctx context.Context, r *request) (bool, error) {
 	a := &r.args
 	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
 	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
-	n, err := evalsha(ctx, s.send, &r.tombTTLMs, &releaseCall, a[:12], redis.NewIntCmd).Result()
+	// No WAIT: a release lost in a failover leaves the lock to its TTL
+	// (liveness, not safety); a handoff's new holder confirms its lock
+	// with an acquire of its own (Locker.Acquire).
+	n, err := evalsha(ctx, s.send, &r.tombTTLMs, nil, &releaseCall, a[:12], redis.NewIntCmd).Result()
 	return n >= 1, err
 }
 
