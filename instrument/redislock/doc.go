@@ -21,12 +21,14 @@
 //	WithIdleTimeout     yes            no    (quorum waiters poll)
 //	Fair                yes            no    (needs one queue)
 //	WithWaiterTimeout   with Fair      no
+//	WithReplicaAcks     yes (not on    no    (independent primaries)
+//	                    Cluster/Ring)
 //	WithDriftFactor     no             yes
 //	WithNodeTimeout     no             yes
 //
 // What the types cannot say is a constructor error wrapping
-// instrument.ErrInvalidOption: WithWaiterTimeout without Fair, and values
-// out of range.
+// instrument.ErrInvalidOption: WithWaiterTimeout without Fair,
+// WithReplicaAcks on a Cluster or Ring client, and values out of range.
 //
 // # What one lock costs
 //
@@ -58,7 +60,8 @@
 // latest deadline of its calls) and its result stands; a failed pipeline
 // fails each of its calls with the transport error; go-redis's hooks see a
 // pipeline (ProcessPipelineHook) for batched calls, a plain command
-// (ProcessHook) otherwise. Retries of a pipeline re-send every command in
+// (ProcessHook) otherwise (with WithReplicaAcks, a pipeline of the script
+// and WAIT). Retries of a pipeline re-send every command in
 // it, which the scripts tolerate as they tolerate any retry (an acquire
 // recognises its own token, a release its own tombstone, which lives as long
 // as the batch can be resent, not only its own call).
@@ -265,6 +268,75 @@
 // Release or loss. A lease handle dropped while held is released when the
 // garbage collector finds it.
 //
+// # Replica acknowledgements
+//
+// With one primary and asynchronous replicas (Sentinel, a managed Redis
+// with failover), a lock written to the primary and lost with it before it
+// reached a replica is absent on the replica promoted in its place, and a
+// second caller takes it while the first still holds it.
+// WithReplicaAcks(n, timeout) narrows that window, as Redisson's "sync
+// slaves" do: every acquire and renewal script is followed by WAIT n
+// timeout in one pipeline on the same connection (WAIT counts the replicas
+// that acknowledged that connection's writes, so it must follow the script
+// there; when the combiner batches concurrent calls, one WAIT ends the
+// batch and covers every command before it). It needs a *redis.Client: one
+// node, or Sentinel through redis.NewFailoverClient. New refuses it on a
+// ClusterClient or Ring, which split a pipeline by slot and send a keyless
+// WAIT to a node of their choosing, and NewQuorum does not take it.
+//
+//   - Acquire: when fewer than n replicas acknowledged the lock within
+//     timeout, the lock is given back at once (leave.lua, owner-checked, in
+//     the background, as the lock of an attempt whose reply was lost) and
+//     Acquire fails, whatever its wait strategy, with an error wrapping
+//     ErrNotReplicated that says how many acknowledged. Decided: it is a
+//     store failure for instrument.Govern (marked as storefail marks an
+//     unreachable quorum): the primary answered, but the store cannot give
+//     the lock it was asked for, as when it is down. Under FailClosed (the
+//     default) Acquire returns it; under FailOpen Govern falls back to a
+//     process-local lock and counts it in lockgov_store_degraded_total,
+//     which pages: a caller that chose availability keeps it while a
+//     replica is down, and operators hear of it. An Acquire whose context
+//     ends before WAIT answers fails as any Acquire whose context ended
+//     (ErrNotAcquired and the context's error), the lock given back too:
+//     give Acquire a deadline above the ack timeout.
+//   - A lock handed over by a release (the handoff) was written by the
+//     releasing client, whose release waits for no replica: with
+//     WithReplicaAcks the waiter confirms it with an acquire attempt of its
+//     own (acquire.lua finds the lock its own and re-arms it) followed by
+//     WAIT, one round trip more per handoff.
+//   - Refresh and the watchdog's renewals: a renewal fewer than n replicas
+//     acknowledged fails with ErrNotReplicated and extends nothing. The
+//     primary has re-armed the TTL, but a replica promoted now would expire
+//     the lock at the old one, so the lease keeps counting from the last
+//     acknowledged write: the watchdog retries it as any failed renewal,
+//     and the lease ends with ErrLockLost at the old expiry if none is
+//     acknowledged by then. A manual Refresh returns the error and the
+//     lease stays held until then.
+//   - Release does not wait: a release lost in a failover leaves the lock
+//     on the promoted replica until its TTL (liveness, not safety), and a
+//     WAIT would cost every Release up to the timeout while a replica is
+//     down.
+//
+// What it does not promise: WAIT does not make Redis strongly consistent.
+// It says that n replicas had the write when WAIT answered, not that the
+// replica promoted next is one of them: a failover that promotes a replica
+// that did not acknowledge (one of several, with n below their number, or
+// a replica that lagged) still loses the lock. Sentinel and Cluster prefer
+// the replica with the largest replication offset, which makes that rare,
+// not impossible; a replica restarted from an older snapshot loses it too.
+// A write acknowledged by fewer than n replicas may still be on some of
+// them (the give-back is not waited for either): a lock given back on the
+// primary can outlive it on such a replica until its TTL, costing
+// liveness after a failover, never exclusion. The timeout must be below
+// the client's ReadTimeout (New checks it): a pipeline's replies are read
+// within it. Right after a replica (re)connects, the primary counts it only
+// once it has acknowledged an offset (within a second), so acquires may
+// fail meanwhile. Every acquire and renewal costs the replicas' round trip
+// (go-redis hooks see a pipeline for each), and every one waits the whole
+// timeout while too few replicas answer, also an attempt that finds the
+// lock held. Fences and the "Failure modes" below still apply: use
+// etcdlock where a lock must be a correctness guarantee.
+//
 // # Failure modes
 //
 // redis-server down (in quorum mode, so many nodes that the others cannot
@@ -272,7 +344,8 @@
 // ErrNotAcquired) without waiting for the deadline; holders lose their
 // leases by the local timer. Sentinel failover: a lock written to the old
 // primary and not yet replicated is absent on the new one, and another
-// client can take it; the old holder learns of it at its next renewal
+// client can take it (WithReplicaAcks narrows this window: see "Replica
+// acknowledgements"); the old holder learns of it at its next renewal
 // (ErrLockLost) — until then only the fence protects the resource (the new
 // holder's fence is above the old one's, under the clock conditions of
 // "Fences after a failover or a lossy restart"). This is why money-moving
