@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -154,4 +155,47 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// BenchmarkAcquireReleaseReplicaAcks compares an uncontended pair on a
+// primary with one replica, without and with WithReplicaAcks(1, ...): the
+// acquire then waits for the replica's acknowledgement (WAIT after the
+// script, in one pipeline). Both run against the same replicated primary,
+// so the ratio is the cost of the acknowledgement alone.
+func BenchmarkAcquireReleaseReplicaAcks(b *testing.B) {
+	primary := testenv.NewRedis(b, testenv.WithRedisArgs("--repl-diskless-sync-delay", "0"))
+	// The replica runs until the benchmark's cleanup stops it.
+	testenv.NewRedis(b, testenv.WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(primary.Port())))
+	c := newClient(b, primary.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	// The primary counts the replica once it is in sync and acknowledged.
+	testenv.WaitFor(b, time.Minute, "the replica to sync", func() bool {
+		return c.Wait(ctx, 1, 50*time.Millisecond).Val() == 1
+	})
+	for _, bc := range []struct {
+		name string
+		opts []redislock.Option
+	}{
+		{"redislock", nil},
+		{"redislock-acks1", []redislock.Option{redislock.WithReplicaAcks(1, 500*time.Millisecond)}},
+	} {
+		l := newLocker(b, c, bc.opts...)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			srv := testenv.ServerCPU(b, c)
+			start := cpuTime()
+			for b.Loop() {
+				lease, err := l.Acquire(ctx, "lock:bench:acks", instrument.FailFast())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, start)
+			reportServer(b, c, srv)
+		})
+	}
 }
