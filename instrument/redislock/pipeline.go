@@ -85,7 +85,7 @@ var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan stru
 func newCombiner(c redis.UniversalClient, acks replicaAcks) *combiner {
 	b := &combiner{c: c, acks: acks}
 	if acks.on() {
-		b.wait = []any{"wait", acks.n, acks.timeout.Milliseconds()}
+		b.wait = []any{"wait", acks.n, acks.waitMs()}
 	}
 	return b
 }

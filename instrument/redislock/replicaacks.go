@@ -28,6 +28,15 @@ type replicaAcks struct {
 // on says acks are asked for.
 func (a replicaAcks) on() bool { return a.n > 0 }
 
+// waitMs is the timeout WAIT is sent with: in whole milliseconds, rounded
+// up. WAIT n 0 blocks until n replicas answer, so a timeout New accepts
+// (> 0) but under a millisecond must not truncate to it: it would wait out
+// the client's read timeout instead (and go-redis would resend the
+// pipeline), failing with a transport error rather than ErrNotReplicated.
+func (a replicaAcks) waitMs() int64 {
+	return int64((a.timeout + time.Millisecond - 1) / time.Millisecond)
+}
+
 // ackReply is the answer of the WAIT that followed a command: how many
 // replicas acknowledged the connection's writes up to it, or why WAIT did
 // not answer.
@@ -68,7 +77,7 @@ func (a replicaAcks) checkClient(c redis.UniversalClient) error {
 		return fmt.Errorf("%w: redislock: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not %T: WAIT must run on the connection and node that ran the lock script", instrument.ErrInvalidOption, c)
 	}
 	// A pipeline's replies are read within ReadTimeout (> 0: a limit).
-	if rt := rc.Options().ReadTimeout; rt > 0 && a.timeout >= rt {
+	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.waitMs())*time.Millisecond >= rt {
 		return fmt.Errorf("%w: redislock: replica ack timeout %v must be below the client's ReadTimeout %v (the WAIT reply is read within it)", instrument.ErrInvalidOption, a.timeout, rt)
 	}
 	return nil
