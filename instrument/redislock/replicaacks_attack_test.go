@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -186,4 +187,125 @@ func TestReplicaAcks_ALostReplyIsGrantedOnlyByTheResendsWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplicaAcks_AContextShorterThanTheWaitGivesTheLockBack: the caller's
+// deadline (300ms) is far below the WAIT timeout (2s) and the replica is
+// stopped, so the deadline ends the Acquire while WAIT is still waiting: it
+// fails as an Acquire whose context ended (ErrNotAcquired and the
+// deadline), never with a lease, and the lock its script took on the
+// primary is given back, so another caller takes it at once, not after its
+// hour.
+func TestReplicaAcks_AContextShorterThanTheWaitGivesTheLockBack(t *testing.T) {
+	for _, m := range modes {
+		for _, wait := range []struct {
+			name string
+			opt  instrument.AcquireOption
+		}{{"fail-fast", instrument.FailFast()}, {"deadline", instrument.WaitUntilDeadline()}} {
+			t.Run(m.name+"/"+wait.name, func(t *testing.T) {
+				ctx := timeout(t, 2*time.Minute)
+				rp := newReplicated(t, ctx)
+				l := newLocker(t, ackClient(t, rp.primary.Addr()), append(m.opts, redislock.WithReplicaAcks(1, healthyAckTimeout))...)
+				warmUp(t, ctx, l, instrument.FailFast())
+				rp.pauseReplica(t)
+
+				const key = "lock:replica-acks-short-context"
+				actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				defer cancel()
+				lease, err := l.Acquire(actx, key, instrument.WithTTL(time.Hour), wait.opt)
+				if err == nil {
+					_ = lease.Release(ctx)
+					t.Fatal("Acquire returned a lease whose WAIT its context cut short")
+				}
+				if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Acquire = %v, want ErrNotAcquired and the context's deadline", err)
+				}
+				testenv.WaitFor(t, giveBackWithin, "the give-back to end", func() bool {
+					return redislock.PendingLeaves(l) == 0
+				})
+				if n := rp.cp.Exists(ctx, key).Val(); n != 0 {
+					t.Fatalf("the lock taken by the cut attempt is still on the primary (EXISTS %d)", n)
+				}
+				other, err := newLocker(t, newClient(t, rp.primary.Addr()), m.opts...).Acquire(ctx, key, instrument.FailFast())
+				if err != nil {
+					t.Fatalf("another caller cannot take the lock after the give-back: %v", err)
+				}
+				_ = other.Release(ctx)
+			})
+		}
+	}
+}
+
+// TestReplicaAcks_AHandoffNoReplicaAcknowledgesGrantsNobody: Fair mode,
+// the replica stopped, two waiters of two Lockers queued behind a holder
+// whose lock was acknowledged. The holder's release hands the lock to the
+// first waiter (a release waits for no replica); its confirming attempt is
+// not acknowledged, so it fails with ErrNotReplicated and its give-back
+// hands the lock on to the second, which fails the same way: nobody gets a
+// lease while no replica acknowledges, and the lock ends free with the
+// queue empty. Once the replica is back a caller takes it.
+func TestReplicaAcks_AHandoffNoReplicaAcknowledgesGrantsNobody(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := newReplicated(t, ctx)
+	const key = "lock:replica-acks-fair-handoff"
+	holder := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.Fair(), redislock.WithReplicaAcks(1, healthyAckTimeout))
+	h, err := holder.Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := rp.pauseReplica(t)
+
+	type result struct {
+		lease instrument.Lease
+		err   error
+	}
+	var waiters []*redislock.Locker
+	var results []chan result
+	for i := range 2 {
+		w := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.Fair(), redislock.WithReplicaAcks(1, 300*time.Millisecond))
+		res := make(chan result, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			lease, err := w.Acquire(wctx, key, instrument.WithTTL(time.Hour), instrument.WithoutWatchdog())
+			res <- result{lease, err}
+		}()
+		testenv.WaitFor(t, giveBackWithin, fmt.Sprintf("waiter %d to queue", i), func() bool {
+			return rp.cp.LLen(ctx, queueKey(key)).Val() == int64(i+1)
+		})
+		waiters, results = append(waiters, w), append(results, res)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, res := range results {
+		r := <-res
+		if r.err == nil {
+			_ = r.lease.Release(ctx)
+			t.Fatalf("waiter %d got a lease (fence %d) no replica acknowledged", i, r.lease.Fence())
+		}
+		if !errors.Is(r.err, redislock.ErrNotReplicated) {
+			t.Fatalf("waiter %d: %v, want ErrNotReplicated", i, r.err)
+		}
+	}
+	for _, w := range waiters {
+		testenv.WaitFor(t, giveBackWithin, "the waiters' give-backs to end", func() bool {
+			return redislock.PendingLeaves(w) == 0
+		})
+	}
+	if n := rp.cp.Exists(ctx, key, queueKey(key)).Val(); n != 0 {
+		t.Fatalf("after both give-backs the lock or the queue is still there (EXISTS %d)", n)
+	}
+	resume()
+	next := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.Fair(), redislock.WithReplicaAcks(1, healthyAckTimeout))
+	testenv.WaitFor(t, giveBackWithin, "an acknowledged Acquire once the replica is back", func() bool {
+		lease, err := next.Acquire(ctx, key, instrument.FailFast())
+		if err != nil && !errors.Is(err, redislock.ErrNotReplicated) {
+			t.Fatalf("Acquire after the replica came back: %v", err)
+		}
+		if err == nil {
+			_ = lease.Release(ctx)
+		}
+		return err == nil
+	})
 }
