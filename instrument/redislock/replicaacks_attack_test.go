@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -308,4 +310,139 @@ func TestReplicaAcks_AHandoffNoReplicaAcknowledgesGrantsNobody(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// window is a span of time.
+type window struct{ from, to time.Time }
+
+// TestReplicaAcks_AFlappingReplicaNeverAcknowledgesAGrantMadeWhileStopped:
+// the replica is stopped and resumed over and over (SIGSTOP/SIGCONT, for
+// random spans) while four goroutines take locks on fresh keys and one
+// refreshes a lease it holds. A grant or a successful Refresh whose call
+// began after a stop and returned before the resume that followed wrote
+// its lock while no replica could acknowledge it: there must be none. The
+// stream must also see grants and ErrNotReplicated refusals both, so that
+// it ran through both states.
+func TestReplicaAcks_AFlappingReplicaNeverAcknowledgesAGrantMadeWhileStopped(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := newReplicated(t, ctx)
+	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, 300*time.Millisecond))
+	held, err := l.Acquire(ctx, "lock:replica-acks-flap-held", instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+
+	var mu sync.Mutex
+	var stopped []window // the replica stopped from..to
+	var acked []window   // calls that returned success (grants, Refreshes)
+	var grants, refused, refreshed int
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	call := func(f func(context.Context) error) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		from := time.Now()
+		err := f(cctx)
+		to := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			acked = append(acked, window{from, to})
+		case errors.Is(err, redislock.ErrNotReplicated):
+			refused++
+		default:
+			t.Errorf("a call failed otherwise: %v", err)
+		}
+	}
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				call(func(cctx context.Context) error {
+					lease, err := l.Acquire(cctx, fmt.Sprintf("lock:replica-acks-flap:%d:%d", w, i), instrument.WithTTL(time.Minute), instrument.FailFast(), instrument.WithoutWatchdog())
+					if err == nil {
+						mu.Lock()
+						grants++
+						mu.Unlock()
+						_ = lease.Release(ctx)
+					}
+					return err
+				})
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			call(func(cctx context.Context) error {
+				err := held.Refresh(cctx)
+				if err == nil {
+					mu.Lock()
+					refreshed++
+					mu.Unlock()
+				}
+				return err
+			})
+		}
+	})
+
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return grants > 0 && refused > 0 && refreshed > 0
+	}
+	// A stop counts from when the kernel shows the replica stopped (SIGSTOP
+	// is delivered asynchronously), so that a window is never one in which
+	// the replica could still run.
+	stat := "/proc/" + infoField(t, ctx, rp.cr, "server", "process_id") + "/stat"
+	isStopped := func() bool {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatalf("the replica's state: %v", err)
+		}
+		_, rest, _ := strings.Cut(string(b), ") ")
+		return strings.HasPrefix(rest, "T")
+	}
+	for cycle := 0; cycle < 8 || (!enough() && cycle < 60); cycle++ {
+		// Spans are the workload here, not synchronization.
+		if err := rp.replica.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, giveBackWithin, "the replica to stop", isStopped)
+		from := time.Now()
+		time.Sleep(time.Duration(50+rand.IntN(400)) * time.Millisecond)
+		to := time.Now()
+		if err := rp.replica.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		stopped = append(stopped, window{from, to})
+		mu.Unlock()
+		time.Sleep(time.Duration(50+rand.IntN(400)) * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	for _, a := range acked {
+		for _, s := range stopped {
+			if a.from.After(s.from) && a.to.Before(s.to) {
+				t.Errorf("a call succeeded within a stop of the replica: called %v and returned %v after the stop, which lasted %v",
+					a.from.Sub(s.from), a.to.Sub(s.from), s.to.Sub(s.from))
+			}
+		}
+	}
+	if !enough() {
+		t.Fatalf("the stream did not see both states: %d grants, %d refreshes, %d refusals", grants, refreshed, refused)
+	}
+	t.Logf("%d grants, %d refreshes, %d refusals over %d stops", grants, refreshed, refused, len(stopped))
 }
