@@ -127,11 +127,8 @@ func TestReplicaAcks_ALostReplyIsGrantedOnlyByTheResendsWait(t *testing.T) {
 				o.ReadTimeout, o.WriteTimeout = 5*time.Second, 5*time.Second
 			})
 			c.AddHook(g)
-			ackTimeout := healthyAckTimeout
-			if stop {
-				ackTimeout = 500 * time.Millisecond
-			}
-			l := newLocker(t, c, redislock.WithReplicaAcks(1, ackTimeout))
+			// The warm-up needs a healthy replica's acknowledgement in time.
+			l := newLocker(t, c, redislock.WithReplicaAcks(1, healthyAckTimeout))
 			warmUp(t, ctx, l, instrument.FailFast())
 
 			key := "lock:replica-acks-lost-reply-" + name
@@ -327,7 +324,10 @@ func TestReplicaAcks_AFlappingReplicaNeverAcknowledgesAGrantMadeWhileStopped(t *
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, 300*time.Millisecond))
-	held, err := l.Acquire(ctx, "lock:replica-acks-flap-held", instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+	// The lease the stream refreshes, taken with a WAIT a healthy replica
+	// answers in time on a loaded machine.
+	first := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, healthyAckTimeout))
+	held, err := first.Acquire(ctx, "lock:replica-acks-flap-held", instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
 	if err != nil {
 		t.Fatal(err)
 	}

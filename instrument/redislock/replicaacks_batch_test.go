@@ -83,11 +83,13 @@ type batchOutcome struct {
 func runMixedBatch(t *testing.T, ctx context.Context, c *redis.Client, b *combiner, h *gateHook, recorded func() [][]redis.Cmder, prefix string, beforeBatch func()) ([]batchOutcome, []redis.Cmder) {
 	t.Helper()
 	s := node{c: c, send: b, waiterTTL: 5 * time.Second, acks: b.acks}
-	// Two locks to release in the batch, taken before (their own WAITs).
+	// Two locks to release in the batch, taken before with a WAIT a healthy
+	// replica answers in time on a loaded machine (b's may be short).
+	pre := node{c: c, send: newCombiner(c, replicaAcks{n: 1, timeout: 2 * time.Second, set: true}), waiterTTL: 5 * time.Second, acks: replicaAcks{n: 1, timeout: 2 * time.Second, set: true}}
 	held := make([]*request, 2)
 	for i := range held {
 		held[i] = newTestRequest(t, fmt.Sprintf("%s:held:%d", prefix, i))
-		if a, err := s.attempt(ctx, held[i]); err != nil || !a.acquired {
+		if a, err := pre.attempt(ctx, held[i]); err != nil || !a.acquired {
 			t.Fatalf("taking the lock to release in the batch: %+v, %v", a, err)
 		}
 	}
