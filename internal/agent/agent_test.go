@@ -389,3 +389,40 @@ func (h *pingDeadlines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
+// TestHTTP_AnAgentURLWithATrailingSlashStillReachesTheAPI: the agent
+// prints its console's URL with a trailing slash; a runbook's
+// "$AGENT/api/v1/findings" built from it sends "//api/v1/findings". Before,
+// ServeMux answered a redirect (307, not followed by curl without -L);
+// now it is the API's own answer, for GET and for the remediation DELETE.
+func TestHTTP_AnAgentURLWithATrailingSlashStillReachesTheAPI(t *testing.T) {
+	r := testenv.NewRedis(t)
+	cfg := testConfig("agent")
+	cfg.Redis = []string{"redis://" + r.Addr()}
+	cfg.RemediationToken = "tok"
+	a := start(t, cfg)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, path := range []string{"/api/v1/findings", "//api/v1/findings", "///api/v1/instances", "//healthz"} {
+		resp, err := noRedirect.Get(strings.TrimSuffix(a.URL(), "/") + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, resp.StatusCode)
+		}
+	}
+	req, err := http.NewRequest(http.MethodDelete, a.URL()+"/api/v1/locks?key=lock:absent", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("DELETE //api/v1/locks of an absent key: %d, want the API's own answer, 404", resp.StatusCode)
+	}
+}

@@ -73,7 +73,30 @@ func (a *Agent) handler() http.Handler {
 	})
 	mux.HandleFunc("DELETE /api/v1/locks", a.remediate)
 	consoleHandler(mux)
-	return mux
+	return oneLeadingSlash(mux)
+}
+
+// oneLeadingSlash gives h a request path whose leading slashes are one.
+// The agent prints its console's URL with a slash at the end
+// ("http://127.0.0.1:9464/"); an operator who sets AGENT to it and runs a
+// runbook's curl "$AGENT/api/v1/findings" sends "//api/v1/findings", which
+// ServeMux answers with a redirect (307) that curl without -L, and every DELETE, do
+// not follow: the command printed nothing. Only the leading run is
+// collapsed; ServeMux still cleans the rest as before.
+func oneLeadingSlash(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "//") {
+			u := *r.URL
+			u.Path = "/" + strings.TrimLeft(u.Path, "/")
+			if u.RawPath != "" {
+				u.RawPath = "/" + strings.TrimLeft(u.RawPath, "/")
+			}
+			r2 := *r
+			r2.URL = &u
+			r = &r2
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // served returns the record this agent serves and whether it leads.
