@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgov/lockgov/internal/shellquote"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -143,7 +144,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		var action string
 		if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
-				cli, shellQuote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
+				cli, shellquote.Quote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
 		} else {
 			action = fmt.Sprintf("%s   # then, once its holder is confirmed gone: %s", etcdGet(d.store, l), freeCommand(d.store, l))
 		}
@@ -154,7 +155,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		var action string
 		if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
-				cli, shellQuote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
+				cli, shellquote.Quote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
 		} else {
 			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
 				rule.MaxTTL, freeCommand(d.store, l))
@@ -204,10 +205,10 @@ func traceHint(trace string) string {
 // name, so nothing the store does not already show).
 func freeCommand(s Store, l *Lock) string {
 	if s.Backend() == "redis" {
-		return s.cli() + " DEL " + shellQuote(l.StoreKey)
+		return s.cli() + " DEL " + shellquote.Quote(l.StoreKey)
 	}
 	if !strings.Contains(l.StoreKey, "\x00") {
-		return s.cli() + " del " + shellQuote(l.StoreKey)
+		return s.cli() + " del " + shellquote.Quote(l.StoreKey)
 	}
 	if l.Lease != 0 {
 		return s.cli() + " lease revoke " + strconv.FormatInt(l.Lease, 16)
@@ -219,7 +220,7 @@ func freeCommand(s Store, l *Lock) string {
 // is listed with the rest of its queue (--prefix up to the NUL).
 func etcdGet(s Store, l *Lock) string {
 	if before, _, ok := strings.Cut(l.StoreKey, "\x00"); ok {
-		return s.cli() + " get --prefix " + shellQuote(before)
+		return s.cli() + " get --prefix " + shellquote.Quote(before)
 	}
-	return s.cli() + " get " + shellQuote(l.StoreKey)
+	return s.cli() + " get " + shellquote.Quote(l.StoreKey)
 }

@@ -232,13 +232,13 @@ func redisCLI(addr, user string, pass, tls bool, db int, cluster bool) string {
 	if host == "FailoverClient" { // a Sentinel client does not expose its primary's address
 		b.WriteString(" -h PRIMARY_HOST -p PRIMARY_PORT")
 	} else {
-		b.WriteString(" -h " + shellQuote(host) + " -p " + shellQuote(port))
+		b.WriteString(" -h " + shellquote.Quote(host) + " -p " + shellquote.Quote(port))
 	}
 	if tls {
 		b.WriteString(" --tls")
 	}
 	if user != "" {
-		b.WriteString(" --user " + shellQuote(user))
+		b.WriteString(" --user " + shellquote.Quote(user))
 	}
 	if pass {
 		b.WriteString(" --askpass")
@@ -538,9 +538,9 @@ func (s *EtcdStore) cli() string {
 	for _, e := range s.c.Endpoints() {
 		eps = append(eps, RedactURL(e))
 	}
-	cmd := "etcdctl --endpoints=" + shellQuote(strings.Join(eps, ","))
+	cmd := "etcdctl --endpoints=" + shellquote.Quote(strings.Join(eps, ","))
 	if s.c.Username != "" {
-		cmd += " --user " + shellQuote(s.c.Username)
+		cmd += " --user " + shellquote.Quote(s.c.Username)
 	}
 	return cmd
 }
@@ -721,6 +721,3 @@ func (s *EtcdStore) get(ctx context.Context, key string) ([]byte, bool, error) {
 	}
 	return resp.Kvs[0].Value, true, nil
 }
-
-// shellQuote quotes s for a POSIX shell (shellquote.Quote).
-func shellQuote(s string) string { return shellquote.Quote(s) }

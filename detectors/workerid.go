@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/shellquote"
 	"github.com/lockgov/lockgov/snowflake/workerid"
 )
 
@@ -124,7 +125,7 @@ func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 			Detail: fmt.Sprintf("service %s WorkerID %d is reported by %d live instances (%s): their IDs can collide",
 				c.wid.Service, c.wid.ID, len(insts), strings.Join(who, "; ")),
 			Action: fmt.Sprintf("restart all but the instance the slot names (%s get %s shows it); then look for duplicate IDs issued by service %s under WorkerID %d",
-				c.b.store.cli(), shellQuote(key), c.wid.Service, c.wid.ID),
+				c.b.store.cli(), shellquote.Quote(key), c.wid.Service, c.wid.ID),
 		})
 	}
 	return out.result(DetectorWorkerID, ""), nil
@@ -216,7 +217,7 @@ func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, k
 		Detail: fmt.Sprintf("%s still reports WorkerID %d of service %s, but %s; its generator must have stopped issuing (ErrWorkerLeaseLost) - if it has not, its IDs can collide",
 			holderString(hb), wid.ID, wid.Service, problem),
 		Action: fmt.Sprintf("restart %s so that it claims a WorkerID again; %s get %s shows who holds the slot",
-			hb.Instance, b.store.cli(), shellQuote(key)),
+			hb.Instance, b.store.cli(), shellquote.Quote(key)),
 	})
 	return superseded, nil
 }
