@@ -96,6 +96,33 @@ func TestHTTP_ARunOfLeadingSlashesAnswersAsOneSlash(t *testing.T) {
 	}
 }
 
+// TestHTTP_AnEncodedSlashIsNotCollapsed: %2F is a byte of a path segment,
+// not a separator. "/%2Fapi/v1/findings" names a segment "/api", not the
+// API, and "//%2Fapi/v1/findings" is that path with one slash too many:
+// neither reaches the API, as before leading slashes were collapsed. A
+// proxy in front of the agent that guards /api/v1/locks sees no
+// /api/v1/locks in "/%2Fapi/v1/locks": the agent must not see one either.
+func TestHTTP_AnEncodedSlashIsNotCollapsed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const value = "tok-immortal 7 {\"service\":\"billing\",\"pid\":1}"
+	r, c := redisWithImmortalLock(t, ctx, "lock:order:9", value)
+	a := start(t, remediationConfig("agent", r, "tok"))
+	for _, p := range []string{"/%2Fapi/v1/findings", "//%2Fapi/v1/findings", "/%2F%2Fapi/v1/findings", "/%2f/api/v1/findings"} {
+		if resp, body := rawRequest(t, a, "GET", p); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %s %.60q, want 404: an encoded slash is not a separator", p, answer(resp), body)
+		}
+	}
+	for _, p := range []string{"/%2Fapi/v1/locks?key=lock:order:9", "//%2Fapi/v1/locks?key=lock:order:9"} {
+		if resp, body := rawRequest(t, a, "DELETE", p, "Authorization: Bearer tok"); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("DELETE %s: %s %.80q, want 404", p, answer(resp), body)
+		}
+	}
+	if n, err := c.Exists(ctx, "lock:order:9").Result(); err != nil || n != 1 {
+		t.Fatalf("lock:order:9 after DELETEs of other paths: exists %d, %v", n, err)
+	}
+}
+
 // TestHTTP_NoPathRedirectsOffHost: a path that reads as a network-path
 // reference ("//evil.example/...") or turns into one once cleaned gets no
 // Location that leaves the agent: every Location, resolved against the
