@@ -81,15 +81,24 @@ func (a *Agent) handler() http.Handler {
 // ("http://127.0.0.1:9464/"); an operator who sets AGENT to it and runs a
 // runbook's curl "$AGENT/api/v1/findings" sends "//api/v1/findings", which
 // ServeMux answers with a redirect (307) that curl without -L, and every DELETE, do
-// not follow: the command printed nothing. Only the leading run is
-// collapsed; ServeMux still cleans the rest as before.
+// not follow: the command printed nothing. Only the leading run of
+// literal slashes is collapsed, as the request wrote them (EscapedPath): a
+// %2F is a byte of a segment, not a separator, so "/%2Fapi/v1/locks" stays
+// a path that is not the API (404), as a proxy in front of the agent reads
+// it too. The query is left as it is. ServeMux still cleans the rest as
+// before (dot segments and inner runs of slashes get its 307, to a path on
+// this host).
 func oneLeadingSlash(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "//") {
+		if ep := r.URL.EscapedPath(); strings.HasPrefix(ep, "//") {
+			// The n extra slashes that begin the escaped path begin Path
+			// too, and RawPath when it is set (it then encodes Path), so
+			// cutting them from both keeps the one an encoding of the other.
+			n := len(ep) - len(strings.TrimLeft(ep, "/")) - 1
 			u := *r.URL
-			u.Path = "/" + strings.TrimLeft(u.Path, "/")
+			u.Path = u.Path[n:]
 			if u.RawPath != "" {
-				u.RawPath = "/" + strings.TrimLeft(u.RawPath, "/")
+				u.RawPath = u.RawPath[n:]
 			}
 			r2 := *r
 			r2.URL = &u
