@@ -14,15 +14,27 @@ import (
 // create revision is the fence; the others wait in that order.
 
 // ParseQueueKey splits an entry's etcd key, under prefix, into the lock key
-// and the lease ID of the session that queued it.
+// and the lease ID of the session that queued it. ok is false for any other
+// name: one etcdlock does not write (another writer's entry under the
+// prefix). etcdlock writes the lease ID as 16 lower-case hex digits after
+// the first NUL, as a valid lock key has no NUL (instrument.ValidateKey
+// refuses control bytes); so a name with a second NUL is not a queue entry,
+// although it would read as one of a key holding a NUL: "k\x00<lease>\x00<16
+// hex>", sorting among the entries of k, is not a lock "k\x00<lease>" that
+// would split k's queue in two for a reader ranging over the prefix.
 func ParseQueueKey(prefix, etcdKey string) (key string, leaseID int64, ok bool) {
 	rest, ok := strings.CutPrefix(etcdKey, prefix)
 	if !ok {
 		return "", 0, false
 	}
-	i := strings.LastIndexByte(rest, 0)
+	i := strings.IndexByte(rest, 0)
 	if i <= 0 || len(rest)-i-1 != 16 {
 		return "", 0, false
+	}
+	for _, c := range []byte(rest[i+1:]) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return "", 0, false // not %016x: upper case, a sign, a space
+		}
 	}
 	id, err := strconv.ParseUint(rest[i+1:], 16, 64)
 	if err != nil {

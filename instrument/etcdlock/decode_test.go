@@ -50,7 +50,12 @@ func TestDecodeValue_ForeignValuesAndKeys(t *testing.T) {
 			t.Errorf("%q decoded as %+v, want foreign", v, h)
 		}
 	}
-	for _, k := range []string{"/other/x\x000000000000000001", etcdlock.DefaultPrefix + "x", etcdlock.DefaultPrefix + "x\x00zz", etcdlock.DefaultPrefix + "\x000000000000000001"} {
+	for _, k := range []string{"/other/x\x000000000000000001", etcdlock.DefaultPrefix + "x", etcdlock.DefaultPrefix + "x\x00zz", etcdlock.DefaultPrefix + "\x000000000000000001",
+		// After the fix of 6b8097e: a second NUL (the layout of a key
+		// holding a NUL, which etcdlock never writes) and hex that is not
+		// %016x's lower case.
+		etcdlock.DefaultPrefix + "x\x000000000000000001\x000000000000000002", etcdlock.DefaultPrefix + "x\x00\x00000000000000001",
+		etcdlock.DefaultPrefix + "x\x00ABCDEF0123456789"} {
 		if _, _, ok := etcdlock.ParseQueueKey(etcdlock.DefaultPrefix, k); ok {
 			t.Errorf("ParseQueueKey accepted %q", k)
 		}
