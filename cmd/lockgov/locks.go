@@ -53,7 +53,8 @@ LOCKGOV_ETCD and LOCKGOV_POLICY.
 
 A key is bytes. In the table, a key (or a pattern or holder) that is not UTF-8
 or that a terminal would not print as itself (a newline, a tab, an escape
-sequence) is shown as a shell's $'...' quoting writes it: \xNN for each byte
+sequence, a bidirectional override, an invisible code point such as a
+zero-width space or a variation selector) is shown as a shell's $'...' quoting writes it: \xNN for each byte
 outside printable ASCII, \\ and \' for a backslash and a quote. A shell turns
 it back into the bytes (lockgov locks show $'lock:\xff'), but for a NUL, which
 no argument carries; -o json gives them as key_base64. A note on stderr says
@@ -194,8 +195,9 @@ func (w *lockWriter) write(l agent.Lock) error {
 }
 
 // shown returns s as a table cell: as it is when it is UTF-8 that a
-// terminal prints as itself (every rune printable: no newline, tab, escape
-// sequence or bidirectional control), not empty and not beginning with $'
+// terminal prints as itself (every rune printable and visible, see unseen:
+// no newline, tab, escape sequence, bidirectional control or invisible
+// code point), not empty and not beginning with $'
 // (it would read as an escaped cell). Otherwise escaped, as a POSIX shell's
 // $'...' quoting writes s: \xNN for each byte outside printable ASCII, as
 // the agent console shows a key that is not UTF-8 and the findings' actions
@@ -204,12 +206,22 @@ func (w *lockWriter) write(l agent.Lock) error {
 // (a newline), rewrite the terminal (an escape sequence), shift the columns
 // (a tab), or, not being UTF-8, print as another key.
 func (w *lockWriter) shown(s string) string {
-	if s != "" && !strings.HasPrefix(s, "$'") && utf8.ValidString(s) &&
-		strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+	if s != "" && !strings.HasPrefix(s, "$'") && utf8.ValidString(s) && strings.IndexFunc(s, unseen) < 0 {
 		return s
 	}
 	w.escaped++
 	return shellquote.ANSIC(s)
+}
+
+// unseen reports whether a terminal would not show r as itself: r is not
+// printable (a control, a format character such as a bidirectional
+// override or a zero-width space, a separator other than the space), or
+// is printable to unicode.IsPrint but default-ignorable, rendered as
+// nothing (a combining grapheme joiner, a variation selector, a Hangul
+// filler): "lock:order:1" followed by one of those would show as
+// lock:order:1.
+func unseen(r rune) bool {
+	return !unicode.IsPrint(r) || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }
 
 func (w *lockWriter) flush() error {
