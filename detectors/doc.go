@@ -141,7 +141,11 @@
 //   - etcdlock's entry names contain a NUL, which no shell can pass to
 //     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
 //     lease its name ends with (a name anyone who can list the prefix sees),
-//     and list it with `get --prefix` of the lock key.
+//     and list it with `get --prefix` of the lock key. A Redis key with a
+//     NUL (another application's) gets no redis-cli command: $'…\x00…'
+//     would reach redis-cli cut at the NUL, naming another key, whose lock
+//     PEXPIRE or DEL would change; its Action says to use a client library
+//     or the agent's DELETE with key_base64.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

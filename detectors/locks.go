@@ -142,7 +142,9 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	cli := d.store.cli()
 	if immortal {
 		var action string
-		if redis {
+		if redis && strings.Contains(l.StoreKey, "\x00") {
+			action = "give it the policy TTL (" + rule.TTL.String() + ") or free it through " + redisNULKey
+		} else if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
 				cli, shellquote.Quote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
 		} else {
@@ -153,7 +155,9 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	}
 	if above {
 		var action string
-		if redis {
+		if redis && strings.Contains(l.StoreKey, "\x00") {
+			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to cap it now, use %s", rule.MaxTTL, redisNULKey)
+		} else if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
 				cli, shellquote.Quote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
 		} else {
@@ -205,6 +209,9 @@ func traceHint(trace string) string {
 // name, so nothing the store does not already show).
 func freeCommand(s Store, l *Lock) string {
 	if s.Backend() == "redis" {
+		if strings.Contains(l.StoreKey, "\x00") {
+			return "delete the key through " + redisNULKey
+		}
 		return s.cli() + " DEL " + shellquote.Quote(l.StoreKey)
 	}
 	if !strings.Contains(l.StoreKey, "\x00") {
@@ -215,6 +222,12 @@ func freeCommand(s Store, l *Lock) string {
 	}
 	return "delete the entry through a client library or the agent's remediation API (etcdctl cannot pass the NUL in its name)"
 }
+
+// redisNULKey is what an action says in place of a redis-cli command on a
+// Redis key that holds a NUL: no shell argument carries a NUL, and the
+// quoted key, $'lock:q\x00…', would reach redis-cli as lock:q, another
+// key, whose lock PEXPIRE or DEL would change.
+const redisNULKey = "a client library (redis-cli cannot pass the NUL in the key's name: the quoted key would name the key before the NUL, another lock); the agent's DELETE /api/v1/locks?key_base64=KEY_BASE64 deletes it when it has no TTL"
 
 // etcdGet is the etcdctl get of a lock's entry; an entry named with a NUL
 // is listed with the rest of its queue (--prefix up to the NUL).
