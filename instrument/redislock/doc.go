@@ -327,9 +327,14 @@
 // A write acknowledged by fewer than n replicas may still be on some of
 // them (the give-back is not waited for either): a lock given back on the
 // primary can outlive it on such a replica until its TTL, costing
-// liveness after a failover, never exclusion. The timeout must be below
-// the client's ReadTimeout (New checks it): a pipeline's replies are read
-// within it. Right after a replica (re)connects, the primary counts it only
+// liveness after a failover, never exclusion. The timeout must leave 250ms
+// of the client's ReadTimeout (New checks it): a pipeline's replies are
+// read within ReadTimeout, and Redis answers a WAIT that timed out at its
+// next timer tick (every 1000/hz ms: up to 100ms late at the default hz
+// 10; a lower hz needs a larger margin than New checks). A timeout closer
+// to ReadTimeout had the reply arrive after go-redis's read deadline: an
+// i/o timeout, the connection dropped, the pipeline resent and each WAIT
+// waited out again. Right after a replica (re)connects, the primary counts it only
 // once it has acknowledged an offset (within a second), so acquires may
 // fail meanwhile. Every acquire and renewal costs the replicas' round trip
 // (go-redis hooks see a pipeline for each), and every one waits the whole

@@ -139,9 +139,11 @@ func WithWaiterTimeout(d time.Duration) Option {
 // extend the lease. Releases do not wait. See "Replica acknowledgements"
 // in the package doc for what this does and does not promise.
 //
-// n must be >= 1 and timeout > 0 and below the client's ReadTimeout (the
-// WAIT reply is read within it). WAIT counts in milliseconds: timeout is
-// rounded up to a whole one (never to WAIT's 0, which blocks). New refuses it on a client that does not
+// n must be >= 1 and timeout > 0 and at most the client's ReadTimeout
+// less 250ms (the WAIT reply is read within ReadTimeout, and Redis answers
+// a WAIT that timed out at its next timer tick, up to 100ms late at the
+// default hz). WAIT counts in milliseconds: timeout is rounded up to a
+// whole one (never to WAIT's 0, which blocks). New refuses it on a client that does not
 // send a pipeline to one node on one connection (Cluster, Ring); it is an
 // Option of New only: a quorum's nodes are independent primaries.
 func WithReplicaAcks(n int, timeout time.Duration) Option {

@@ -76,9 +76,21 @@ func (a replicaAcks) checkClient(c redis.UniversalClient) error {
 	if !ok {
 		return fmt.Errorf("%w: redislock: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not %T: WAIT must run on the connection and node that ran the lock script", instrument.ErrInvalidOption, c)
 	}
-	// A pipeline's replies are read within ReadTimeout (> 0: a limit).
-	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.waitMs())*time.Millisecond >= rt {
-		return fmt.Errorf("%w: redislock: replica ack timeout %v must be below the client's ReadTimeout %v (the WAIT reply is read within it)", instrument.ErrInvalidOption, a.timeout, rt)
+	// A pipeline's replies are read within ReadTimeout (> 0: a limit), and
+	// the WAIT's comes up to waitReplyMargin after its timeout.
+	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.waitMs())*time.Millisecond > rt-waitReplyMargin {
+		return fmt.Errorf("%w: redislock: replica ack timeout %v must be at most %v: the client's ReadTimeout %v less %v for the WAIT's late reply (Redis answers a WAIT that timed out at its next timer tick)", instrument.ErrInvalidOption, a.timeout, max(rt-waitReplyMargin, 0), rt, waitReplyMargin)
 	}
 	return nil
 }
+
+// waitReplyMargin is how much later than its timeout a WAIT's reply may
+// arrive: Redis ends a WAIT that timed out at its next timer tick, every
+// 1000/hz ms (100ms at the default hz 10; measured here, redis 7.0: WAIT 1
+// 500 with the replica stopped answers after 600ms), and the reply must
+// then reach the client on a loaded machine. A timeout closer than that to
+// the client's ReadTimeout had its pipeline's reply arrive after go-redis's
+// read deadline: an i/o timeout, the connection dropped and the whole
+// pipeline resent (each WAIT waiting again), instead of ErrNotReplicated.
+// It assumes hz >= 10; a server run with a lower hz answers later still.
+const waitReplyMargin = 250 * time.Millisecond
