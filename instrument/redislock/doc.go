@@ -295,10 +295,19 @@
 //     default) Acquire returns it; under FailOpen Govern falls back to a
 //     process-local lock and counts it in lockgov_store_degraded_total,
 //     which pages: a caller that chose availability keeps it while a
-//     replica is down, and operators hear of it. An Acquire whose context
-//     ends before WAIT answers fails as any Acquire whose context ended
-//     (ErrNotAcquired and the context's error), the lock given back too:
-//     give Acquire a deadline above the ack timeout.
+//     replica is down, and operators hear of it. The WAIT never outwaits
+//     the caller's deadline: it is sent with the timeout, or with what the
+//     context's deadline leaves less 250ms for the reply when that is less
+//     (at least 1ms), so that its reply, not the deadline, ends the
+//     pipeline (a read cut by the deadline drops the connection, and
+//     without ContextTimeoutEnabled nothing would cut it). Decided: an
+//     Acquire whose WAIT was so shortened and too few replicas answered
+//     fails as any Acquire whose context ended (ErrNotAcquired and
+//     context.DeadlineExceeded; errors.Is ErrNotReplicated too), not as a
+//     store failure: the replicas were given less time than asked for. Its
+//     lock is given back too. Give Acquire a deadline above the ack
+//     timeout plus 250ms. A renewal is shortened so by the lease's local
+//     deadline.
 //   - A lock handed over by a release (the handoff) was written by the
 //     releasing client, whose release waits for no replica: with
 //     WithReplicaAcks the waiter confirms it with an acquire attempt of its

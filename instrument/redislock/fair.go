@@ -35,7 +35,7 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 		att, err = decodeAcquire(res)
 	}
 	if err == nil && att.acquired && s.acks.on() {
-		err = s.acks.check(r.ack)
+		err = s.acks.checkAcquire(r.ack)
 	}
 	if err == nil && !att.acquired {
 		att.queued = !r.once

@@ -221,9 +221,11 @@ func (b *combiner) send(batch []*queued) {
 		_ = pipe.Process(ctx, q.cmd)
 	}
 	var wait *redis.IntCmd
+	var ms int64
+	var cut bool
 	for _, q := range batch {
 		if q.ack != nil {
-			wait = redis.NewIntCmd(ctx, b.wait...)
+			wait, ms, cut = b.waitCmd(ctx)
 			_ = pipe.Process(ctx, wait)
 			break
 		}
@@ -234,10 +236,21 @@ func (b *combiner) send(batch []*queued) {
 	if wait != nil {
 		for _, q := range batch {
 			if q.ack != nil {
-				*q.ack = ackReply{n: wait.Val(), err: wait.Err()}
+				*q.ack = ackReply{n: wait.Val(), err: wait.Err(), ms: ms, cut: cut}
 			}
 		}
 	}
+}
+
+// waitCmd is the WAIT for a send under ctx (a batch's: the latest deadline
+// of its calls), its timeout cut to what ctx's deadline leaves
+// (replicaAcks.waitArg).
+func (b *combiner) waitCmd(ctx context.Context) (cmd *redis.IntCmd, ms int64, cut bool) {
+	ms, cut = b.acks.waitArg(ctx)
+	if !cut {
+		return redis.NewIntCmd(ctx, b.wait...), ms, false
+	}
+	return redis.NewIntCmd(ctx, "wait", b.acks.n, ms), ms, true
 }
 
 // sendAcked runs cmd and a WAIT after it, in one pipeline: on one
@@ -247,10 +260,10 @@ func (b *combiner) send(batch []*queued) {
 func (b *combiner) sendAcked(ctx context.Context, cmd redis.Cmder, ack *ackReply) {
 	pipe := b.c.Pipeline()
 	_ = pipe.Process(ctx, cmd)
-	wait := redis.NewIntCmd(ctx, b.wait...)
+	wait, ms, cut := b.waitCmd(ctx)
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)
-	*ack = ackReply{n: wait.Val(), err: wait.Err()}
+	*ack = ackReply{n: wait.Val(), err: wait.Err(), ms: ms, cut: cut}
 }
 
 // batchContext is the context a batch is sent under: the first call's

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -37,12 +38,36 @@ func (a replicaAcks) waitMs() int64 {
 	return int64((a.timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
+// waitArg is WAIT's timeout in milliseconds for a send under ctx, and
+// whether ctx's deadline shortened it: the configured timeout (waitMs), or
+// what the deadline leaves after waitReplyMargin for the late reply, at
+// least a millisecond (WAIT 0 blocks). A WAIT that outwaits the caller's
+// deadline is cut by it: with ContextTimeoutEnabled the read deadline
+// fails the pipeline with an i/o timeout and go-redis drops the
+// connection; without it nothing but the WAIT's timeout bounds the read,
+// and the caller waited out the whole timeout past its deadline.
+func (a replicaAcks) waitArg(ctx context.Context) (ms int64, cut bool) {
+	ms = a.waitMs()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ms, false
+	}
+	left := int64((time.Until(dl) - waitReplyMargin) / time.Millisecond)
+	if left >= ms {
+		return ms, false
+	}
+	return max(left, 1), true
+}
+
 // ackReply is the answer of the WAIT that followed a command: how many
 // replicas acknowledged the connection's writes up to it, or why WAIT did
-// not answer.
+// not answer; and the timeout it was sent with (ms), cut when the
+// caller's deadline shortened it (waitArg).
 type ackReply struct {
 	n   int64
 	err error
+	ms  int64
+	cut bool
 }
 
 // check returns nil when the WAIT that followed a lock write says at least
@@ -56,9 +81,27 @@ func (a replicaAcks) check(r ackReply) error {
 		return fmt.Errorf("WAIT %d %v: %w", a.n, a.timeout, r.err)
 	}
 	if r.n < int64(a.n) {
+		if r.cut {
+			// Not the store's failure: the caller left WAIT less time than
+			// a replica was given to acknowledge (and Unavailable reads a
+			// context error outside an Unreachable mark as the caller's).
+			return fmt.Errorf("%w: %w: %d of %d replicas acknowledged within %v (the timeout %v cut to fit the context's deadline)",
+				context.DeadlineExceeded, ErrNotReplicated, r.n, a.n, time.Duration(r.ms)*time.Millisecond, a.timeout)
+		}
 		return storefail.Unreachable(fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, r.n, a.n, a.timeout))
 	}
 	return nil
+}
+
+// checkAcquire is check for an acquire attempt: one whose WAIT the
+// caller's deadline cut short fails as an Acquire whose context ended
+// (ErrNotAcquired and context.DeadlineExceeded), which it is about to.
+func (a replicaAcks) checkAcquire(r ackReply) error {
+	err := a.check(r)
+	if err != nil && r.err == nil && r.cut {
+		return fmt.Errorf("%w: %w", instrument.ErrNotAcquired, err)
+	}
+	return err
 }
 
 // checkClient refuses acks on a client that cannot put WAIT on the

@@ -212,7 +212,7 @@ func TestReplicaAcks_ABatchEndsWithOneWaitWhoseAnswerEveryAcquireGets(t *testing
 			for _, o := range out {
 				switch {
 				case strings.HasPrefix(o.name, "acquire"):
-					if o.r.ack != (ackReply{n: wantAcks}) {
+					if o.r.ack.n != wantAcks || o.r.ack.err != nil || o.r.ack.cut {
 						t.Errorf("%s: its ack is %+v, want the batch WAIT's answer %d", o.name, o.r.ack, wantAcks)
 					}
 					if !o.att.acquired {
