@@ -287,8 +287,13 @@
 //   - Acquire: when fewer than n replicas acknowledged the lock within
 //     timeout, the lock is given back at once (leave.lua, owner-checked, in
 //     the background, as the lock of an attempt whose reply was lost) and
-//     Acquire fails, whatever its wait strategy, with an error wrapping
-//     ErrNotReplicated that says how many acknowledged. Decided: it is a
+//     Acquire fails, whatever its wait strategy, with an error holding a
+//     *NotReplicatedError (Acked, Wanted, Timeout; errors.Is matches
+//     ErrNotReplicated). Govern's metrics have no failure-reason label:
+//     it counts the failure as any store failure (lockgov_lock_acquire_total
+//     result="error" under FailClosed, lockgov_store_degraded_total under
+//     FailOpen), and the acquire span's recorded error carries the message
+//     with the counts. Decided: it is a
 //     store failure for instrument.Govern (marked as storefail marks an
 //     unreachable quorum): the primary answered, but the store cannot give
 //     the lock it was asked for, as when it is down. Under FailClosed (the

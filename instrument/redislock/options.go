@@ -135,7 +135,7 @@ func WithWaiterTimeout(d time.Duration) Option {
 // script (Redisson's "sync slaves"), so that a failover to one of those
 // replicas keeps the lock. An Acquire whose lock fewer than n replicas
 // acknowledged within timeout gives the lock back and fails with an error
-// wrapping ErrNotReplicated; a renewal so left unacknowledged does not
+// holding a *NotReplicatedError (errors.Is: ErrNotReplicated); a renewal so left unacknowledged does not
 // extend the lease. Releases do not wait. See "Replica acknowledgements"
 // in the package doc for what this does and does not promise.
 //

@@ -19,6 +19,25 @@ import (
 // acknowledgements" in the package doc).
 var ErrNotReplicated = errors.New("redislock: lock write not acknowledged by enough replicas")
 
+// NotReplicatedError is the error WithReplicaAcks fails a lock write with
+// when fewer than Wanted replicas acknowledged it, carrying the counts:
+// errors.As finds it, and errors.Is(err, ErrNotReplicated) matches it.
+type NotReplicatedError struct {
+	Acked  int // replicas that acknowledged the write within Timeout
+	Wanted int // the n of WithReplicaAcks
+	// Timeout is how long WAIT was given: the WithReplicaAcks timeout
+	// (rounded up to the millisecond), or less when the caller's deadline
+	// left less (the error then also wraps context.DeadlineExceeded).
+	Timeout time.Duration
+}
+
+func (e *NotReplicatedError) Error() string {
+	return fmt.Sprintf("%v: %d of %d replicas acknowledged within %v", ErrNotReplicated, e.Acked, e.Wanted, e.Timeout)
+}
+
+// Is reports that e is an ErrNotReplicated.
+func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+
 // replicaAcks is WithReplicaAcks: n replicas within timeout (n 0: none).
 type replicaAcks struct {
 	n       int
@@ -73,7 +92,7 @@ type ackReply struct {
 // check returns nil when the WAIT that followed a lock write says at least
 // a.n replicas acknowledged it, else the error the caller returns: WAIT's
 // own (a transport error, which the caller judges as any other), or
-// ErrNotReplicated with the count, marked as the store out of reach
+// a *NotReplicatedError with the count, marked as the store out of reach
 // (storefail.Unreachable) so that Govern's store-failure policy applies.
 // The message carries no key: the store-failure log prints it.
 func (a replicaAcks) check(r ackReply) error {
@@ -81,14 +100,14 @@ func (a replicaAcks) check(r ackReply) error {
 		return fmt.Errorf("WAIT %d %v: %w", a.n, a.timeout, r.err)
 	}
 	if r.n < int64(a.n) {
+		e := &NotReplicatedError{Acked: int(r.n), Wanted: a.n, Timeout: time.Duration(r.ms) * time.Millisecond}
 		if r.cut {
 			// Not the store's failure: the caller left WAIT less time than
 			// a replica was given to acknowledge (and Unavailable reads a
 			// context error outside an Unreachable mark as the caller's).
-			return fmt.Errorf("%w: %w: %d of %d replicas acknowledged within %v (the timeout %v cut to fit the context's deadline)",
-				context.DeadlineExceeded, ErrNotReplicated, r.n, a.n, time.Duration(r.ms)*time.Millisecond, a.timeout)
+			return fmt.Errorf("%w: %w (the timeout %v cut to fit the context's deadline)", context.DeadlineExceeded, e, a.timeout)
 		}
-		return storefail.Unreachable(fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, r.n, a.n, a.timeout))
+		return storefail.Unreachable(e)
 	}
 	return nil
 }

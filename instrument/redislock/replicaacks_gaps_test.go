@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -129,6 +131,17 @@ func TestReplicaAcks_TheWaitSentFitsTheContextsDeadline(t *testing.T) {
 				if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("Acquire = %v, want ErrNotAcquired and the context's deadline", err)
 				}
+				if storefail.Unavailable(err) {
+					t.Fatalf("Acquire = %v: a store failure for Govern, but the caller's deadline cut the WAIT", err)
+				}
+				// Without ContextTimeoutEnabled only the WAIT's reply ends
+				// the pipeline (with it, a reply later than the margin on a
+				// loaded machine is cut by the deadline: the same error
+				// without the counts): the error carries the counts and the
+				// timeout the WAIT was sent with.
+				if nre := (*redislock.NotReplicatedError)(nil); !cte && (!errors.As(err, &nre) || nre.Acked != 0 || nre.Wanted != 1 || nre.Timeout != time.Duration(sent[len(sent)-1])*time.Millisecond) {
+					t.Fatalf("Acquire = %v, want a *NotReplicatedError of 0 of 1 within the %dms sent", err, sent[len(sent)-1])
+				}
 				testenv.WaitFor(t, giveBackWithin, "the give-back to end", func() bool {
 					return redislock.PendingLeaves(l) == 0
 				})
@@ -138,4 +151,53 @@ func TestReplicaAcks_TheWaitSentFitsTheContextsDeadline(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestReplicaAcks_NotReplicatedErrorCarriesTheCounts: the counts of a
+// failed acknowledgement are data, not only text. With one healthy
+// replica, an Acquire asking for two fails once the timeout has passed
+// (WAIT answers 1); with the replica stopped, a Refresh asking for one
+// fails (WAIT answers 0). Each error holds a *NotReplicatedError that
+// errors.As finds with those counts and the timeout, that
+// errors.Is(err, ErrNotReplicated) matches, and that Govern's
+// store-failure policy reads as the store out of reach.
+func TestReplicaAcks_NotReplicatedErrorCarriesTheCounts(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := newReplicated(t, ctx)
+	check := func(what string, err error, want redislock.NotReplicatedError) {
+		t.Helper()
+		var nre *redislock.NotReplicatedError
+		if !errors.As(err, &nre) {
+			t.Fatalf("%s = %v, want a *NotReplicatedError", what, err)
+		}
+		if *nre != want {
+			t.Fatalf("%s: %+v, want %+v", what, *nre, want)
+		}
+		say := fmt.Sprintf("%d of %d replicas acknowledged within %v", want.Acked, want.Wanted, want.Timeout)
+		if !errors.Is(err, redislock.ErrNotReplicated) || !strings.Contains(err.Error(), say) {
+			t.Fatalf("%s = %v, want ErrNotReplicated saying %q", what, err, say)
+		}
+		if !storefail.Unavailable(err) {
+			t.Fatalf("%s = %v: not a store failure for Govern's store-failure policy", what, err)
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	two := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(2, ackTimeout))
+	lease, err := two.Acquire(actx, "lock:replica-acks-error-counts", instrument.WithTTL(time.Hour), instrument.FailFast())
+	if err == nil {
+		_ = lease.Release(ctx)
+		t.Fatal("Acquire succeeded with 1 of 2 replicas")
+	}
+	check("Acquire asking for 2 of 1 replica", err, redislock.NotReplicatedError{Acked: 1, Wanted: 2, Timeout: ackTimeout})
+
+	one := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, healthyAckTimeout))
+	held, err := one.Acquire(actx, "lock:replica-acks-error-counts-refresh", instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+	rp.pauseReplica(t)
+	check("Refresh with the replica stopped", held.Refresh(actx), redislock.NotReplicatedError{Acked: 0, Wanted: 1, Timeout: healthyAckTimeout})
 }
