@@ -201,3 +201,113 @@ func TestReplicaAcks_NotReplicatedErrorCarriesTheCounts(t *testing.T) {
 	rp.pauseReplica(t)
 	check("Refresh with the replica stopped", held.Refresh(actx), redislock.NotReplicatedError{Acked: 0, Wanted: 1, Timeout: healthyAckTimeout})
 }
+
+// TestReplicaAcks_ARetryAfterARefusalWaitsForNoReplica: another caller
+// holds the key, and an Acquire with acks retries four times. Each refused
+// attempt wrote only the fence counter, whose replication no grant depends
+// on (the next fence is at least the server clock, which covers a counter
+// lost in a failover), yet its WAIT cost a replica round trip, and the
+// whole timeout while replicas are down. Only the first attempt, which may
+// well acquire, is followed by a WAIT: one WAIT in all, not four.
+func TestReplicaAcks_ARetryAfterARefusalWaitsForNoReplica(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := newReplicated(t, ctx)
+			const key = "lock:replica-acks-refused-retry"
+			other, err := newLocker(t, newClient(t, rp.primary.Addr()), m.opts...).Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = other.Release(ctx) }()
+			h := &waitRecorder{}
+			c := ackClient(t, rp.primary.Addr())
+			c.AddHook(h)
+			l := newLocker(t, c, append(m.opts, redislock.WithReplicaAcks(1, healthyAckTimeout))...)
+			lease, err := l.Acquire(ctx, key, instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 4))
+			if err == nil {
+				_ = lease.Release(ctx)
+				t.Fatal("Acquire took a lock another caller holds")
+			}
+			if !errors.Is(err, instrument.ErrNotAcquired) {
+				t.Fatalf("Acquire = %v, want ErrNotAcquired", err)
+			}
+			if sent := h.sent(); len(sent) != 1 {
+				t.Fatalf("%d WAITs sent for four refused attempts, want 1 (the first attempt's)", len(sent))
+			}
+		})
+	}
+}
+
+// releaseAfterFirstWait releases a lease once the first pipeline that
+// carries a WAIT through its client has been answered, before the caller
+// reads the answer: the Acquire that sent it finds the key held and its
+// next attempt finds it free.
+type releaseAfterFirstWait struct {
+	passThrough
+	once    sync.Once
+	release func()
+}
+
+func (h *releaseAfterFirstWait) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *releaseAfterFirstWait) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if strings.EqualFold(c.Name(), "wait") {
+				h.once.Do(h.release)
+			}
+		}
+		return err
+	}
+}
+
+// TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait: with the replica
+// stopped, an Acquire with acks finds the key held; the holder releases
+// (a default Locker's Release, which also hands the lock to a queued Fair
+// waiter) before the retry. The retry, sent without a WAIT, takes the lock
+// (or finds it handed over) on the primary only: it must not be granted
+// until an attempt followed by a WAIT confirms it, which no replica
+// acknowledges. The Acquire fails with ErrNotReplicated and gives the
+// lock back.
+func TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := newReplicated(t, ctx)
+			const key = "lock:replica-acks-retry-confirmed"
+			other, err := newLocker(t, newClient(t, rp.primary.Addr()), m.opts...).Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &waitRecorder{}
+			c := ackClient(t, rp.primary.Addr())
+			c.AddHook(h)
+			c.AddHook(&releaseAfterFirstWait{release: func() {
+				if err := other.Release(ctx); err != nil {
+					t.Errorf("the holder's Release: %v", err)
+				}
+			}})
+			l := newLocker(t, c, append(m.opts, redislock.WithReplicaAcks(1, ackTimeout))...)
+			rp.pauseReplica(t)
+
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			lease, err := l.Acquire(actx, key, instrument.WithTTL(time.Hour), instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3))
+			if err == nil {
+				_ = lease.Release(ctx)
+				t.Fatalf("Acquire granted (fence %d) a lock no replica acknowledged", lease.Fence())
+			}
+			if !errors.Is(err, redislock.ErrNotReplicated) {
+				t.Fatalf("Acquire = %v, want ErrNotReplicated (WAITs sent: %v)", err, h.sent())
+			}
+			testenv.WaitFor(t, giveBackWithin, "the give-back of the unacknowledged lock", func() bool {
+				return redislock.PendingLeaves(l) == 0
+			})
+			if n := rp.cp.Exists(ctx, key).Val(); n != 0 {
+				t.Fatalf("the unacknowledged lock is still on the primary (EXISTS %d)", n)
+			}
+		})
+	}
+}
