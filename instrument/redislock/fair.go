@@ -34,8 +34,8 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 	if err == nil {
 		att, err = decodeAcquire(res)
 	}
-	if err == nil && att.acquired && s.acks.on() {
-		err = s.acks.checkAcquire(r.ack)
+	if err == nil && att.acquired {
+		err = s.checkAcquired(r, &att)
 	}
 	if err == nil && !att.acquired {
 		att.queued = !r.once

@@ -200,6 +200,15 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
 		cfg.Observer.Attempt(a.acquired)
+		if a.acquired && a.unconfirmed {
+			// Taken by an attempt sent without a WAIT (it followed a
+			// refused one): on the primary only. An attempt with a WAIT
+			// confirms it at once (acquire.lua finds the lock this
+			// token's and re-arms it, a write the WAIT covers); until
+			// then it is this Acquire's to give back.
+			mustLeave, r.noWait = true, false
+			continue
+		}
 		if a.acquired {
 			mustLeave = false // acquiring took this waiter out of the queue
 			lease := newLease(l.store, key, r, a.fence, sent, &cfg, leaveQueue)
@@ -207,6 +216,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			return lease, nil
 		}
 		mustLeave, seen = a.queued || a.unanswered, a.seen
+		// A refused attempt wrote the fence counter (and a queue entry),
+		// whose replication no grant depends on: the next attempt asks
+		// for no WAIT, which would cost a replica round trip, or the
+		// whole timeout while replicas are down, for nothing. One that
+		// acquires is confirmed (above). See "Replica acknowledgements".
+		r.noWait = true
 
 		var sleep time.Duration
 		switch cfg.Wait {
@@ -239,7 +254,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 		if err := l.pause(ctx, w, sleep); err != nil {
 			return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
 		}
-		if f := w.handedOver(); f > seen && time.Since(sent) < r.ttl/3 && !l.confirmHandoffs {
+		f := w.handedOver()
+		if f > seen && l.confirmHandoffs {
+			// Handed the lock: the next attempt is its confirmation.
+			r.noWait = false
+		}
+		if f > seen && time.Since(sent) < r.ttl/3 && !l.confirmHandoffs {
 			// A release handed this waiter the lock. It did so after the
 			// last attempt ran (that attempt would have found the lock
 			// this token's, and a notification older than it carries a

@@ -86,6 +86,9 @@ type request struct {
 	tomb                                                   string // the tombstone key, made at release
 	args                                                   [14]any
 	ack                                                    ackReply // the WAIT after the last acquire attempt (WithReplicaAcks)
+	// noWait: the next acquire attempt is sent without the WAIT of
+	// WithReplicaAcks, the last one having been refused (Locker.Acquire).
+	noWait bool
 }
 
 // queueEntry is the request's entry in the waiter queue: what a release
@@ -124,6 +127,10 @@ type attempt struct {
 	// earlier attempt was lost, or the give-back of its grant failed.
 	unanswered bool
 	seen       uint64 // not acquired: >= every fence issued before this attempt, < every later one
+	// unconfirmed: acquired by an attempt sent without a WAIT
+	// (request.noWait): on the primary only, granted once an attempt
+	// followed by a WAIT confirms it.
+	unconfirmed bool
 }
 
 // node is a lock on one Redis deployment (a single node, Sentinel or
@@ -157,8 +164,8 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 	if err == nil {
 		att, err = decodeAcquire(res)
 	}
-	if err == nil && att.acquired && s.acks.on() {
-		err = s.acks.checkAcquire(r.ack)
+	if err == nil && att.acquired {
+		err = s.checkAcquired(r, &att)
 	}
 	if err == nil && !att.acquired {
 		att.queued = r.queue
@@ -279,13 +286,29 @@ func (s node) refresh(ctx context.Context, keys keySet, tok string, ttl time.Dur
 }
 
 // ackOf is where the WAIT after r's acquire script answers, or nil when no
-// WAIT is asked for.
+// WAIT is asked for: without WithReplicaAcks, and on an attempt that
+// follows a refused one (request.noWait).
 func (s node) ackOf(r *request) *ackReply {
-	if !s.acks.on() {
+	if !s.acks.on() || r.noWait {
 		return nil
 	}
 	r.ack = ackReply{}
 	return &r.ack
+}
+
+// checkAcquired judges an attempt that acquired by the WAIT after it
+// (WithReplicaAcks): nil when enough replicas acknowledged, else why not.
+// One sent without a WAIT is marked unconfirmed instead, for the next
+// attempt, with a WAIT, to confirm (Locker.Acquire).
+func (s node) checkAcquired(r *request, att *attempt) error {
+	if !s.acks.on() {
+		return nil
+	}
+	if r.noWait {
+		att.unconfirmed = true
+		return nil
+	}
+	return s.acks.checkAcquire(r.ack)
 }
 
 func (s node) release(ctx context.Context, r *request) (bool, error) {
