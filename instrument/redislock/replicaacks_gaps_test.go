@@ -311,3 +311,52 @@ func TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval: SCRIPT FLUSH
+// (or a primary that never ran the scripts) makes the EVALSHA answer
+// NOSCRIPT, and the script is sent again as EVAL. The WAIT that followed
+// the EVALSHA counted a connection that wrote nothing: on a new
+// connection it answers at once with every connected replica, a stopped
+// one too. Only the WAIT after the EVAL says whether the lock was
+// replicated: with the replica stopped, the Acquire must fail with
+// ErrNotReplicated and give the lock back, and one WAIT must follow the
+// EVAL.
+func TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := newReplicated(t, ctx)
+			rp.pauseReplica(t)
+			if err := rp.cp.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h := &waitRecorder{}
+			c := ackClient(t, rp.primary.Addr()) // new connections: nothing written on them yet
+			c.AddHook(h)
+			l := newLocker(t, c, append(m.opts, redislock.WithReplicaAcks(1, ackTimeout))...)
+			const key = "lock:replica-acks-noscript"
+			actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			lease, err := l.Acquire(actx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+			if err == nil {
+				_ = lease.Release(ctx)
+				t.Fatalf("Acquire granted (fence %d) after NOSCRIPT although no replica acknowledged the EVAL's lock", lease.Fence())
+			}
+			if !errors.Is(err, redislock.ErrNotReplicated) {
+				t.Fatalf("Acquire = %v, want ErrNotReplicated", err)
+			}
+			h.mu.Lock()
+			before := append([][]string(nil), h.before...)
+			h.mu.Unlock()
+			if n := len(before); n == 0 || len(before[n-1]) == 0 || before[n-1][len(before[n-1])-1] != "eval" {
+				t.Fatalf("the last WAIT does not follow the EVAL (commands before each WAIT: %v)", before)
+			}
+			testenv.WaitFor(t, giveBackWithin, "the give-back of the unacknowledged lock", func() bool {
+				return redislock.PendingLeaves(l) == 0
+			})
+			if n := rp.cp.Exists(ctx, key).Val(); n != 0 {
+				t.Fatalf("the unacknowledged lock is still on the primary (EXISTS %d)", n)
+			}
+		})
+	}
+}
