@@ -360,3 +360,77 @@ func TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval(t *testing.T) {
 		})
 	}
 }
+
+// TestReplicaAcks_AReleaseLostInAFailoverLeavesTheLockToItsTTL: Release
+// sends no WAIT. A holds a lock the replica acknowledged; replication is
+// cut and A releases (nil: the primary deleted it). B then takes the lock
+// on the primary, but its WAIT counts no replica: an acknowledged write
+// after the release would have carried the release to the replica too
+// (one replication stream, in order), an unacknowledged one is given
+// back, so B fails with ErrNotReplicated. The primary dies and the replica,
+// which never got the release, is promoted: it still holds A's released
+// lock, C is refused while it lives, and gets it once its TTL has run
+// out, with a fence above A's. Nobody held a lease at the same time as
+// another: the release lost costs the TTL (liveness), not exclusion.
+func TestReplicaAcks_AReleaseLostInAFailoverLeavesTheLockToItsTTL(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := newReplicated(t, ctx)
+			const key = "lock:replica-acks-release-lost"
+			const ttl = 3 * time.Second
+			acks := append(m.opts, redislock.WithReplicaAcks(1, healthyAckTimeout))
+			a, err := newLocker(t, ackClient(t, rp.primary.Addr()), acks...).Acquire(ctx, key, instrument.WithTTL(ttl), instrument.FailFast(), instrument.WithoutWatchdog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := keyValue(t, ctx, rp.cr, key)
+			if redislock.DecodeValue(held).Fence != a.Fence() {
+				t.Fatalf("the replica does not hold A's acknowledged lock (%q)", held)
+			}
+			rp.link.Blackhole(true) // nothing written from now on reaches the replica
+			if err := a.Release(ctx); err != nil {
+				t.Fatalf("A's Release on the primary: %v", err)
+			}
+
+			bl := newLocker(t, ackClient(t, rp.primary.Addr()), acks...)
+			b, err := bl.Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast(), instrument.WithoutWatchdog())
+			if err == nil {
+				_ = b.Release(ctx)
+				t.Fatalf("B granted (fence %d) a lock whose write, and the release before it, no replica acknowledged", b.Fence())
+			}
+			if !errors.Is(err, redislock.ErrNotReplicated) {
+				t.Fatalf("B's Acquire = %v, want ErrNotReplicated", err)
+			}
+
+			if err := rp.primary.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			promote(t, ctx, rp.cr)
+			if got := keyValue(t, ctx, rp.cr, key); got != held {
+				t.Fatalf("the promoted replica has %q, want A's released lock (the release never reached it)", got)
+			}
+			cl := newLocker(t, newClient(t, rp.replica.Addr()), m.opts...)
+			c, err := cl.Acquire(ctx, key, instrument.FailFast())
+			if err == nil {
+				_ = c.Release(ctx)
+				t.Fatal("C took the lock on the promoted replica while A's released lock lived there")
+			}
+			if !errors.Is(err, instrument.ErrNotAcquired) {
+				t.Fatalf("C's Acquire = %v, want ErrNotAcquired", err)
+			}
+			var lease instrument.Lease
+			testenv.WaitFor(t, giveBackWithin, "A's lock to expire on the promoted replica", func() bool {
+				lease, err = cl.Acquire(ctx, key, instrument.FailFast())
+				if err != nil && !errors.Is(err, instrument.ErrNotAcquired) {
+					t.Fatalf("C's Acquire: %v", err)
+				}
+				return err == nil
+			})
+			defer func() { _ = lease.Release(ctx) }()
+			if lease.Fence() <= a.Fence() {
+				t.Fatalf("C's fence %d is not above A's %d", lease.Fence(), a.Fence())
+			}
+		})
+	}
+}
