@@ -329,7 +329,32 @@
 //   - Release does not wait: a release lost in a failover leaves the lock
 //     on the promoted replica until its TTL (liveness, not safety), and a
 //     WAIT would cost every Release up to the timeout while a replica is
-//     down.
+//     down. No one is granted the lock twice by it: a grant after the
+//     release on the primary is acknowledged only once the replicas have
+//     everything before it in the replication stream, the release too,
+//     and one not acknowledged is given back.
+//   - An attempt that follows a refused attempt of the same Acquire (a
+//     retry, a waiter's next try) is sent without a WAIT. Decided: a
+//     refused attempt writes only the fence counter and, queued, its queue
+//     entry (in Fair mode only the entry), whose replication no grant
+//     depends on (the next fence is at least the server clock, which
+//     covers a counter lost in a failover: "Fences after a failover or a
+//     lossy restart"), and its WAIT cost a replica round trip, the whole timeout while replicas are
+//     down, and a pooled connection for that long, for nothing. Such an
+//     attempt that acquires is not granted yet: an attempt with a WAIT
+//     follows at once (acquire.lua finds the lock this token's and re-arms
+//     it, a write the WAIT covers), one round trip more for a retry that
+//     acquires, as for a handoff. The first attempt of every Acquire
+//     waits as before, also when it is refused.
+//   - A script cache flushed (SCRIPT FLUSH, a restarted or new primary)
+//     makes the EVALSHA fail with NOSCRIPT after a WAIT was sent behind
+//     it; the script then goes again as EVAL with its own WAIT, the one
+//     that decides. Accepted, not fixed: the first WAIT cannot be left out
+//     of a pipeline sent before the NOSCRIPT is known, and it waits only
+//     while the connection's earlier writes are unacknowledged (a new
+//     connection's answers at once), so it costs at most one timeout more,
+//     for the attempts that meet NOSCRIPT (the EVAL caches the script for
+//     the ones after them).
 //
 // What it does not promise: WAIT does not make Redis strongly consistent.
 // It says that n replicas had the write when WAIT answered, not that the
@@ -352,8 +377,8 @@
 // once it has acknowledged an offset (within a second), so acquires may
 // fail meanwhile. Every acquire and renewal costs the replicas' round trip
 // (go-redis hooks see a pipeline for each), and every one waits the whole
-// timeout while too few replicas answer, also an attempt that finds the
-// lock held. Fences and the "Failure modes" below still apply: use
+// timeout while too few replicas answer, also the first attempt of an
+// Acquire that finds the lock held (not the retries after it). Fences and the "Failure modes" below still apply: use
 // etcdlock where a lock must be a correctness guarantee.
 //
 // # Failure modes
