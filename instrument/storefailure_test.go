@@ -227,3 +227,77 @@ func TestStoreFailure_FailOpenDegradesOnALoadingReplyJoinedAfterErrNotAcquired(t
 		t.Fatal("the key exists in Redis: the hook did not answer LOADING, the lease is Redis's")
 	}
 }
+
+// TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess:
+// a goroutine of this process holds a Redis lease on a key (FailFast, so
+// that redislock's in-process turn is not taken); Redis is then killed.
+// The lease is still valid (its context alive: its TTL has not run out),
+// so another goroutine's Acquire of that key under FailOpen must not be
+// handed a process-local lock: FailOpen promises mutual exclusion between
+// the goroutines of one process, and here Govern itself handed out the
+// lease that excludes it. A FailFast acquire is ErrNotAcquired; a waiter
+// gets the process-local lock once the Redis lease is released (its
+// release cannot reach Redis: the lock is left to its TTL there).
+func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(t *testing.T) {
+	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
+	ctx := withTimeout(t, 2*time.Minute)
+	const key = "lock:order:1"
+
+	held, err := f.locker.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Fence() == 0 {
+		t.Fatal("the first lease has fence 0: not Redis's (the test's premise)")
+	}
+	if err := f.redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	if l, err := f.locker.Acquire(ctx, key, instrument.FailFast()); err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("Redis down, this process holding the key's Redis lease (context alive: %v): FailOpen granted a process-local lease (fence %d) beside it",
+			held.Context().Err() == nil, l.Fence())
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("Redis down, key held in this process: %v, want ErrNotAcquired", err)
+	}
+	if err := held.Context().Err(); err != nil {
+		t.Fatalf("the Redis lease ended (%v, cause %v) before the test was done: the premise does not hold", err, context.Cause(held.Context()))
+	}
+
+	got := make(chan instrument.Lease, 1)
+	fail := make(chan error, 1)
+	go func() {
+		l, err := f.locker.Acquire(ctx, key)
+		if err != nil {
+			fail <- err
+			return
+		}
+		got <- l
+	}()
+	// The waiter decides without the store (counted) and must then wait
+	// for the Redis lease, not be granted the key beside it.
+	testenv.WaitFor(t, time.Minute, "the waiter to fall back to the process-local lock", func() bool {
+		return degradedLocks(t, f.reg) == 2
+	})
+	select {
+	case l := <-got:
+		_ = l.Release(ctx)
+		t.Fatalf("a waiter was granted a lease (fence %d) while the Redis lease is held", l.Fence())
+	case err := <-fail:
+		t.Fatalf("waiter: %v", err)
+	default:
+	}
+	_ = held.Release(ctx) // Redis is down: the outcome is unknown, the lock left to its TTL there
+	select {
+	case l := <-got:
+		if l.Fence() != 0 {
+			t.Errorf("waiter's lease fence %d, want 0 (process-local)", l.Fence())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case err := <-fail:
+		t.Fatalf("waiter, after the Redis lease was released: %v, want a process-local lease", err)
+	}
+}
