@@ -161,7 +161,11 @@
 // both enter the critical section while the store is down, and a
 // process-local lease taken during the outage is not seen by a Redis lease
 // taken after the store returns (each new Acquire goes to the store again at
-// once). Use it for work where a duplicate is caught further down (a unique
+// once). The other way round it is: a store lease this Governed granted
+// and that is still valid when the store goes down (its TTL has not run
+// out) excludes the fallback Acquires of its key in this process, which
+// wait for it as for a process-local lease (FailFast: ErrNotAcquired)
+// until it is released, lost or expires. Use it for work where a duplicate is caught further down (a unique
 // constraint, reconciliation), never for money or stock without such a net.
 // An etcd client retries an unreachable cluster until the context ends, so
 // under etcdlock FailOpen applies only where the client gives up first (a

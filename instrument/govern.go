@@ -260,6 +260,15 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	}
 
 	gl := &governedLease{inner: inner, g: g, obs: obs, label: label, holds: 1}
+	if !degraded && g.cfg.storeFailure == FailOpen {
+		// A store lease excludes this process's fallback Acquires of the
+		// key as a process-local one does, until it ends: released, lost,
+		// expired or released as leaked (its Context ends in each case).
+		if free := g.local.occupy(key); free != nil {
+			stop := context.AfterFunc(inner.Context(), free)
+			gl.unslot = func() { stop(); free() }
+		}
+	}
 	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
 	gl.ctx = leaseContext{inner: inner, node: &gl.self}
 	return gl, nil

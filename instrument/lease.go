@@ -26,6 +26,10 @@ type governedLease struct {
 	mu       sync.Mutex
 	holds    int  // this handle plus live re-entrant handles
 	released bool // this handle's own Release was called
+
+	// unslot, under FailOpen, frees the key's process-local slot that this
+	// store lease occupies (localLocks.occupy); nil otherwise.
+	unslot func()
 }
 
 func (l *governedLease) Key() string              { return l.inner.Key() }
@@ -80,6 +84,11 @@ func (l *governedLease) drop(ctx context.Context) error {
 	l.mu.Unlock()
 	if !last {
 		return nil
+	}
+	if l.unslot != nil {
+		// Once the release has run: a fallback Acquire of the key must not
+		// get it while the store may still hold it for this lease.
+		defer l.unslot()
 	}
 	if l.g.spansOff(ctx) {
 		err := l.inner.Release(ctx)

@@ -133,6 +133,40 @@ func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) 
 	}
 }
 
+// occupy takes key's slot for a lease the store granted, if the slot is
+// free, so that a fallback Acquire of the key waits for that lease as it
+// waits for a process-local one: without it, a goroutine whose store lease
+// is still valid when the store goes down shared the key with the next
+// goroutine that fell back. It returns what frees the slot (once, however
+// often it is called), or nil when the slot is held already: by a
+// process-local lease taken during an outage, which the store did not see
+// when it granted this one (see the package doc, "Store failure").
+func (l *localLocks) occupy(key string) (free func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.slots == nil {
+		l.slots = make(map[string]*localSlot)
+	}
+	s := l.slots[key]
+	if s == nil {
+		s = &localSlot{held: make(chan struct{}, 1)}
+		l.slots[key] = s
+	}
+	select {
+	case s.held <- struct{}{}:
+	default: // held, so s.refs > 0: the slot stays in the map
+		return nil
+	}
+	s.refs++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-s.held
+			l.leave(key, s)
+		})
+	}
+}
+
 func (l *localLocks) leave(key string, s *localSlot) {
 	l.mu.Lock()
 	s.refs--
