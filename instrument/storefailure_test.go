@@ -301,3 +301,41 @@ func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(
 		t.Fatalf("waiter, after the Redis lease was released: %v, want a process-local lease", err)
 	}
 }
+
+// TestStoreFailure_AStoreLeaseThatEndsInTheOutageFreesTheKeyForTheFallback:
+// the other half of the rule above. A Redis lease that ends without
+// Release while Redis is down (its watchdog cannot renew it and its TTL
+// runs out: lost) no longer excludes anyone, in Redis or here, so a
+// fallback Acquire waiting for the key gets it, without the holder's
+// Release.
+func TestStoreFailure_AStoreLeaseThatEndsInTheOutageFreesTheKeyForTheFallback(t *testing.T) {
+	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
+	ctx := withTimeout(t, 2*time.Minute)
+	const key = "lock:order:1"
+	held, err := f.locker.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if err := f.redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-held.Context().Done()
+	if !errors.Is(context.Cause(held.Context()), instrument.ErrLockLost) {
+		t.Fatalf("the Redis lease ended with %v, want ErrLockLost", context.Cause(held.Context()))
+	}
+	// Waits for the key (the slot is freed when the lease's context ends,
+	// not necessarily before this call); never past 30 s.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := f.locker.Acquire(wctx, key)
+	if err != nil {
+		t.Fatalf("fallback Acquire after the Redis lease was lost: %v, want a process-local lease", err)
+	}
+	if l.Fence() != 0 {
+		t.Errorf("fence %d, want 0 (process-local)", l.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
