@@ -52,6 +52,7 @@ type quorumGoverned struct {
 	nodes   []*testenv.Redis
 	proxies []*testenv.Proxy // nil unless the fault is proxied
 	admins  []*redis.Client  // straight to each node
+	clients []*redis.Client  // the quorum's own clients (hooks may be added before the first Acquire)
 	locker  *instrument.Governed
 	reg     *prometheus.Registry
 	spans   *tracetest.SpanRecorder
@@ -93,6 +94,7 @@ func newQuorumGoverned(t *testing.T, fault quorumFault, p instrument.StoreFailur
 		})
 		t.Cleanup(func() { _ = c.Close() })
 		cs = append(cs, c)
+		q.clients = append(q.clients, c)
 	}
 	raw, err := redislock.NewQuorum(cs, redislock.WithNodeTimeout(quorumNodeTimeout))
 	if err != nil {
