@@ -161,18 +161,21 @@
 // both enter the critical section while the store is down, and a
 // process-local lease taken during the outage is not seen by a Redis lease
 // taken after the store returns (each new Acquire goes to the store again at
-// once). The other way round it is: a store lease this Governed granted
-// and that is still valid when the store goes down (its TTL has not run
-// out) excludes the fallback Acquires of its key in this process, which
-// wait for it as for a process-local lease (FailFast: ErrNotAcquired)
-// until it is released, lost or expires. Use it for work where a duplicate is caught further down (a unique
-// constraint, reconciliation), never for money or stock without such a net.
-// An etcd client retries an unreachable cluster until the context ends, so
-// under etcdlock FailOpen applies only where the client gives up first (a
-// dial timeout shorter than the caller's deadline). A redislock quorum
-// (NewQuorum) is out of reach when so many of its nodes are (refused, no
-// answer within the node timeout) that the others cannot make a majority; a
-// majority that answers that the lock is held is ErrNotAcquired.
+// once). The other way round it is: a store lease this Governed granted and
+// that is still valid when the store goes down (its TTL has not run out)
+// excludes the fallback Acquires of its key in this process, which wait for
+// it as for a process-local lease (FailFast: ErrNotAcquired) until it is
+// released, lost or expires. Use it for work where a duplicate is caught
+// further down (a unique constraint, reconciliation), never for money or
+// stock without such a net. An etcd client waits for an unreachable cluster
+// until the context ends (its DialTimeout bounds clientv3.New only), so
+// under etcdlock FailOpen does not degrade on a cluster that is down:
+// Acquire returns ErrNotAcquired with the context's error. What the client
+// returns before that (no leader, request timed out) is a gRPC status, not
+// read as a transport failure either: FailOpen does not degrade on it. A
+// redislock quorum (NewQuorum) is out of reach when so many of its nodes are
+// (refused, no answer within the node timeout) that the others cannot make a
+// majority; a majority that answers that the lock is held is ErrNotAcquired.
 //
 // # Writing a backend
 //

@@ -192,3 +192,97 @@ func TestResendWindow_TheCallersTimeLeftPlusASecondBoundedByTheLimit(t *testing.
 		t.Errorf("a zero limit: %v, want 1ms (a valid PX)", got)
 	}
 }
+
+// wrapper wraps one error with a fixed text: a chain as deep as wanted
+// without fmt.Errorf's text growing with it.
+type wrapper struct{ err error }
+
+func (w wrapper) Error() string { return "wrapped" }
+func (w wrapper) Unwrap() error { return w.err }
+
+// loadingLeaf is a LOADING reply with an Unwrap method that returns nil:
+// an innermost error all the same.
+type loadingLeaf struct{}
+
+func (loadingLeaf) Error() string { return "LOADING Redis is loading the dataset in memory" }
+func (loadingLeaf) Unwrap() error { return nil }
+
+// isCanceled is a library's error that says, through Is, that it is the
+// caller's cancellation (as net's "operation was canceled" does).
+type isCanceled struct{}
+
+func (isCanceled) Error() string        { return "operation was canceled" }
+func (isCanceled) Is(target error) bool { return target == context.Canceled }
+
+// asRefused hands out a refused dial through As only (a client's own
+// error type that carries the connection's).
+type asRefused struct{}
+
+func (asRefused) Error() string { return "client: no connection" }
+func (asRefused) As(target any) bool {
+	if p, ok := target.(*net.Error); ok {
+		*p = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		return true
+	}
+	return false
+}
+
+// TestUnavailable_EdgesOfAJoin: what a join can hold besides plain
+// members, each read by the precedence of the package doc. Nil members
+// (an Unwrap() []error that returns some) are skipped, as errors.Is skips
+// them; a wrapper whose Unwrap returns nil is an innermost error; context
+// errors found through an Is method count as context errors (rule 1, the
+// caller gave up), transport failures found through an As method count as
+// transport failures; a chain 100 000 wrappers deep, and a join of
+// 10 000 members, are read to the end; the store's answers beside a
+// transport failure (lock lost, not acquired: errors lock code may join)
+// do not make it an answer.
+func TestUnavailable_EdgesOfAJoin(t *testing.T) {
+	loading := redisReply("LOADING Redis is loading the dataset in memory")
+	masterDown := redisReply("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'")
+	tryAgain := redisReply("TRYAGAIN Multiple keys request during rehashing of slot")
+	lockLost := errors.New("lockgov: lock lost")
+	notAcquired := errors.New("lockgov: lock not acquired")
+	deep := func(depth int, leaf error) error {
+		err := leaf
+		for range depth {
+			err = wrapper{err}
+		}
+		return err
+	}
+	wide := func(n int, last error) error {
+		m := make(multiErr, n)
+		for i := range m {
+			m[i] = notAcquired
+		}
+		m[n-1] = last
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil members around LOADING", multiErr{nil, loading, nil}, true},
+		{"only nil members", multiErr{nil, nil}, false},
+		{"nil members, a cancel and LOADING", multiErr{nil, context.Canceled, nil, loading}, false},
+		{"a wrapper that unwraps to nil", wrapper{nil}, false},
+		{"an error whose Unwrap returns nil, its own text a reply", loadingLeaf{}, true},
+		{"MASTERDOWN beside ErrLockLost", errors.Join(lockLost, masterDown), true},
+		{"TRYAGAIN beside ErrNotAcquired, several %w", fmt.Errorf("%w (%w)", notAcquired, tryAgain), true},
+		{"a cancellation through Is, beside LOADING", errors.Join(loading, fmt.Errorf("dial: %w", isCanceled{})), false},
+		{"a refused dial through As", fmt.Errorf("x: %w", asRefused{}), true},
+		{"a refused dial through As, beside a cancellation through Is", errors.Join(asRefused{}, isCanceled{}), false},
+		{"a net.OpError wrapping the caller's cancel", &net.OpError{Op: "dial", Net: "tcp", Err: isCanceled{}}, false},
+		{"LOADING 100000 wrappers deep", deep(100000, loading), true},
+		{"the caller's deadline 100000 wrappers deep beside LOADING", errors.Join(loading, deep(100000, context.DeadlineExceeded)), false},
+		{"LOADING last of 10000 members", wide(10000, loading), true},
+		{"a cancel last of 10000 members, LOADING first", append(multiErr{loading}, wide(10000, context.Canceled).(multiErr)...), false},
+		{"a mark deep in a join beside answers", errors.Join(notAcquired, deep(1000, Unreachable(errors.New("3 of 3 nodes out of reach")))), true},
+		{"a mark deep in a join beside the caller's deadline", errors.Join(deep(1000, Unreachable(errors.New("3 of 3 nodes out of reach"))), context.DeadlineExceeded), false},
+	} {
+		if got := Unavailable(c.err); got != c.want {
+			t.Errorf("%s: Unavailable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
