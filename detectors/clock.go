@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/shellquote"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -96,7 +97,8 @@ func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
 			f.Detail = fmt.Sprintf("%s: %s, beyond the reject threshold %s: it refuses new locks and IDs (ErrClockSkew); the process reports tier %q",
 				holderString(hb), detail, reject, hb.Tier)
 		}
-		f.Action = fmt.Sprintf("fix time sync on host %s (chronyc tracking; chronyc makestep) until |offset| <= %s; the process recovers by itself at its next measurement", host, degrade)
+		f.Action = fmt.Sprintf("# fix time sync on host %s (chronyc tracking; chronyc makestep) until |offset| <= %s; the process recovers by itself at its next measurement",
+			shellquote.Quote(host), degrade)
 		out.add(f)
 	}
 	return out.result(DetectorClock, ""), nil

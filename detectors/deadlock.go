@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/shellquote"
 )
 
 // Deadlock finds distributed deadlocks and lock-order inversions from the
@@ -255,15 +256,19 @@ func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[strin
 	}
 	var frees []string
 	for _, n := range instNames {
-		frees = append(frees, holderString(insts[n].hb))
+		frees = append(frees, holderQuoted(insts[n].hb))
+	}
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = shellquote.Quote(k)
 	}
 	out.add(Finding{
 		Detector: DetectorDeadlock, Kind: KindDeadlock, Severity: SeverityCritical, Store: store,
 		Key: keys[0], Holder: HolderFromHeartbeat(first.hb), Age: age,
 		Detail: fmt.Sprintf("instances %s wait for each other on keys %s: %s",
 			strings.Join(instNames, ", "), strings.Join(keys, ", "), strings.Join(steps, "; ")),
-		Action: fmt.Sprintf("break the cycle: restart one of (%s), or free one of the keys (%s) with `lockgov locks show KEY` then its DEL; then make every code path take these locks in one order (sorted by key)",
-			strings.Join(frees, "; "), strings.Join(keys, ", ")),
+		Action: fmt.Sprintf("# break the cycle: restart one of (%s), or free one of the keys (%s) with `lockgov locks show KEY` then its DEL; then make every code path take these locks in one order (sorted by key)",
+			strings.Join(frees, "; "), strings.Join(quoted, ", ")),
 	})
 }
 
@@ -361,7 +366,8 @@ func (d *Deadlock) inversions(out *capped, inDeadlock map[string]bool) {
 		}
 		f.Detail = fmt.Sprintf("%s taken in both orders: %s held %s while waiting for %s (seen %s); %s held %s while waiting for %s (seen %s)",
 			what, ab.instance, ab.a, ab.b, ab.at.UTC().Format(time.RFC3339), ba.instance, ba.a, ba.b, ba.at.UTC().Format(time.RFC3339))
-		f.Action = fmt.Sprintf("make every code path take %s and %s in one order (for example sorted by key); until then the two paths can deadlock", ab.a, ab.b)
+		f.Action = fmt.Sprintf("# make every code path take %s and %s in one order (for example sorted by key); until then the two paths can deadlock",
+			shellquote.Quote(ab.a), shellquote.Quote(ab.b))
 		out.add(f)
 	}
 }

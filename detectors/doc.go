@@ -42,9 +42,20 @@
 //     workerid_out_of_range, workerid_range_overlap. The policy file has no
 //     WorkerID ranges: they are given with WithServiceRange.
 //
-// Every Finding has a severity and an Action: the redis-cli, etcdctl or
-// lockgov command an operator runs (passwords are never in it: redis-cli
-// gets --askpass). A finding on a lock without a TTL also has the lock's
+// Every Finding has a severity and an Action: the redis-cli or etcdctl
+// command an operator runs (passwords are never in it: redis-cli gets
+// --askpass), and what to do around it. An Action is one line of printable
+// ASCII that bash reads as at most one command followed by a comment: a
+// read or a TTL ("etcdctl get …", "redis-cli PEXPIRE …"), or no command at
+// all when the line begins with "# ". Pasted whole it runs that command
+// and nothing else. A command that frees a lock (DEL, del, lease revoke)
+// ends the comment, after ": ", to be copied on its own. Actions quote
+// for a shell (internal/shellquote) every name that a store, a heartbeat
+// or the configuration supplies: keys, services, instances, hosts, trace
+// ids; so that a name copied from the comment pastes as one argument, and
+// none can end the comment (a newline is \x0a in $'…'). Go code in an
+// action (workerid.WithServiceRange("…", …)) quotes as Go does, in ASCII. A
+// finding on a lock without a TTL also has the lock's
 // Version ("version" in JSON): the SHA-1 of the value in hex on Redis, the
 // holder entry's mod revision on etcd, never the value or its owner token.
 // The agent's remediation deletes the lock only at that version when a
@@ -145,7 +156,8 @@
 //     NUL (another application's) gets no redis-cli command: $'…\x00…'
 //     would reach redis-cli cut at the NUL, naming another key, whose lock
 //     PEXPIRE or DEL would change; its Action says to use a client library
-//     or the agent's DELETE with key_base64.
+//     or the agent's DELETE with key_base64. A WorkerID slot key with a NUL
+//     (a heartbeat names it) gets no get either.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

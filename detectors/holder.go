@@ -6,11 +6,18 @@ import (
 
 	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
+	"github.com/lockgov/lockgov/internal/shellquote"
 )
 
 // holderString names a holder for a finding's detail: service, instance,
 // host and pid, whatever is known.
-func holderString(v any) string {
+func holderString(v any) string { return holderWords(v, func(s string) string { return s }) }
+
+// holderQuoted names a holder for an action: its names, which the holder
+// wrote, quoted for a shell (shellquote.Quote).
+func holderQuoted(v any) string { return holderWords(v, shellquote.Quote) }
+
+func holderWords(v any, quote func(string) string) string {
 	var service, instance, host string
 	var pid int
 	switch h := v.(type) {
@@ -24,13 +31,13 @@ func holderString(v any) string {
 	}
 	var parts []string
 	if service != "" {
-		parts = append(parts, "service "+service)
+		parts = append(parts, "service "+quote(service))
 	}
 	if instance != "" {
-		parts = append(parts, "instance "+instance)
+		parts = append(parts, "instance "+quote(instance))
 	}
 	if host != "" && host != instance {
-		parts = append(parts, "host "+host)
+		parts = append(parts, "host "+quote(host))
 	}
 	if pid != 0 {
 		parts = append(parts, fmt.Sprintf("pid %d", pid))

@@ -135,15 +135,16 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		out.add(Finding{Detector: DetectorLocks, Kind: kind, Severity: sev, Store: d.store.Addr(), Key: l.Key,
 			KeyPattern: label, Holder: holder, Age: age, TTL: ttl, Detail: detail, Action: action, Version: l.Version})
 	}
-	who := holderString(*h)
+	who, whoQuoted := holderString(*h), holderQuoted(*h)
 	if l.Unreadable != "" {
 		who += " (" + l.Unreadable + ")"
+		whoQuoted += " (" + l.Unreadable + ")"
 	}
 	cli := d.store.cli()
 	if immortal {
 		var action string
 		if redis && strings.Contains(l.StoreKey, "\x00") {
-			action = "give it the policy TTL (" + rule.TTL.String() + ") or free it through " + redisNULKey
+			action = "# give it the policy TTL (" + rule.TTL.String() + ") or free it through " + redisNULKey
 		} else if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # puts the policy TTL (%s) back: the lock frees then unless a live holder renews it; DEL frees it now",
 				cli, shellquote.Quote(l.StoreKey), rule.TTL.Milliseconds(), rule.TTL)
@@ -156,13 +157,13 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	if above {
 		var action string
 		if redis && strings.Contains(l.StoreKey, "\x00") {
-			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to cap it now, use %s", rule.MaxTTL, redisNULKey)
+			action = fmt.Sprintf("# make the caller ask for a TTL <= %s; to cap it now, use %s", rule.MaxTTL, redisNULKey)
 		} else if redis {
 			action = fmt.Sprintf("%s PEXPIRE %s %d   # caps it at max_ttl now; then make the caller ask for a TTL <= %s",
 				cli, shellquote.Quote(l.StoreKey), rule.MaxTTL.Milliseconds(), rule.MaxTTL)
 		} else {
-			action = fmt.Sprintf("make the caller ask for a TTL <= %s; to free the lock now: %s",
-				rule.MaxTTL, freeCommand(d.store, l))
+			action = fmt.Sprintf("%s   # make the caller ask for a TTL <= %s; to free the lock now: %s",
+				etcdGet(d.store, l), rule.MaxTTL, freeCommand(d.store, l))
 		}
 		ttl := l.TTL
 		if !redis {
@@ -174,8 +175,8 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	if tooLong {
 		f(KindHeldTooLong, SeverityWarning,
 			fmt.Sprintf("held for %s, longer than the policy's max_hold %s for %s, by %s", age.Round(time.Millisecond), rule.MaxHold, label, who),
-			fmt.Sprintf("look at what %s is doing%s; if it is stuck, restart it or free the lock: %s",
-				who, traceHint(h.TraceID), freeCommand(d.store, l)))
+			fmt.Sprintf("# look at what %s is doing%s; if it is stuck, restart it or free the lock: %s",
+				whoQuoted, traceHint(h.TraceID), freeCommand(d.store, l)))
 	}
 	if state == "gone" {
 		rest := "it expires by itself"
@@ -186,7 +187,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		}
 		f(KindHolderDead, SeverityWarning,
 			fmt.Sprintf("held by %s, whose heartbeats are gone: the holder is dead or cut off; %s", who, rest),
-			fmt.Sprintf("confirm %s is gone, then free the lock: %s", who, freeCommand(d.store, l)))
+			fmt.Sprintf("# confirm %s is gone, then free the lock: %s", whoQuoted, freeCommand(d.store, l)))
 	}
 }
 
@@ -198,7 +199,7 @@ func traceHint(trace string) string {
 	if trace == "" {
 		return ""
 	}
-	return " (trace " + trace + ")"
+	return " (trace " + shellquote.Quote(trace) + ")"
 }
 
 // freeCommand is the command that frees a lock now. On etcd it deletes the

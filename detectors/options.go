@@ -209,7 +209,7 @@ func (c *capped) result(detector, store string) []Finding {
 		if n := c.dropped[kind]; n > 0 {
 			out = append(out, Finding{Detector: detector, Kind: kind, Severity: fs[0].Severity, Store: store,
 				Detail: fmt.Sprintf("%d more %s findings not listed (the first %d by key are)", n, kind, c.max),
-				Action: "Fix the listed ones first; list the rest with `lockgov locks ls`.",
+				Action: "# fix the listed ones first; list the rest with `lockgov locks ls`",
 			})
 		}
 	}

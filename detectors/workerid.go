@@ -124,11 +124,23 @@ func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 			Store: c.b.store.Addr(), Key: key, Holder: HolderFromHeartbeat(c.b.hb),
 			Detail: fmt.Sprintf("service %s WorkerID %d is reported by %d live instances (%s): their IDs can collide",
 				c.wid.Service, c.wid.ID, len(insts), strings.Join(who, "; ")),
-			Action: fmt.Sprintf("restart all but the instance the slot names (%s get %s shows it); then look for duplicate IDs issued by service %s under WorkerID %d",
-				c.b.store.cli(), shellquote.Quote(key), c.wid.Service, c.wid.ID),
+			Action: fmt.Sprintf("%s shows the instance the slot names: restart all the others; then look for duplicate IDs issued by service %s under WorkerID %d",
+				slotGet(c.b.store, key), shellquote.Quote(c.wid.Service), c.wid.ID),
 		})
 	}
 	return out.result(DetectorWorkerID, ""), nil
+}
+
+// slotGet begins an action with the command that reads a WorkerID slot
+// and the comment that follows it: "CLI get KEY   # its". A heartbeat
+// names the slot's key; one with a NUL, which no shell argument carries,
+// would be read cut at the NUL, another key: the action then has no
+// command and says so.
+func slotGet(s Store, key string) string {
+	if strings.Contains(key, "\x00") {
+		return "# its key holds a NUL, which no shell argument carries (read it with a client library); that key"
+	}
+	return s.cli() + " get " + shellquote.Quote(key) + "   # it"
 }
 
 func contains(s []string, x string) bool {
@@ -155,7 +167,8 @@ func (d *WorkerIDs) overlaps(out *capped) {
 			out.add(Finding{Detector: DetectorWorkerID, Kind: KindWorkerIDRangeOverlap, Severity: SeverityWarning,
 				Detail: fmt.Sprintf("service ranges overlap: %s [%d, %d] and %s [%d, %d] share WorkerIDs [%d, %d]; the two services contend for the same slots",
 					a, ra.Lo, ra.Hi, b, rb.Lo, rb.Hi, max(ra.Lo, rb.Lo), min(ra.Hi, rb.Hi)),
-				Action: fmt.Sprintf("give %s and %s disjoint ranges (workerid.WithServiceRange in both services and in the agent's config)", a, b),
+				Action: fmt.Sprintf("# give services %s and %s disjoint ranges (workerid.WithServiceRange in both services and in the agent's config)",
+					shellquote.Quote(a), shellquote.Quote(b)),
 			})
 		}
 	}
@@ -173,8 +186,8 @@ func (d *WorkerIDs) outOfRange(b beat, wid fleet.WorkerID, key string, out *capp
 	out.add(Finding{Detector: DetectorWorkerID, Kind: KindWorkerIDOutOfRange, Severity: SeverityWarning,
 		Store: b.store.Addr(), Key: key, Holder: HolderFromHeartbeat(b.hb),
 		Detail: fmt.Sprintf("%s reports WorkerID %d, outside %s [%d, %d]", holderString(b.hb), wid.ID, where, lo, hi),
-		Action: fmt.Sprintf("give the service's registry workerid.WithServiceRange(%q, %d, %d) (the agent's ranges must match) and restart %s",
-			wid.Service, lo, hi, b.hb.Instance),
+		Action: fmt.Sprintf("# give the service's registry workerid.WithServiceRange(%+q, %d, %d) (the agent's ranges must match) and restart %s",
+			wid.Service, lo, hi, shellquote.Quote(b.hb.Instance)),
 	})
 }
 
@@ -216,8 +229,8 @@ func (d *WorkerIDs) leaseGone(ctx context.Context, b beat, wid fleet.WorkerID, k
 		Store: b.store.Addr(), Key: key, Holder: HolderFromHeartbeat(hb), Age: max(d.cfg.now().Sub(first), 0),
 		Detail: fmt.Sprintf("%s still reports WorkerID %d of service %s, but %s; its generator must have stopped issuing (ErrWorkerLeaseLost) - if it has not, its IDs can collide",
 			holderString(hb), wid.ID, wid.Service, problem),
-		Action: fmt.Sprintf("restart %s so that it claims a WorkerID again; %s get %s shows who holds the slot",
-			hb.Instance, b.store.cli(), shellquote.Quote(key)),
+		Action: fmt.Sprintf("%s shows who holds the slot; restart %s so that it claims a WorkerID again",
+			slotGet(b.store, key), shellquote.Quote(hb.Instance)),
 	})
 	return superseded, nil
 }
