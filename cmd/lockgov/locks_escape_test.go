@@ -136,3 +136,69 @@ func TestCLI_LocksLs_NoKeyOrHolderReachesTheTerminalAsSomethingElse(t *testing.T
 		t.Errorf("-o json gave %d keys, want %d", len(seen), len(keys)+len(holders))
 	}
 }
+
+// TestCLI_LocksLs_ACellWithSpacesIsOneQuotedCell: the table's columns are
+// separated by runs of spaces, so a key (another application's, under the
+// scanned pattern) holding a run of spaces could read as several cells of
+// a one-row table: "lock:a  svc@pod-1 pid 7  1s" as a key, a pattern and a
+// holder. A key or a holder's service or instance with a space in it is
+// shown quoted as a shell quotes it ('lock:a  b'), so that it reads as one
+// cell and pastes as one argument (lockgov locks show 'lock:a  b'); so is
+// one beginning with a quote, which would read as a quoted cell. A key
+// without a space is shown as it is. bash reads each quoted cell back to
+// the key's bytes.
+func TestCLI_LocksLs_ACellWithSpacesIsOneQuotedCell(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal("bash not found:", err)
+	}
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	value := `tok 7 {"service":"svc","instance":"pod-1","pid":7}`
+	keys := map[string]string{ // key -> its KEY cell
+		"lock:a  svc@pod-1 pid 7  1s  -": `'lock:a  svc@pod-1 pid 7  1s  -'`,
+		"lock:order 1":                   `'lock:order 1'`,
+		"lock:trailing ":                 `'lock:trailing '`,
+		"'lock:q'":                       `''\''lock:q'\'''`,
+		"lock:it's  x":                   `'lock:it'\''s  x'`,
+		"lock:café  x":                   `$'lock:caf\xc3\xa9  x'`,
+		"lock:plain":                     `lock:plain`,
+	}
+	for k := range keys {
+		if err := c.Set(ctx, k, value, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Set(ctx, "lock:h", `tok 7 {"service":"svc  x","instance":"pod 1  2","pid":7}`, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "locks", "ls", "--redis", "redis://"+r.Addr(), "--pattern", "*")
+	if code != 0 {
+		t.Fatalf("locks ls: %d %s", code, errOut)
+	}
+	if n := strings.Count(out, "\n"); n != 2+len(keys) {
+		t.Errorf("locks ls printed %d lines, want %d (a header and a row per lock):\n%s", n, 2+len(keys), out)
+	}
+	for k, cell := range keys {
+		if shellquote.Quote(k) != cell {
+			t.Fatalf("shellquote quotes %q as %s, not %s: the test's table is wrong", k, shellquote.Quote(k), cell)
+		}
+		row := tableRow(t, out, cell)
+		if !strings.HasPrefix(row, cell+"  ") || !strings.Contains(row, "  svc@pod-1 pid 7  ") {
+			t.Errorf("row of %q: %q, want its KEY cell %s, and the holder", k, row, cell)
+		}
+		got, err := exec.Command(bash, "-c", "printf '%s' "+cell).Output()
+		if err != nil || string(got) != k {
+			t.Errorf("bash reads %s back as %q (%v), want %q", cell, got, err, k)
+		}
+	}
+	if row := tableRow(t, out, "lock:h"); !strings.Contains(row, `  'svc  x'@'pod 1  2' pid 7  `) {
+		t.Errorf("row of lock:h %q: want the holder as 'svc  x'@'pod 1  2' pid 7", row)
+	}
+	if !strings.Contains(errOut, "values shown escaped") {
+		t.Errorf("no note on stderr that values were quoted: %q", errOut)
+	}
+}
