@@ -57,8 +57,12 @@ sequence, a bidirectional override, an invisible code point such as a
 zero-width space or a variation selector) is shown as a shell's $'...' quoting writes it: \xNN for each byte
 outside printable ASCII, \\ and \' for a backslash and a quote. A shell turns
 it back into the bytes (lockgov locks show $'lock:\xff'), but for a NUL, which
-no argument carries; -o json gives them as key_base64. A note on stderr says
-when the table escaped anything.`,
+no argument carries; -o json gives them as key_base64. Columns are separated
+by runs of spaces: a key, pattern or store with a space in it (or beginning
+with a quote), and a holder's service or instance with one, is shown in
+single quotes as a shell writes it ('lock:a  b', 'it'\''s'), so that it reads
+as one cell and pastes as one argument. A note on stderr says when the table
+escaped or quoted anything.`,
 		Args: noCommand,
 		RunE: showHelp,
 	}
@@ -141,7 +145,7 @@ func (f *locksFlags) run(cmd *cobra.Command, body func(context.Context, *agent.I
 		err = ferr
 	}
 	if out.escaped > 0 {
-		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d values shown escaped, as $'...': \\xNN is a byte that is not printable text, \\\\ a backslash, \\' a quote; a shell reads them back (lockgov locks show $'...'), -o json gives a key's bytes as key_base64\n",
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d values shown escaped, as $'...' or '...': \\xNN is a byte that is not printable text, \\\\ a backslash, \\' a quote; a shell reads them back (lockgov locks show $'...'), -o json gives a key's bytes as key_base64\n",
 			cmd.CommandPath(), out.escaped)
 	}
 	return err
@@ -185,7 +189,7 @@ func (w *lockWriter) write(l agent.Lock) error {
 			return err
 		}
 	}
-	row := strings.Join([]string{w.shown(l.Key), w.shown(l.Pattern), w.shown(holder(l)), age(l.Age), ttl(l),
+	row := strings.Join([]string{w.shown(l.Key), w.shown(l.Pattern), w.cell(w.holder(l)), age(l.Age), ttl(l),
 		strconv.FormatUint(l.Fence, 10), version(l)}, "\t")
 	if w.withStore {
 		row = w.shown(l.Store) + "\t" + row
@@ -194,7 +198,28 @@ func (w *lockWriter) write(l agent.Lock) error {
 	return err
 }
 
-// shown returns s as a table cell: as it is when it is UTF-8 that a
+// shown returns a name (a key, pattern or store) as a table cell: cell(s),
+// and quoted as a shell quotes it (shellquote.Quote: 'lock:a  b') when it
+// holds a space or begins with a quote. The table's columns are separated
+// by runs of spaces: a key holding one would read as several cells (a
+// key, a holder, an age), a trailing space would not show, and a key
+// beginning with a quote would read as a quoted one. Quoted, it reads as
+// one cell and pastes as one argument (lockgov locks show 'lock:a  b').
+func (w *lockWriter) shown(s string) string {
+	if needsQuote(s) && clean(s) {
+		w.escaped++
+		return shellquote.Quote(s)
+	}
+	return w.cell(s)
+}
+
+func needsQuote(s string) bool { return strings.ContainsRune(s, ' ') || strings.HasPrefix(s, "'") }
+
+// clean reports whether s prints as itself: UTF-8, every rune printable
+// and visible (see unseen).
+func clean(s string) bool { return utf8.ValidString(s) && strings.IndexFunc(s, unseen) < 0 }
+
+// cell returns s as a table cell: as it is when it is UTF-8 that a
 // terminal prints as itself (every rune printable and visible, see unseen:
 // no newline, tab, escape sequence, bidirectional control or invisible
 // code point), not empty and not beginning with $'
@@ -205,8 +230,8 @@ func (w *lockWriter) write(l agent.Lock) error {
 // back into s's bytes. A key printed as it is could print a row of its own
 // (a newline), rewrite the terminal (an escape sequence), shift the columns
 // (a tab), or, not being UTF-8, print as another key.
-func (w *lockWriter) shown(s string) string {
-	if s != "" && !strings.HasPrefix(s, "$'") && utf8.ValidString(s) && strings.IndexFunc(s, unseen) < 0 {
+func (w *lockWriter) cell(s string) string {
+	if s != "" && !strings.HasPrefix(s, "$'") && clean(s) {
 		return s
 	}
 	w.escaped++
@@ -231,15 +256,25 @@ func (w *lockWriter) flush() error {
 	return nil
 }
 
-func holder(l agent.Lock) string {
+// holder is the HOLDER cell's text: "service@instance pid N". A service or
+// instance with a space in it, or beginning with a quote, is quoted as a
+// shell quotes it ('svc  x'@pod-1 pid 7), so that it reads as one name.
+func (w *lockWriter) holder(l agent.Lock) string {
 	h := l.Holder
+	name := func(s string) string {
+		if needsQuote(s) && clean(s) {
+			w.escaped++
+			return shellquote.Quote(s)
+		}
+		return s
+	}
 	switch {
 	case h.Foreign:
 		return "foreign (not written by lockgov)"
 	case h.Instance != "" && h.Service != "":
-		return h.Service + "@" + h.Instance + " pid " + strconv.Itoa(h.PID)
+		return name(h.Service) + "@" + name(h.Instance) + " pid " + strconv.Itoa(h.PID)
 	case h.Service != "":
-		return h.Service + " pid " + strconv.Itoa(h.PID)
+		return name(h.Service) + " pid " + strconv.Itoa(h.PID)
 	}
 	return "pid " + strconv.Itoa(h.PID)
 }
