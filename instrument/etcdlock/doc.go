@@ -194,6 +194,25 @@
 // queue waits for the revoker to catch up: its revoke in flight gives up
 // within 2 s, the next round follows within 1 s, one lease at a time.
 //
+// A lock's queue is every key under "<prefix><key>\x00" (QueuePrefix), not
+// only the names etcdlock writes there (one NUL, then the 16 lower-case hex
+// digits of a lease: ParseQueueKey). Another writer's key under it,
+// "<key>\x00other", is a holder or a waiter by its create revision, as any
+// key under its prefix is to etcd's concurrency.Mutex: FailFast and Retry
+// find the lock taken while it is there, waiters queue behind it, and its
+// deletion (or its lease's end) hands the lock on like a release. Decided,
+// not fixed: an etcd transaction compares and watches a range of keys, not
+// a pattern of names, and no range holds exactly the 16-hex-digit names
+// (the range of "<key>\x000" to "<key>\x00g" holds "<key>\x00fx" too), so
+// ignoring such keys would make the one-transaction check of an empty
+// queue and the read of who is ahead disagree. etcdlock writes nothing
+// else under a queue prefix: its only entries are the queue entries, and
+// instrument.ValidateKey refuses a key with a NUL, so no lock's entries
+// fall under another lock's queue prefix; FromMutex's Mutex keys are
+// "<pfx><key>/<lease hex>", under no queue prefix either. The agent reports
+// such a key as a lock of its own and says which lock it holds up
+// (detectors, "Failure modes").
+//
 // FromMutex adapts code that already uses concurrency.Mutex. Its leases
 // run on the same lifecycle and have the same loss signals (key watch,
 // keepalive, local deadline from the last confirmed keepalive of the
