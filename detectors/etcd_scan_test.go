@@ -230,3 +230,29 @@ func TestEtcd_AScanIsOneSnapshotAcrossPages(t *testing.T) {
 		t.Fatalf("lock:s reported as %+v, want it as at the scan's first page: held by %q (fence %d), two waiters", held, e3, holderRev)
 	}
 }
+
+// TestEtcd_AnEntryUnderALocksQueueSaysItHoldsUpThatLock: another writer's
+// key under a lock's queue prefix ("<key>\x00other") is a holder of that
+// lock to etcdlock (instrument/etcdlock, "Failure modes"): every Acquire
+// of lock:q waits behind it. Its finding, a lock of its own named by its
+// etcd key, says which lock it holds up and that deleting it hands that
+// lock on.
+func TestEtcd_AnEntryUnderALocksQueueSaysItHoldsUpThatLock(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c := newEtcd(t)
+	other := etcdlock.DefaultPrefix + "lock:q\x00other"
+	if _, err := c.Put(ctx, other, "another writer's"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := detectors.NewLocks(etcdStore(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := byKey(detect(t, ctx, d), detectors.KindImmortal)[other]
+	if !ok {
+		t.Fatalf("no immortal finding on %q", other)
+	}
+	if !strings.Contains(f.Detail, "etcdlock counts it as a holder of lock:q") {
+		t.Errorf("detail %q: want it to say it holds up lock:q", f.Detail)
+	}
+}
