@@ -158,6 +158,11 @@
 //     PEXPIRE or DEL would change; its Action says to use a client library
 //     or the agent's DELETE with key_base64. A WorkerID slot key with a NUL
 //     (a heartbeat names it) gets no get either.
+//   - Another writer's etcd key under a lock's queue prefix
+//     ("<key>\x00other", not etcdlock's layout) is reported as a lock of
+//     its own, by its etcd key, and its findings say that etcdlock counts
+//     it as a holder of <key> (instrument/etcdlock, "Failure modes"): an
+//     Acquire of <key> queued after it waits until it is deleted.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

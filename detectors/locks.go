@@ -140,6 +140,10 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 		who += " (" + l.Unreadable + ")"
 		whoQuoted += " (" + l.Unreadable + ")"
 	}
+	if l.QueueOf != "" {
+		who += fmt.Sprintf("; another writer's entry under the queue of lock %s: etcdlock counts it as a holder of %s, so an Acquire of %s queued after it waits and FailFast and Retry fail until it is deleted",
+			l.QueueOf, l.QueueOf, l.QueueOf)
+	}
 	cli := d.store.cli()
 	if immortal {
 		var action string

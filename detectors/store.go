@@ -74,6 +74,10 @@ type Lock struct {
 	Fence uint64
 	// Waiters is the number of queued etcd entries behind the holder.
 	Waiters int
+	// QueueOf is, for another writer's etcd entry under a lock key's queue
+	// prefix ("<key>\x00other", not etcdlock's layout), that lock key:
+	// etcdlock counts the entry as a holder or waiter of it.
+	QueueOf string
 	// Unreadable is set when the value could not be read as a string (a
 	// Redis key of another type): Holder is foreign.
 	Unreadable string
@@ -648,6 +652,9 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 			Fence: uint64(head.createRev), Lease: head.lease, Waiters: len(group) - 1}
 		if l.NoTTL = head.lease == 0; l.NoTTL {
 			l.Version = lockversion.Etcd(head.modRev)
+		}
+		if before, _, ok := strings.Cut(strings.TrimPrefix(l.StoreKey, s.prefix), "\x00"); ok && key == l.StoreKey && before != "" {
+			l.QueueOf = before // another writer's entry under the queue of lock before
 		}
 		if !l.NoTTL && needTTL != nil && needTTL(&l) {
 			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease))
