@@ -62,7 +62,14 @@ by runs of spaces: a key, pattern or store with a space in it (or beginning
 with a quote), and a holder's service or instance with one, is shown in
 single quotes as a shell writes it ('lock:a  b', 'it'\''s'), so that it reads
 as one cell and pastes as one argument. A note on stderr says when the table
-escaped or quoted anything.`,
+escaped or quoted anything.
+
+-o json is for programs, not a terminal: valid UTF-8 JSON as encoding/json
+writes it, with the controls below U+0020 escaped but C1 controls
+(U+0080-U+009F), bidirectional overrides and invisible code points as they
+are. A holder's service, instance or host that is not UTF-8 has U+FFFD in
+place of each such byte (the lock value's JSON cannot carry it); only a key
+has key_base64.`,
 		Args: noCommand,
 		RunE: showHelp,
 	}
