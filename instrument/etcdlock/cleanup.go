@@ -10,8 +10,8 @@ import (
 
 // cleanupTimeout bounds one cleanup request (a revoke, a delete) that runs
 // on a context of its own: those of the background revoker and of
-// MutexLocker's settle, and an Acquire's own cleanup while its caller's
-// context is live.
+// MutexLocker's settle, and (as a Locker's or MutexLocker's cleanupBound)
+// an Acquire's own cleanup while its caller's context is live.
 const cleanupTimeout = 2 * time.Second
 
 // cleanupGrace is how long after its caller's context has ended a call
@@ -25,16 +25,16 @@ const cleanupGrace = 100 * time.Millisecond
 
 // cleanupContext returns the context the cleanup after a failed call runs
 // on. It carries ctx's values but not its end: the cleanup must run even
-// though ctx is why the call failed. It ends cleanupTimeout from now, or
-// cleanupGrace after ctx has ended (from now if it has already: its
-// cancellation, or its deadline, which may have passed before its timer
-// fired), whichever comes first. What it cuts short is retried in the
-// background by the caller.
-func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// though ctx is why the call failed. It ends bound (cleanupTimeout, which
+// tests raise) from now, or cleanupGrace after ctx has ended (from now if
+// it has already: its cancellation, or its deadline, which may have passed
+// before its timer fired), whichever comes first. What it cuts short is
+// retried in the background by the caller.
+func cleanupContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
 	if storefail.Ended(ctx) != nil {
 		return context.WithTimeout(context.WithoutCancel(ctx), cleanupGrace)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	var (
 		mu    sync.Mutex
 		grace *time.Timer

@@ -42,6 +42,12 @@ type Locker struct {
 	// watches the whole queue (waitHead) instead of its predecessor alone
 	// (waitTurn); tests lower it to exercise waitTurn.
 	headWatchMax int64
+	// cleanupBound is how long the cleanup after a failed Acquire may run
+	// on a bound of its own: its revoke while the caller's context is live
+	// (cleanupContext), and a watch etcd has not confirmed once its waiter
+	// has left (watchKey). cleanupTimeout; tests raise it past anything
+	// they wait for, so that only the caller's end can cut a cleanup short.
+	cleanupBound time.Duration
 	queueWatches atomic.Int64 // waits that watched the whole queue, for tests
 	watching     atomic.Int64 // waits whose first watch is in place, for tests
 }
@@ -105,7 +111,7 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax}, nil
+	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax, cleanupBound: cleanupTimeout}, nil
 }
 
 // Backend returns "etcd".
@@ -633,10 +639,6 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 	}
 }
 
-// watchCreateGrace bounds how long a watch whose stop context has ended may
-// still wait for etcd to confirm its creation before it is cancelled anyway.
-const watchCreateGrace = cleanupTimeout
-
 // watch opens a watch on key (requiring a leader) that ends when the returned
 // cancel is called; the caller also selects on stop.Done itself (or on what
 // ends stop: a waiter's context and its lease).
@@ -649,22 +651,23 @@ const watchCreateGrace = cleanupTimeout
 // goroutine of its context, and the server's Watch, recvLoop and sendLoop)
 // stays open until the client is closed. Client.Watch returns only once the
 // watch is created, so a cancel after it returns is safe. Only when stop has
-// ended and etcd does not answer within watchCreateGrace (a lost connection)
-// is a pending watch cancelled, accepting that leak over a stuck caller.
+// ended and etcd does not answer within grace (the Locker's cleanupBound: a
+// lost connection) is a pending watch cancelled, accepting that leak over a
+// stuck caller.
 //
 // The caller does not wait for that, though: etcd may never confirm the
 // watch (unreachable, or the connection went half-open after the waiter's
 // put), and a waiter whose context has ended must return then, not
-// watchCreateGrace later. Client.Watch runs on a goroutine of its own;
-// once stop ends, watch returns at once a nil channel (never ready: the
-// caller's select takes stop.Done) and a no-op cancel, and that goroutine
-// cancels the watch when etcd confirms it, or after watchCreateGrace.
+// grace later. Client.Watch runs on a goroutine of its own; once stop
+// ends, watch returns at once a nil channel (never ready: the caller's
+// select takes stop.Done) and a no-op cancel, and that goroutine cancels
+// the watch when etcd confirms it, or after grace.
 func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
-	return watchKey(l.c, stop, key, opts...)
+	return watchKey(l.c, stop, l.cleanupBound, key, opts...)
 }
 
-// watchKey is Locker.watch on any client.
-func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+// watchKey is Locker.watch on any client, with grace for cleanupBound.
+func watchKey(c *clientv3.Client, stop context.Context, grace time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
 	if stop.Err() != nil {
 		return nil, func() {}
 	}
@@ -684,7 +687,7 @@ func watchKey(c *clientv3.Client, stop context.Context, key string, opts ...clie
 		return wch, cancel
 	case <-stop.Done():
 		close(gone)
-		time.AfterFunc(watchCreateGrace, cancel)
+		time.AfterFunc(grace, cancel)
 		return nil, func() {}
 	}
 }

@@ -1,5 +1,7 @@
 package etcdlock
 
+import "time"
+
 // SetAfterLock makes m call f once the Mutex is locked and before the lease
 // is set up: tests use it to fail the steps that follow a successful lock.
 func SetAfterLock(m *MutexLocker, f func()) { m.afterLock = f }
@@ -40,3 +42,14 @@ func TurnHeld(m *MutexLocker, key string) bool {
 	t := m.turns[key]
 	return t != nil && len(t.ch) > 0
 }
+
+// SetCleanupBound sets how long the cleanup l does for a caller may run on
+// a bound of its own (cleanupTimeout otherwise): its revoke while the
+// caller's context is live, and a watch etcd has not confirmed once its
+// waiter has left. Tests raise it past anything they wait for, so that a
+// call that returns did so because its caller's context ended.
+func SetCleanupBound(l *Locker, d time.Duration) { l.cleanupBound = d }
+
+// SetMutexCleanupBound is SetCleanupBound for m: its withdraw, its
+// Release's delete on an ended context and its key watch.
+func SetMutexCleanupBound(m *MutexLocker, d time.Duration) { m.cleanupBound = d }

@@ -293,12 +293,12 @@ func (st *leaseState) release(ctx context.Context) error {
 // said it was put (a reply lost after etcd applied the attempt), so a
 // revoke that does not get through is tried again in the background
 // (revoker). Inline, abandon tries only while the caller's context has time
-// left (at most cleanupTimeout) or for cleanupGrace after it has ended
+// left (at most cleanupBound) or for cleanupGrace after it has ended
 // (cleanupContext): the caller's deadline is the Acquire's, and a revoke
 // that etcd does not answer at once (unreachable, no leader) would hold it
 // past it.
 func (st *leaseState) abandon(ctx context.Context, cause error) {
-	rctx, cancel := cleanupContext(ctx)
+	rctx, cancel := cleanupContext(ctx, st.l.cleanupBound)
 	defer cancel()
 	st.core.End(cause)
 	_ = st.stopWatch(rctx)

@@ -88,6 +88,11 @@ type MutexLocker struct {
 	pfx string
 
 	afterLock func() // test seam: runs once the Mutex is locked, before the lease is set up
+	// cleanupBound is the Locker's cleanupBound for the adapter: how long
+	// its withdraw after a failed Acquire, its Release's delete on an ended
+	// context (while the caller has time) and an unconfirmed key watch may
+	// run on a bound of their own.
+	cleanupBound time.Duration
 
 	mu    sync.Mutex
 	turns map[string]*turn // per-key in-process exclusion
@@ -110,7 +115,7 @@ func FromMutex(s *concurrency.Session, pfx string) (*MutexLocker, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: etcdlock.FromMutex: nil session", instrument.ErrInvalidOption)
 	}
-	return &MutexLocker{s: s, pfx: pfx, turns: make(map[string]*turn), fences: make(map[string]int64)}, nil
+	return &MutexLocker{s: s, pfx: pfx, cleanupBound: cleanupTimeout, turns: make(map[string]*turn), fences: make(map[string]int64)}, nil
 }
 
 // Backend returns "etcd".
@@ -235,7 +240,7 @@ func (m *MutexLocker) deleteEntry(ctx context.Context, key string) error {
 // lockMutex): the turn is kept until it has, and the entry is deleted
 // after it.
 func (m *MutexLocker) undo(ctx context.Context, key string, t *turn, err error, locking <-chan error) error {
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := cleanupContext(ctx, m.cleanupBound)
 	defer cancel()
 	if locking != nil {
 		select {
@@ -329,9 +334,9 @@ func (m *MutexLocker) lockNew(ctx context.Context, key string, t *turn, cfg *ins
 	}
 }
 
-// withdrawNow is withdraw on cleanupContext(ctx).
+// withdrawNow is withdraw on cleanupContext(ctx, m.cleanupBound).
 func (m *MutexLocker) withdrawNow(ctx context.Context, key string) error {
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := cleanupContext(ctx, m.cleanupBound)
 	defer cancel()
 	return m.withdraw(cctx, key)
 }
@@ -520,7 +525,7 @@ func (st *mutexState) watch(rev int64) {
 	defer close(st.wDone)
 	c := st.m.s.Client()
 	for {
-		wch, cancel := watchKey(c, st.bg, st.own, clientv3.WithRev(rev), clientv3.WithFilterPut())
+		wch, cancel := watchKey(c, st.bg, st.m.cleanupBound, st.own, clientv3.WithRev(rev), clientv3.WithFilterPut())
 		deleted := false
 	recv:
 		for {
@@ -587,7 +592,7 @@ func (st *mutexState) watch(rev int64) {
 func (st *mutexState) Release(ctx context.Context) error {
 	first := st.releasing.CompareAndSwap(false, true)
 	if first && storefail.Ended(ctx) != nil {
-		dctx, cancel := cleanupContext(ctx)
+		dctx, cancel := cleanupContext(ctx, st.m.cleanupBound)
 		defer cancel()
 		ctx = dctx
 	}
