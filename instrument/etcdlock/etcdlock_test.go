@@ -63,7 +63,7 @@ var watchOnly = []instrument.AcquireOption{instrument.WithTTL(30 * time.Second),
 
 // acquireInBackground runs l.Acquire(key) within d in a goroutine of its own
 // and returns its outcome's channel.
-func acquireInBackground(t *testing.T, l *etcdlock.Locker, key string, d time.Duration, opts ...instrument.AcquireOption) <-chan acquired {
+func acquireInBackground(t *testing.T, l instrument.Locker, key string, d time.Duration, opts ...instrument.AcquireOption) <-chan acquired {
 	ctx := timeout(t, d)
 	got := make(chan acquired, 1)
 	go func() {

@@ -35,13 +35,9 @@ func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			key := "lease-ends-unreachable/" + mode.name
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			cut := newCutAfter(putTxn, p.HalfOpen)
-			l := inWaitMode(newLocker(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept)), mode.max)
-			holder, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, p, cut := halfOpenAfterPut(t, e)
+			l := inWaitMode(newLocker(t, c), mode.max)
+			holder := mustAcquire(t, other, key, instrument.WithTTL(time.Hour))
 			cut.arm()
 			got := acquireInBackground(t, l, key, time.Minute, instrument.WithTTL(time.Second))
 			waitClosed(t, cut.done, 10*time.Second, "the waiter's put")
@@ -58,9 +54,7 @@ func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing
 			testenv.WaitFor(t, 30*time.Second, "the waiter's entry to go (its lease expired)", func() bool {
 				return queueLen(t, admin, other, key) == 1
 			})
-			if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			mustRelease(t, holder)
 			lockIsFree(t, key, other, l)
 		})
 	}
@@ -106,13 +100,10 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	const key = "burst-of-give-ups"
-	holder, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, other, key, instrument.WithTTL(time.Hour))
 	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 	b := &putBarrier{n: waiters, cut: p.HalfOpen, all: make(chan struct{})}
-	g := &revokeGate{open: make(chan struct{})}
+	g := newRevokeGate()
 	c := interceptedClient(t, []string{"http://" + p.Addr()}, b.intercept, grpc.WithChainUnaryInterceptor(g.intercept))
 	l := newLocker(t, c)
 	waitReachable(t, c)
@@ -131,14 +122,7 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 	ended := time.Now()
 	cancel()
 	for i := range waiters {
-		r := waitAcquired(t, got, 30*time.Second, fmt.Sprintf("waiter %d of %d whose context ended", i+1, waiters))
-		if r.err == nil {
-			_ = r.lease.Release(timeout(t, 10*time.Second))
-			t.Fatal("a waiter got the lock while it was held")
-		}
-		if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-			t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
-		}
+		gaveUp(t, waitAcquired(t, got, 30*time.Second, fmt.Sprintf("waiter %d of %d whose context ended", i+1, waiters)), "a waiter")
 	}
 	t.Logf("the last of %d waiters returned %s after their context ended", waiters, time.Since(ended))
 	if n := etcdlock.RevokesPending(l); n == 0 || n > waiters {
@@ -168,9 +152,7 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 	if n := queueLen(t, admin, other, key); n != 1 {
 		t.Fatalf("%d entries in the queue once the revokes were done, want the holder's only", n)
 	}
-	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, holder)
 	lockIsFree(t, key, other, l)
 }
 
@@ -186,42 +168,19 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	g := &revokeGate{open: make(chan struct{})}
-	l := newLocker(t, interceptedClient(t, e.Endpoints(), g.intercept))
+	l, g := gatedLocker(t, e.Endpoints())
 	other := newLocker(t, admin)
 	ttl := instrument.WithTTL(time.Hour)
 	entryLease := func(key string) int64 { return newestEntry(t, admin, l, key, 1).Lease }
 
-	warm, err := l.Acquire(timeout(t, 10*time.Second), "ghost-lease/warm", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	warm := mustAcquire(t, l, "ghost-lease/warm", ttl)
 	pooled := entryLease("ghost-lease/warm")
-	if err := warm.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, warm)
 	const key = "ghost-lease/contended"
-	holder, err := other.Acquire(timeout(t, 10*time.Second), key, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-	defer cancel()
-	gaveUp := make(chan acquired, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, key, ttl)
-		gaveUp <- acquired{lease, err}
-	}()
-	waitWatching(t, l, 1)
-	ghost := newestEntry(t, admin, l, key, 2)
+	holder := mustAcquire(t, other, key, ttl)
+	ghost := leaveGhost(t, admin, l, g, key, 2)
 	if ghost.Lease != pooled {
-		t.Fatalf("the waiter runs on lease %x, not on the pooled %x: the test does not attack what it means to", ghost.Lease, pooled)
-	}
-	g.shut.Store(true)
-	cancel()
-	if r := waitAcquired(t, gaveUp, 30*time.Second, "the waiter whose context ended"); r.err == nil {
-		_ = r.lease.Release(timeout(t, 10*time.Second))
-		t.Fatal("the waiter got the lock while it was held")
+		t.Fatalf("the waiter ran on lease %x, not on the pooled %x: the test does not attack what it means to", ghost.Lease, pooled)
 	}
 	if etcdlock.RevokesPending(l) != 1 || leaseGone(t, admin, ghost.Lease) {
 		t.Fatal("the ghost's revoke got through although revokes were held back: the fault did not hold")
@@ -231,10 +190,7 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 	// revoke is pending.
 	for i := range 20 {
 		k := fmt.Sprintf("ghost-lease/other-%d", i)
-		h, err := l.Acquire(timeout(t, 10*time.Second), k, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		h := mustAcquire(t, l, k, ttl)
 		if id := entryLease(k); id == ghost.Lease {
 			t.Fatalf("a later Acquire of %q runs on the ghost's lease %x", k, id)
 		}
@@ -246,20 +202,14 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 			}()
 			continue
 		}
-		if err := h.Release(timeout(t, 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
+		mustRelease(t, h)
 	}
-	live, err := l.Acquire(timeout(t, 10*time.Second), "ghost-lease/live", ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := mustAcquire(t, l, "ghost-lease/live", ttl)
 	if id := entryLease("ghost-lease/live"); id == ghost.Lease {
 		t.Fatalf("a later Acquire runs on the ghost's lease %x", id)
 	}
 
-	g.shut.Store(false)
-	close(g.open)
+	g.let()
 	waitRevokesDone(t, l)
 	if !leaseGone(t, admin, ghost.Lease) {
 		t.Fatal("the revoker is done but the ghost's lease stands")
@@ -273,12 +223,8 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 	if n := queueLen(t, admin, l, "ghost-lease/live"); n != 1 {
 		t.Fatal("the live holder's entry is gone")
 	}
-	if err := live.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, live)
+	mustRelease(t, holder)
 	lockIsFree(t, key, other, l)
 }
 
@@ -311,30 +257,13 @@ func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(
 		t.Run(tc.name, func(t *testing.T) {
 			pfx := "/turn-bounded/" + tc.name + "/"
 			const key = "k"
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			cut := newCutAfter(putTxn, p.HalfOpen)
-			s := newSession(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), tc.ttl)
+			c, p, cut := halfOpenAfterPut(t, e)
+			s := newSession(t, c, tc.ttl)
 			t.Cleanup(p.Reset) // before the session's Close
 			m, other := fromMutex(t, s, pfx), fromMutex(t, otherSession, pfx)
-			holder, err := other.Acquire(timeout(t, 10*time.Second), key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			holder := mustAcquire(t, other, key)
 			defer holder.Release(timeout(t, 10*time.Second))
-			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-			defer cancel()
-			cut.arm()
-			got := make(chan acquired, 1)
-			go func() {
-				lease, err := m.Acquire(ctx, key)
-				got <- acquired{lease, err}
-			}()
-			waitClosed(t, cut.done, 10*time.Second, "the Mutex's put")
-			cancel()
-			if r := waitAcquired(t, got, 30*time.Second, "the adapter's Acquire whose context ended"); r.err == nil {
-				_ = r.lease.Release(timeout(t, 10*time.Second))
-				t.Fatal("Acquire returned a lease although its context ended while etcd was unreachable")
-			}
+			gaveUp(t, giveUpWhenCut(t, cut, "the adapter's Acquire whose context ended", m, key), "the adapter's Acquire")
 			if s.Ctx().Err() == nil { // a session of 2 s may have lapsed already on a loaded machine
 				if !etcdlock.TurnHeld(m, key) {
 					t.Fatal("the turn came back although Mutex.Lock may still delete this session's key: the fault did not hold")
@@ -345,13 +274,7 @@ func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(
 				} else if !errors.Is(err, instrument.ErrNotAcquired) {
 					t.Errorf("FailFast while the turn was kept: %v, want ErrNotAcquired", err)
 				}
-				short, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
-				defer stop()
-				waiting := make(chan acquired, 1)
-				go func() {
-					lease, err := m.Acquire(short, key)
-					waiting <- acquired{lease, err}
-				}()
+				waiting := acquireInBackground(t, m, key, 200*time.Millisecond)
 				if r := waitAcquired(t, waiting, 30*time.Second, "a waiting Acquire of the kept turn whose deadline passed"); r.err == nil {
 					_ = r.lease.Release(timeout(t, 10*time.Second))
 					t.Fatal("a waiting Acquire took the key while the turn was kept")
@@ -392,37 +315,29 @@ func TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWith
 	// majority is the two others.
 	cut, a, b := (leader+1)%3, leader, (leader+2)%3
 	maj := testenv.NewEtcdClient(t, cl.Members[a].Endpoint(), cl.Members[b].Endpoint())
-	g := &revokeGate{open: make(chan struct{})}
-	lg := newLocker(t, interceptedClient(t, cl.Members[cut].Endpoints(), g.intercept))
+	lg, g := gatedLocker(t, cl.Members[cut].Endpoints())
 	la, lb, lc := newLocker(t, maj), newLocker(t, maj), newLocker(t, maj)
 	const key, ghosts = "ghosts-partitioned", 3
 	ttl := instrument.WithTTL(time.Hour)
 
-	holder, err := la.Acquire(timeout(t, 10*time.Second), key, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-	defer cancel()
-	gaveUp := make(chan acquired, ghosts)
+	holder := mustAcquire(t, la, key, ttl)
+	var gots []<-chan acquired
+	var cancels []context.CancelFunc
 	var ghostLeases []int64
 	for i := range ghosts {
-		go func() {
-			lease, err := lg.Acquire(ctx, key, ttl)
-			gaveUp <- acquired{lease, err}
-		}()
+		got, cancel := acquireCancellable(t, lg, key, ttl)
+		gots, cancels = append(gots, got), append(cancels, cancel)
 		ghostLeases = append(ghostLeases, newestEntry(t, maj, lg, key, int64(2+i)).Lease)
 	}
 	waitWatching(t, lg, ghosts)
 
 	cl.Isolate(cut, true)
 	g.shut.Store(true) // a revoke that got through the partition's first moments would not make a ghost
-	cancel()
-	for range ghosts {
-		if r := waitAcquired(t, gaveUp, 30*time.Second, "a waiter of the partitioned member whose context ended"); r.err == nil {
-			_ = r.lease.Release(timeout(t, 10*time.Second))
-			t.Fatal("a waiter got the lock while it was held")
-		}
+	for _, cancel := range cancels {
+		cancel()
+	}
+	for _, got := range gots {
+		gaveUp(t, returnedAtCallersEnd(t, got, "a waiter of the partitioned member whose context ended"), "a waiter of the partitioned member")
 	}
 	for _, id := range ghostLeases {
 		if leaseGone(t, maj, id) {
@@ -463,63 +378,18 @@ func TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWith
 	if _, err := maj.Compact(timeout(t, 10*time.Second), rev.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, holder)
 	if h, err := newLocker(t, maj).Acquire(timeout(t, 10*time.Second), key, ttl, instrument.FailFast()); err == nil {
 		_ = h.Release(timeout(t, 10*time.Second))
 		t.Fatal("FailFast took the lock while the ghosts stood")
 	}
 	// Give the waiters a background revoke's worth of time to go wrong.
-	g.reset()
-	testenv.WaitFor(t, 30*time.Second, "a background revoke of a ghost to be tried and fail", func() bool {
-		_, failed := g.counts()
-		return failed >= 1
-	})
-	for _, w := range []<-chan acquired{first, second} {
-		select {
-		case r := <-w:
-			if r.err == nil {
-				_ = r.lease.Release(timeout(t, 10*time.Second))
-			}
-			t.Fatalf("a waiter behind the ghosts returned while they stood (err %v)", r.err)
-		default:
-		}
-	}
+	g.waitFailed(t)
+	stillWaiting(t, "behind the ghosts", first, second)
 
 	cl.Isolate(cut, false)
-	g.shut.Store(false)
-	close(g.open)
-	r1 := waitAcquired(t, first, time.Minute, "the first waiter once the partition healed")
-	if r1.err != nil {
-		t.Fatalf("the first waiter: %v", r1.err)
-	}
-	for _, id := range ghostLeases {
-		if !leaseGone(t, maj, id) {
-			t.Errorf("the first waiter got the lock while ghost lease %x stood", id)
-		}
-	}
-	if r1.lease.Fence() <= holder.Fence() {
-		t.Errorf("fence %d not above the released holder's %d", r1.lease.Fence(), holder.Fence())
-	}
-	select {
-	case r := <-second:
-		t.Fatalf("the second waiter returned while the first held the lock (err %v)", r.err)
-	default:
-	}
-	if err := r1.lease.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	r2 := waitAcquired(t, second, 30*time.Second, "the second waiter")
-	if r2.err != nil {
-		t.Fatalf("the second waiter: %v", r2.err)
-	}
-	if r2.lease.Fence() <= r1.lease.Fence() {
-		t.Errorf("fence %d not above the previous holder's %d", r2.lease.Fence(), r1.lease.Fence())
-	}
-	if err := r2.lease.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	g.let()
+	takenInOrder(t, maj, holder.Fence(), first, second, ghostLeases...)
 	waitRevokesDone(t, lg)
 	if n := queueLen(t, maj, la, key); n != 0 {
 		t.Fatalf("%d entries left in the queue", n)

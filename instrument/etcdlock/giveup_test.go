@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -46,7 +48,7 @@ func returnedAtCallersEnd[T any](t *testing.T, got <-chan T, what string) T {
 	case r := <-got:
 		return r
 	case <-time.After(callerLeft):
-		t.Fatalf("%s has not returned %s after its caller's context ended, etcd still unreachable: it waits for a cleanup that only etcd's answer or the cleanup's own bound (%s here) would end", what, callerLeft, ownCleanupBound)
+		t.Fatalf("%s has not returned %s after its caller's context ended, etcd still unreachable: it waits for a cleanup that only etcd's answer or a bound of the cleanup's own would end", what, callerLeft)
 		var zero T
 		return zero
 	}
@@ -103,6 +105,166 @@ func waitAcquired(t *testing.T, got <-chan acquired, within time.Duration, what 
 	}
 }
 
+// mustAcquire takes key on l, failing the test if it cannot.
+func mustAcquire(t *testing.T, l instrument.Locker, key string, opts ...instrument.AcquireOption) instrument.Lease {
+	t.Helper()
+	h, err := l.Acquire(timeout(t, 10*time.Second), key, opts...)
+	if err != nil {
+		t.Fatalf("Acquire %q: %v", key, err)
+	}
+	return h
+}
+
+// mustRelease releases h, failing the test if it cannot.
+func mustRelease(t *testing.T, h instrument.Lease) {
+	t.Helper()
+	if err := h.Release(timeout(t, 10*time.Second)); err != nil {
+		t.Fatalf("Release %q: %v", h.Key(), err)
+	}
+}
+
+// acquireCancellable runs l.Acquire(key) in a goroutine of its own, on a
+// context that ends when the test calls cancel (or after a minute), and
+// returns its outcome's channel.
+func acquireCancellable(t *testing.T, l instrument.Locker, key string, opts ...instrument.AcquireOption) (<-chan acquired, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+	t.Cleanup(cancel)
+	got := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, opts...)
+		got <- acquired{lease, err}
+	}()
+	return got, cancel
+}
+
+// gaveUp checks r, the outcome of what, an Acquire whose context was
+// cancelled before it got the lock: ErrNotAcquired wrapping
+// context.Canceled, and no lease.
+func gaveUp(t *testing.T, r acquired, what string) {
+	t.Helper()
+	if r.err == nil {
+		_ = r.lease.Release(timeout(t, 10*time.Second))
+		t.Fatalf("%s got the lock (fence %d) although its context ended first", what, r.lease.Fence())
+	}
+	if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("%s: %v, want ErrNotAcquired with context.Canceled", what, r.err)
+	}
+}
+
+// stillWaiting fails the test if an Acquire whose outcome comes on one of
+// ws has returned: what says what it waits behind.
+func stillWaiting(t *testing.T, what string, ws ...<-chan acquired) {
+	t.Helper()
+	for _, w := range ws {
+		select {
+		case r := <-w:
+			if r.err == nil {
+				_ = r.lease.Release(timeout(t, 10*time.Second))
+			}
+			t.Fatalf("a waiter returned while it should have waited %s (err %v)", what, r.err)
+		default:
+		}
+	}
+}
+
+// halfOpenAfterPut returns a client of e through a fault proxy whose
+// connection goes half-open right after the next put once cut is armed.
+func halfOpenAfterPut(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv.Proxy, *cutAfter) {
+	t.Helper()
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	cut := newCutAfter(putTxn, p.HalfOpen)
+	return interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), p, cut
+}
+
+// giveUpWhenCut runs l.Acquire(key) in the background with cut armed, ends
+// its context once the connection has gone half-open after its put, and
+// returns its outcome (returnedAtCallersEnd), what naming it.
+func giveUpWhenCut(t *testing.T, cut *cutAfter, what string, l instrument.Locker, key string, opts ...instrument.AcquireOption) acquired {
+	t.Helper()
+	cut.arm()
+	got, cancel := acquireCancellable(t, l, key, opts...)
+	waitClosed(t, cut.done, 10*time.Second, what+": its put")
+	cancel()
+	return returnedAtCallersEnd(t, got, what)
+}
+
+// leaveGhost queues a waiter of l on key, as the queue's nth entry, and ends
+// its context once its watch is in place, with g holding every revoke
+// back: Acquire must return at its caller's end, and its entry (the ghost)
+// stands. It returns the ghost.
+func leaveGhost(t *testing.T, admin *clientv3.Client, l *etcdlock.Locker, g *revokeGate, key string, n int64) *mvccpb.KeyValue {
+	t.Helper()
+	watching := etcdlock.Watching(l)
+	got, cancel := acquireCancellable(t, l, key, instrument.WithTTL(time.Hour))
+	waitWatching(t, l, watching+1)
+	ghost := newestEntry(t, admin, l, key, n)
+	g.shut.Store(true)
+	cancel()
+	gaveUp(t, returnedAtCallersEnd(t, got, "the waiter whose context ended, its revoke held back"), "the waiter")
+	return ghost
+}
+
+// takenInOrder checks, once the ghosts' revokes may get through, that
+// first and then second take the lock, each after the holder before it
+// (whose fence was after) and once every ghost's lease is gone, the second
+// only once the first has released.
+func takenInOrder(t *testing.T, admin *clientv3.Client, after uint64, first, second <-chan acquired, ghosts ...int64) {
+	t.Helper()
+	r1 := waitAcquired(t, first, time.Minute, "the first waiter behind the ghosts, once their revokes get through")
+	if r1.err != nil {
+		t.Fatalf("the first waiter behind the ghosts: %v", r1.err)
+	}
+	for _, id := range ghosts {
+		if !leaseGone(t, admin, id) {
+			t.Errorf("the first waiter got the lock while ghost lease %x was live", id)
+		}
+	}
+	if r1.lease.Fence() <= after {
+		t.Errorf("fence %d not above the released holder's %d", r1.lease.Fence(), after)
+	}
+	stillWaiting(t, "while the first held the lock", second)
+	mustRelease(t, r1.lease)
+	r2 := waitAcquired(t, second, 30*time.Second, "the second waiter behind the ghosts")
+	if r2.err != nil {
+		t.Fatalf("the second waiter behind the ghosts: %v", r2.err)
+	}
+	if r2.lease.Fence() <= r1.lease.Fence() {
+		t.Errorf("fence %d not above the previous holder's %d", r2.lease.Fence(), r1.lease.Fence())
+	}
+	mustRelease(t, r2.lease)
+}
+
+// mutexKeys counts s's Mutex keys for key under pfx (0 or 1), read on c.
+func mutexKeys(t *testing.T, c *clientv3.Client, pfx, key string, s *concurrency.Session) int64 {
+	t.Helper()
+	resp, err := c.Get(timeout(t, 5*time.Second), fmt.Sprintf("%s%s/%x", pfx, key, s.Lease()), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// mutexIsFree checks that once holder (if any) has released key, another
+// session (other) can take it at once, then m, which may wait: m gives
+// the key's in-process turn back just after its delete, which the test may
+// have seen first. after says what went before.
+func mutexIsFree(t *testing.T, key, after string, holder instrument.Lease, other, m *etcdlock.MutexLocker) {
+	t.Helper()
+	if holder != nil {
+		mustRelease(t, holder)
+	}
+	h, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("another session cannot lock after %s: %v", after, err)
+	}
+	mustRelease(t, h)
+	h, err = m.Acquire(timeout(t, 10*time.Second), key)
+	if err != nil {
+		t.Fatalf("the same adapter cannot lock after %s: %v", after, err)
+	}
+	mustRelease(t, h)
+}
+
 // TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce:
 // a waiter has queued behind a holder when etcd becomes unreachable (the
 // connection goes half-open right after its entry was put), and its
@@ -117,35 +279,15 @@ func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *t
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
+	ttl := instrument.WithTTL(time.Hour)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			key := "gives-up-unreachable/" + mode.name
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			cut := newCutAfter(putTxn, p.HalfOpen)
-			l := inWaitMode(newLocker(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept)), mode.max)
+			c, p, cut := halfOpenAfterPut(t, e)
+			l := inWaitMode(newLocker(t, c), mode.max)
 			etcdlock.SetCleanupBound(l, ownCleanupBound)
-			holder, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-			defer cancel()
-			cut.arm()
-			got := make(chan acquired, 1)
-			go func() {
-				lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour))
-				got <- acquired{lease, err}
-			}()
-			waitClosed(t, cut.done, 10*time.Second, "the waiter's put")
-			cancel()
-			r := returnedAtCallersEnd(t, got, "the waiter whose context ended")
-			if r.err == nil {
-				_ = r.lease.Release(timeout(t, 10*time.Second))
-				t.Fatal("the waiter got the lock while it was held")
-			}
-			if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-				t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
-			}
+			holder := mustAcquire(t, other, key, ttl)
+			gaveUp(t, giveUpWhenCut(t, cut, "the waiter whose context ended", l, key, ttl), "the waiter")
 			// It returned without its revoke: the entry stands.
 			resp, err := admin.Get(timeout(t, 5*time.Second), l.QueuePrefix(key), append(clientv3.WithLastCreate(), clientv3.WithPrefix())...)
 			if err != nil || len(resp.Kvs) != 1 || resp.Count != 2 {
@@ -162,9 +304,7 @@ func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *t
 			if n := queueLen(t, admin, other, key); n != 1 {
 				t.Fatalf("%d entries in the queue, want the holder's only", n)
 			}
-			if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			mustRelease(t, holder)
 			lockIsFree(t, key, other, l)
 		})
 	}
@@ -182,35 +322,12 @@ func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *t
 func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoked(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	g := &revokeGate{open: make(chan struct{})}
-	l := newLocker(t, interceptedClient(t, e.Endpoints(), g.intercept))
-	etcdlock.SetCleanupBound(l, ownCleanupBound)
+	l, g := gatedLocker(t, e.Endpoints())
 	other, elsewhere := newLocker(t, admin), newLocker(t, admin)
 	const key = "ghost-entry"
 	ttl := instrument.WithTTL(time.Hour)
-	holder, err := other.Acquire(timeout(t, 10*time.Second), key, ttl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-	defer cancel()
-	gaveUp := make(chan acquired, 1)
-	go func() {
-		lease, err := l.Acquire(ctx, key, ttl)
-		gaveUp <- acquired{lease, err}
-	}()
-	waitWatching(t, l, 1)
-	ghost := newestEntry(t, admin, l, key, 2)
-	g.shut.Store(true)
-	cancel()
-	r := returnedAtCallersEnd(t, gaveUp, "the waiter whose context ended")
-	if r.err == nil {
-		_ = r.lease.Release(timeout(t, 10*time.Second))
-		t.Fatal("the waiter got the lock while it was held")
-	}
-	if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-		t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
-	}
+	holder := mustAcquire(t, other, key, ttl)
+	ghost := leaveGhost(t, admin, l, g, key, 2)
 	if leaseGone(t, admin, ghost.Lease) || queueLen(t, admin, l, key) != 2 {
 		t.Fatal("the ghost entry is gone although its revoke was held back: the fault did not hold")
 	}
@@ -223,63 +340,20 @@ func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoke
 	if n := queueLen(t, admin, l, key); n != 4 {
 		t.Fatalf("%d entries in the queue, want the holder's, the ghost's and two waiters'", n)
 	}
-	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, holder)
 	if h, err := newLocker(t, admin).Acquire(timeout(t, 10*time.Second), key, ttl, instrument.FailFast()); err == nil {
 		_ = h.Release(timeout(t, 10*time.Second))
 		t.Fatal("FailFast took the lock while the ghost entry stood")
 	} else if !errors.Is(err, instrument.ErrNotAcquired) {
 		t.Fatalf("FailFast while the ghost entry stood: %v, want ErrNotAcquired", err)
 	}
-	// Let a background revoke fail after the release: the waiters have had
-	// the holder's deletion and a revoke's worth of time to go wrong.
-	g.reset()
-	testenv.WaitFor(t, 30*time.Second, "a background revoke of the ghost to be tried and fail", func() bool {
-		_, failed := g.counts()
-		return failed >= 1
-	})
-	for _, w := range []<-chan acquired{mine, theirs} {
-		select {
-		case r := <-w:
-			if r.err == nil {
-				_ = r.lease.Release(timeout(t, 10*time.Second))
-			}
-			t.Fatalf("a waiter behind the ghost entry returned while it stood (err %v)", r.err)
-		default:
-		}
-	}
+	// The waiters have had the holder's deletion and a background revoke's
+	// worth of time to go wrong.
+	g.waitFailed(t)
+	stillWaiting(t, "behind the ghost entry", mine, theirs)
 
-	g.shut.Store(false)
-	close(g.open)
-	first := waitAcquired(t, mine, 30*time.Second, "the waiter behind the ghost, once its revoke gets through")
-	if first.err != nil {
-		t.Fatalf("the waiter behind the ghost: %v", first.err)
-	}
-	if first.lease.Fence() <= holder.Fence() {
-		t.Errorf("fence %d not above the released holder's %d", first.lease.Fence(), holder.Fence())
-	}
-	if !leaseGone(t, admin, ghost.Lease) {
-		t.Error("a waiter behind the ghost got the lock while the ghost's lease was live")
-	}
-	select {
-	case r := <-theirs:
-		t.Fatalf("the second waiter returned while the first held the lock (err %v)", r.err)
-	default:
-	}
-	if err := first.lease.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	second := waitAcquired(t, theirs, 30*time.Second, "the second waiter behind the ghost")
-	if second.err != nil {
-		t.Fatalf("the second waiter behind the ghost: %v", second.err)
-	}
-	if second.lease.Fence() <= first.lease.Fence() {
-		t.Errorf("fence %d not above the previous holder's %d", second.lease.Fence(), first.lease.Fence())
-	}
-	if err := second.lease.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	g.let()
+	takenInOrder(t, admin, holder.Fence(), mine, theirs, ghost.Lease)
 	lockIsFree(t, key, other, l)
 }
 
@@ -304,11 +378,10 @@ func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(
 		t.Run(tc.name, func(t *testing.T) {
 			pfx := "/gives-up-unreachable/" + tc.name + "/"
 			const key = "k"
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			cut := newCutAfter(putTxn, p.HalfOpen)
+			c, p, cut := halfOpenAfterPut(t, e)
 			// A session TTL the test never outlives: the session must not
 			// end, and its key with it, while etcd is unreachable.
-			s := newSession(t, interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), 600)
+			s := newSession(t, c, 600)
 			// Before the session's Close, whose revoke would wait out the
 			// TTL on a half-open connection if the test fails before its
 			// own Reset.
@@ -317,63 +390,17 @@ func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(
 			etcdlock.SetMutexCleanupBound(m, ownCleanupBound)
 			var holder instrument.Lease
 			if tc.held {
-				var err error
-				if holder, err = other.Acquire(timeout(t, 10*time.Second), key); err != nil {
-					t.Fatal(err)
-				}
+				holder = mustAcquire(t, other, key)
 			}
-			own := fmt.Sprintf("%s%s/%x", pfx, key, s.Lease())
-			ownCount := func() int64 {
-				resp, err := admin.Get(timeout(t, 5*time.Second), own, clientv3.WithCountOnly())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return resp.Count
-			}
-			ctx, cancel := context.WithCancel(timeout(t, time.Minute))
-			defer cancel()
-			cut.arm()
-			got := make(chan acquired, 1)
-			go func() {
-				lease, err := m.Acquire(ctx, key, tc.opts...)
-				got <- acquired{lease, err}
-			}()
-			waitClosed(t, cut.done, 10*time.Second, "the Mutex's put")
-			cancel()
-			r := returnedAtCallersEnd(t, got, "the adapter's Acquire whose context ended")
-			if r.err == nil {
-				_ = r.lease.Release(timeout(t, 10*time.Second))
-				t.Fatal("Acquire returned a lease although its context ended while etcd was unreachable")
-			}
-			if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-				t.Errorf("Acquire: %v, want ErrNotAcquired with context.Canceled", r.err)
-			}
-			if n := ownCount(); n != 1 {
+			gaveUp(t, giveUpWhenCut(t, cut, "the adapter's Acquire whose context ended", m, key, tc.opts...), "the adapter's Acquire")
+			if n := mutexKeys(t, admin, pfx, key, s); n != 1 {
 				t.Fatalf("%d Mutex keys of this session while etcd was unreachable, want 1: the fault did not hold", n)
 			}
 			p.Reset() // the client reconnects
-			testenv.WaitFor(t, 30*time.Second, "this session's Mutex key to be deleted once etcd is reachable", func() bool { return ownCount() == 0 })
-			if holder != nil {
-				if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			h, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
-			if err != nil {
-				t.Fatalf("another session cannot lock after the Acquire gave up: %v", err)
-			}
-			if err := h.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			// The adapter gives the key's in-process turn back just after
-			// the delete, which the test may have seen first: wait.
-			h, err = m.Acquire(timeout(t, 10*time.Second), key)
-			if err != nil {
-				t.Fatalf("the same adapter cannot lock after its Acquire gave up: %v", err)
-			}
-			if err := h.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			testenv.WaitFor(t, 30*time.Second, "this session's Mutex key to be deleted once etcd is reachable", func() bool {
+				return mutexKeys(t, admin, pfx, key, s) == 0
+			})
+			mutexIsFree(t, key, "the Acquire gave up", holder, other, m)
 		})
 	}
 }
@@ -406,23 +433,17 @@ func TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce(t *testing.
 			m := fromMutex(t, s, pfx)
 			etcdlock.SetMutexCleanupBound(m, ownCleanupBound)
 			return m, fromMutex(t, newSession(t, admin, 600), pfx), func(h instrument.Lease) bool {
-				resp, err := admin.Get(timeout(t, 5*time.Second), fmt.Sprintf("%s%s/%x", pfx, h.Key(), s.Lease()), clientv3.WithCountOnly())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return resp.Count > 0
+				return mutexKeys(t, admin, pfx, h.Key(), s) > 0
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "release-ended-unreachable-" + tc.name
+			ttl := instrument.WithTTL(time.Hour)
 			c, p := proxied(t, e)
 			l, other, stands := tc.lockers(t, c)
 			t.Cleanup(p.Reset) // before the session's Close (above)
-			h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
+			h := mustAcquire(t, l, key, ttl)
 			p.HalfOpen() // nothing sent on the client's connection arrives any more
 			ended, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -440,19 +461,15 @@ func TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce(t *testing.
 			if err != nil {
 				t.Fatalf("another process cannot lock after the Release: %v", err)
 			}
-			if err := o.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			next, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
+			mustRelease(t, o)
+			next, err := l.Acquire(timeout(t, 10*time.Second), key, ttl)
 			if err != nil {
 				t.Fatalf("the same Locker cannot lock after the Release: %v", err)
 			}
 			if next.Fence() <= h.Fence() {
 				t.Errorf("fence %d not above the released holder's %d", next.Fence(), h.Fence())
 			}
-			if err := next.Release(timeout(t, 10*time.Second)); err != nil {
-				t.Fatal(err)
-			}
+			mustRelease(t, next)
 		})
 	}
 }

@@ -492,10 +492,7 @@ func TestFromMutex_AnAttemptWhoseReplyIsLostLeavesNoKeyBehind(t *testing.T) {
 				other := fromMutex(t, otherSession, pfx)
 				var holder instrument.Lease
 				if tc.held {
-					var err error
-					if holder, err = other.Acquire(timeout(t, 10*time.Second), key); err != nil {
-						t.Fatal(err)
-					}
+					holder = mustAcquire(t, other, key)
 				}
 				f.arm()
 				lease, err := m.Acquire(ctx, key, tc.opts...)
@@ -509,42 +506,16 @@ func TestFromMutex_AnAttemptWhoseReplyIsLostLeavesNoKeyBehind(t *testing.T) {
 				if !errors.Is(err, instrument.ErrNotAcquired) || !errors.Is(err, errCallerGone) {
 					t.Errorf("Acquire = %v, want ErrNotAcquired wrapping the context's cause", err)
 				}
-				own := fmt.Sprintf("%s%s/%x", pfx, key, s.Lease())
-				ownCount := func() int64 {
-					resp, err := admin.Get(timeout(t, 5*time.Second), own, clientv3.WithCountOnly())
-					if err != nil {
-						t.Fatal(err)
-					}
-					return resp.Count
-				}
 				if cut {
-					if n := ownCount(); n != 1 {
+					if n := mutexKeys(t, admin, pfx, key, s); n != 1 {
 						t.Fatalf("%d Mutex keys of this session while etcd was unreachable, want 1: the fault did not hold", n)
 					}
 					p.Reset() // the client reconnects
 				}
-				testenv.WaitFor(t, 20*time.Second, "this session's Mutex key to be deleted", func() bool { return ownCount() == 0 })
-				if holder != nil {
-					if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				got, err := other.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
-				if err != nil {
-					t.Fatalf("another session cannot lock after the lost attempt: %v", err)
-				}
-				if err := got.Release(timeout(t, 10*time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				// settle gives the key's in-process turn back just after
-				// its delete, which the test may have seen first: wait.
-				got, err = m.Acquire(timeout(t, 10*time.Second), key)
-				if err != nil {
-					t.Fatalf("the same adapter cannot lock after the lost attempt: %v", err)
-				}
-				if err := got.Release(timeout(t, 10*time.Second)); err != nil {
-					t.Fatal(err)
-				}
+				testenv.WaitFor(t, 20*time.Second, "this session's Mutex key to be deleted", func() bool {
+					return mutexKeys(t, admin, pfx, key, s) == 0
+				})
+				mutexIsFree(t, key, "the lost attempt", holder, other, m)
 			})
 		}
 	}
@@ -559,6 +530,18 @@ type revokeGate struct {
 	now    int
 	max    int
 	failed int // revokes the gate held back until they failed
+}
+
+func newRevokeGate() *revokeGate { return &revokeGate{open: make(chan struct{})} }
+
+// gatedLocker returns a Locker of endpoints whose revokes go through a
+// revokeGate, and the gate.
+func gatedLocker(t *testing.T, endpoints []string) (*etcdlock.Locker, *revokeGate) {
+	t.Helper()
+	g := newRevokeGate()
+	l := newLocker(t, interceptedClient(t, endpoints, g.intercept))
+	etcdlock.SetCleanupBound(l, ownCleanupBound)
+	return l, g
 }
 
 func (g *revokeGate) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -587,6 +570,12 @@ func (g *revokeGate) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// let lets every revoke through, those held back included.
+func (g *revokeGate) let() {
+	g.shut.Store(false)
+	close(g.open)
+}
+
 // reset forgets the revokes seen so far.
 func (g *revokeGate) reset() {
 	g.mu.Lock()
@@ -600,6 +589,18 @@ func (g *revokeGate) counts() (maxInFlight, failed int) {
 	return g.max, g.failed
 }
 
+// waitFailed forgets the revokes seen so far and waits until one more has
+// been held back until it failed: once every Acquire has returned, only
+// the background revoker sends one.
+func (g *revokeGate) waitFailed(t *testing.T) {
+	t.Helper()
+	g.reset()
+	testenv.WaitFor(t, 30*time.Second, "a background revoke to be tried and fail", func() bool {
+		_, failed := g.counts()
+		return failed >= 1
+	})
+}
+
 // TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue: twelve
 // waiters queued behind a holder give up while their revokes cannot get
 // through. Their entries stand on leases nobody renews; left to their TTL
@@ -610,24 +611,15 @@ func (g *revokeGate) counts() (maxInFlight, failed int) {
 func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	g := &revokeGate{open: make(chan struct{})}
-	c := interceptedClient(t, e.Endpoints(), g.intercept)
-	l, other := newLocker(t, c), newLocker(t, admin)
+	l, g := gatedLocker(t, e.Endpoints())
+	other := newLocker(t, admin)
 	const key, waiters = "waiters-give-up-unreachable", 12
-	holder, err := other.Acquire(timeout(t, 10*time.Second), key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := mustAcquire(t, other, key)
 	var cancels []context.CancelFunc
 	var gots []<-chan acquired
 	for range waiters {
-		ctx, cancel := context.WithCancel(timeout(t, time.Minute))
+		got, cancel := acquireCancellable(t, l, key, instrument.WithTTL(time.Hour))
 		cancels = append(cancels, cancel)
-		got := make(chan acquired, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour))
-			got <- acquired{lease, err}
-		}()
 		gots = append(gots, got)
 	}
 	waitWatching(t, l, waiters)
@@ -643,28 +635,17 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 		cancel()
 	}
 	for _, got := range gots {
-		if r := <-got; r.err == nil {
-			_ = r.lease.Release(timeout(t, 10*time.Second))
-			t.Fatal("a waiter got the lock while it was held")
-		} else if !errors.Is(r.err, instrument.ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
-			t.Errorf("waiter: %v, want ErrNotAcquired with context.Canceled", r.err)
-		}
+		gaveUp(t, returnedAtCallersEnd(t, got, "a waiter whose context ended, its revoke held back"), "a waiter")
 	}
 	// Every waiter has returned, its own revoke failed. From here on only
-	// a retry in the background sends revokes: let one fail too (at most
-	// 30 s: without retries, none comes), so that they are tried while
-	// etcd cannot be reached.
-	g.reset()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if _, failed := g.counts(); failed >= 1 {
-			break
-		}
-	}
+	// a retry in the background sends revokes: let one fail too (without
+	// retries, none comes), so that they are tried while etcd cannot be
+	// reached.
+	g.waitFailed(t)
 	if n := queueLen(t, admin, other, key); n != waiters+1 {
 		t.Fatalf("%d entries in the queue while the revokes could not get through, want %d: the fault did not hold", n, waiters+1)
 	}
-	g.shut.Store(false)
-	close(g.open)
+	g.let()
 	testenv.WaitFor(t, 30*time.Second, "the waiters' entries to be revoked (TTL 1 h)", func() bool {
 		return queueLen(t, admin, other, key) == 1
 	})
@@ -676,9 +657,7 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 	if m, _ := g.counts(); m > 1 {
 		t.Errorf("%d revokes in flight at once in the background, want one at a time", m)
 	}
-	if err := holder.Release(timeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	mustRelease(t, holder)
 	lockIsFree(t, key, other, l)
 }
 
