@@ -200,7 +200,7 @@ func leaveGhost(t *testing.T, admin *clientv3.Client, l *etcdlock.Locker, g *rev
 	ghost := newestEntry(t, admin, l, key, n)
 	g.shut.Store(true)
 	cancel()
-	gaveUp(t, returnedAtCallersEnd(t, got, "the waiter whose context ended, its revoke held back"), "the waiter")
+	gaveUp(t, returnedAtCallersEnd(t, got, "the waiter whose context ended while revokes were held back"), "the waiter")
 	return ghost
 }
 

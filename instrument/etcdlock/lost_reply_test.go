@@ -635,7 +635,7 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 		cancel()
 	}
 	for _, got := range gots {
-		gaveUp(t, returnedAtCallersEnd(t, got, "a waiter whose context ended, its revoke held back"), "a waiter")
+		gaveUp(t, returnedAtCallersEnd(t, got, "a waiter whose context ended while revokes were held back"), "a waiter")
 	}
 	// Every waiter has returned, its own revoke failed. From here on only
 	// a retry in the background sends revokes: let one fail too (without
