@@ -701,7 +701,11 @@ func (a *acquirer) waitErr(ctx context.Context) error {
 		}
 		return fmt.Errorf("etcdlock: acquire %q: %w: %w", a.st.key, instrument.ErrNotAcquired, err)
 	}
-	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, context.Cause(a.st.Context()))
+	// The lease's own cause, not context.Cause: a Lose that found the
+	// lease already ending (its session's end on another goroutine)
+	// returns before that goroutine has cancelled the context, whose
+	// cause is then still nil.
+	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, a.st.core.Cause())
 }
 
 // ctxOr prefers the context's cause to the transport error it produced.

@@ -362,6 +362,21 @@ func (c *Lease) Ended() bool {
 	return c.ended
 }
 
+// Cause is why the lease ended (the cause its Context ends with), or nil
+// while it has not. It is set the moment the lease ends, before the
+// Context is cancelled: a Lose or End that finds the lease already ending
+// on another goroutine returns at once, possibly before that goroutine has
+// cancelled the Context, and a caller that must name the cause then reads
+// it here, not with context.Cause.
+func (c *Lease) Cause() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ended {
+		return nil
+	}
+	return c.endedCause
+}
+
 // renewsLocked says the watchdog may schedule a renewal.
 func (c *Lease) renewsLocked() bool { return c.cfg.Watchdog && !c.ended && !c.stopRenew }
 

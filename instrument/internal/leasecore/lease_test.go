@@ -441,3 +441,56 @@ func TestLease_RefreshPastTheCallersDeadlineIsNoFailedRenewal(t *testing.T) {
 		t.Fatalf("%d Renewed events for a live caller's failure, want 1", renewed)
 	}
 }
+
+// blockingLost holds the first Lost call until release is closed: the
+// window of an end in flight, after the lease is marked ended and before
+// its Context is cancelled.
+type blockingLost struct {
+	events
+	inLost  chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingLost) Lost(cause error) {
+	close(b.inLost)
+	<-b.release
+	b.events.Lost(cause)
+}
+
+// TestCause_IsSetWhileAnotherEndIsStillUnderWay: a Lose that finds the
+// lease already ending on another goroutine returns at once, before that
+// goroutine has cancelled the Context. A caller that then names why the
+// lease ended (etcdlock's waiter, whose queue entry and session end
+// together) must get the cause from Cause: context.Cause is still nil
+// (etcdlock returned "own session ended: %!w(<nil>)", neither ErrLockLost
+// nor ErrNotAcquired, seen once in TestAttack_ThreeMemberCluster_...).
+func TestCause_IsSetWhileAnotherEndIsStillUnderWay(t *testing.T) {
+	ev := &blockingLost{inLost: make(chan struct{}), release: make(chan struct{})}
+	var rel atomic.Int32
+	c := New(Config{Name: "test", Key: "k", TTL: time.Hour, Start: time.Now(), Events: ev, Release: okRelease(&rel)})
+	if c.Cause() != nil {
+		t.Fatalf("Cause of a live lease: %v, want nil", c.Cause())
+	}
+	first := errors.Join(ErrLockLost, errors.New("session ended"))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Lose(first)
+	}()
+	<-ev.inLost
+	c.Lose(errors.Join(ErrLockLost, errors.New("entry deleted")))
+	if err := c.Context().Err(); err != nil {
+		t.Fatalf("the context ended before the first end cancelled it (%v): the window this test needs is gone", err)
+	}
+	if got := c.Cause(); got != first {
+		t.Errorf("Cause while the first end is under way: %v, want the first cause %v", got, first)
+	}
+	close(ev.release)
+	<-done
+	if got := waitDone(t, c.Context()); got != first {
+		t.Errorf("context cause: %v, want %v", got, first)
+	}
+	if got := c.Cause(); got != first {
+		t.Errorf("Cause after the end: %v, want %v", got, first)
+	}
+}
