@@ -80,7 +80,9 @@ func (st *leaseState) checkLive() error {
 	if !time.Now().Before(st.core.Deadline()) {
 		st.core.Lose(fmt.Errorf("%w: %q: session lease passed its local deadline before the lock was taken", instrument.ErrLockLost, st.key))
 	}
-	if cause := context.Cause(st.core.Context()); cause != nil {
+	// Cause, not the context's: a Lose that found the lease already ending
+	// on another goroutine returns before that one cancels the context.
+	if cause := st.core.Cause(); cause != nil {
 		return fmt.Errorf("etcdlock: acquire %q: %w", st.key, cause)
 	}
 	return nil
