@@ -23,6 +23,11 @@ const BackendName = "etcd"
 // DefaultPrefix is the etcd key prefix under which lock queues live.
 const DefaultPrefix = "lockgov/lock/"
 
+// DefaultRequestTimeout bounds each round trip to etcd that an Acquire
+// makes (WithRequestTimeout): etcdctl's --command-timeout, and go-redis's
+// DialTimeout, which is what makes a Redis that is down a store failure.
+const DefaultRequestTimeout = 5 * time.Second
+
 // errClientClosed is why an Acquire stopped when its Locker's client was
 // closed under it (wrapped with instrument.ErrNotAcquired).
 var errClientClosed = errors.New("etcdlock: the etcd client was closed")
@@ -48,8 +53,11 @@ type Locker struct {
 	// has left (watchKey). cleanupTimeout; tests raise it past anything
 	// they wait for, so that only the caller's end can cut a cleanup short.
 	cleanupBound time.Duration
-	queueWatches atomic.Int64 // waits that watched the whole queue, for tests
-	watching     atomic.Int64 // waits whose first watch is in place, for tests
+	// requestTimeout bounds each round trip of an Acquire (0: the caller's
+	// context only): WithRequestTimeout.
+	requestTimeout time.Duration
+	queueWatches   atomic.Int64 // waits that watched the whole queue, for tests
+	watching       atomic.Int64 // waits whose first watch is in place, for tests
 }
 
 // headWatchMax is the longest queue ahead of a waiter for which it watches
@@ -65,9 +73,10 @@ type Option interface {
 }
 
 type options struct {
-	prefix   string
-	service  string
-	instance string
+	prefix         string
+	service        string
+	instance       string
+	requestTimeout time.Duration
 }
 
 type optionFunc func(*options)
@@ -90,16 +99,35 @@ func WithInstance(name string) Option {
 	return optionFunc(func(o *options) { o.instance = name })
 }
 
+// WithRequestTimeout bounds each round trip to etcd that Acquire makes
+// (default DefaultRequestTimeout): the lease grant, the transaction that
+// puts the queue entry, and each read of the queue while it waits; not the
+// wait itself (the watch for the entries ahead to go), which lasts as the
+// wait strategy says. A round trip that etcd has not answered when its
+// bound ends, while the caller's context still has time, fails the Acquire
+// with a store failure (see the package doc, "Store failure"), as does one
+// that etcd answers with codes.Unavailable (no leader, request timed out,
+// leader changed): without it a clientv3 request waits for an unreachable
+// cluster until the caller's context ends, and the caller learns only that
+// it gave up. 0 leaves only the caller's context to bound them, as before
+// the option existed; a negative d is an error from New.
+func WithRequestTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.requestTimeout = d })
+}
+
 // New returns a Locker on c.
 func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: etcdlock.New: nil client", instrument.ErrInvalidOption)
 	}
-	o := options{prefix: DefaultPrefix}
+	o := options{prefix: DefaultPrefix, requestTimeout: DefaultRequestTimeout}
 	for _, opt := range opts {
 		if opt != nil {
 			opt.apply(&o)
 		}
+	}
+	if o.requestTimeout < 0 {
+		return nil, fmt.Errorf("%w: etcdlock: negative request timeout %s", instrument.ErrInvalidOption, o.requestTimeout)
 	}
 	if o.prefix == "" {
 		return nil, fmt.Errorf("%w: etcdlock: empty key prefix", instrument.ErrInvalidOption)
@@ -111,7 +139,7 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax, cleanupBound: cleanupTimeout}, nil
+	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax, cleanupBound: cleanupTimeout, requestTimeout: o.requestTimeout}, nil
 }
 
 // Backend returns "etcd".

@@ -43,6 +43,10 @@ type lostReply struct {
 	match     func(method string, req any) bool
 	end       context.CancelCauseFunc
 	afterLoss func()
+	// withheld holds the reply back until the request's context ends, as
+	// when etcd became unreachable after applying the request: what ends
+	// the wait is the request's bound (or the caller's end).
+	withheld bool
 
 	armed  atomic.Bool
 	lost   chan struct{} // closed once a reply was lost
@@ -81,6 +85,10 @@ func (f *lostReply) intercept(ctx context.Context, method string, req, reply any
 		f.afterLoss()
 	}
 	close(f.lost)
+	if f.withheld {
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	if f.end != nil {
 		f.end(errCallerGone)
 		return status.FromContextError(ctx.Err()).Err()
