@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
@@ -139,7 +142,14 @@ func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax, cleanupBound: cleanupTimeout, requestTimeout: o.requestTimeout}, nil
+	l := &Locker{c: c, prefix: o.prefix, value: value, headWatchMax: headWatchMax, cleanupBound: cleanupTimeout, requestTimeout: o.requestTimeout}
+	if o.requestTimeout > 0 {
+		// The revoke after a failed Acquire is a round trip too: one that
+		// failed because etcd did not answer should not wait longer for
+		// the next (the background revoker takes over).
+		l.cleanupBound = min(l.cleanupBound, o.requestTimeout)
+	}
+	return l, nil
 }
 
 // Backend returns "etcd".
@@ -172,12 +182,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	defer cancel(nil)
 	defer context.AfterFunc(l.c.Ctx(), func() { cancel(errClientClosed) })()
 	for {
-		id, ttl, sent, pooled, err := l.pool.get(ctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
+		rctx, rcancel := l.request(ctx)
+		id, ttl, sent, pooled, err := l.pool.get(rctx, l.c, leaseTTL(cfg.TTL), !cfg.NoWatchdog)
+		rcancel()
 		if err != nil {
-			if storefail.Ended(ctx) != nil {
-				return nil, acquireErr(ctx, key, err)
-			}
-			return nil, fmt.Errorf("etcdlock: acquire %q: grant lease: %w", key, err)
+			return nil, l.requestErr(ctx, rctx, key, "grant lease", err)
 		}
 		st := newLeaseState(l, key, id, ttl, sent, &cfg)
 		a := &acquirer{l: l, st: st, cfg: &cfg}
@@ -229,6 +238,9 @@ type acquirer struct {
 	// readFails counts the reads that failed in a row: the attempt number
 	// of readRetry's back-off.
 	readFails int
+	// readSent is when the last read was sent, failingSince when the first
+	// read of the current run of failed ones was (readFailed).
+	readSent, failingSince time.Time
 	// watchStop ends with the caller's context or with our lease: a wait
 	// stops at either, and so does its wait for etcd to confirm a watch,
 	// which etcd may never do (Locker.watch).
@@ -254,12 +266,25 @@ var readRetry = instrument.ExponentialBackoff(20*time.Millisecond, instrument.De
 // every other ended wait does, whatever the read's own error: this is the
 // one place that decides, so a deadline that passes while the read fails
 // cannot slip out as a bare transport error. A closed client ends the wait
-// with the read's error: no read will get through again.
+// with the read's error: no read will get through again. So does a failed
+// read that requestErr marked a store failure (no answer, no leader) when
+// the reads have failed for a whole request timeout, counted from the send
+// of the first in the run (one read that its bound ended is such a run):
+// a shorter outage, a leader election, keeps the waiter's place.
 func (a *acquirer) readFailed(ctx context.Context, err error, retry *time.Timer) error {
 	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil {
 		return a.waitErr(ctx)
 	}
 	if a.l.c.Ctx().Err() != nil {
+		return err
+	}
+	if a.readFails == 0 {
+		a.failingSince = a.readSent
+	}
+	if a.l.requestTimeout > 0 && storefail.Unavailable(err) && time.Since(a.failingSince) >= a.l.requestTimeout {
+		// etcd has not answered a read for a whole request timeout (no
+		// leader, out of reach): a store failure, which Govern's policy
+		// decides on, not a reason to wait on.
 		return err
 	}
 	a.readErr = err
@@ -337,11 +362,13 @@ func (a *acquirer) try(ctx context.Context) (int64, error) {
 	st := a.st
 	for attempt := 1; ; attempt++ {
 		now := time.Now()
-		resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
+		rctx, rcancel := a.l.request(ctx)
+		resp, err := a.l.c.Txn(rctx).If(a.emptyQueue()).
 			Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 			Commit()
+		rcancel()
 		if err != nil {
-			return 0, a.ctxOr(ctx, err)
+			return 0, a.l.requestErr(ctx, rctx, st.key, "put the lock entry", err)
 		}
 		a.attempted(resp.Succeeded)
 		if resp.Succeeded {
@@ -375,14 +402,16 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 	st := a.st
 	now := time.Now()
 	a.queuedAt = now
-	resp, err := a.l.c.Txn(ctx).If(a.emptyQueue()).
+	rctx, rcancel := a.l.request(ctx)
+	resp, err := a.l.c.Txn(rctx).If(a.emptyQueue()).
 		Then(clientv3.OpPut(st.own, a.value(now, now), clientv3.WithLease(st.id))).
 		Else(
 			clientv3.OpGet(st.pfx, clientv3.WithLastCreate()...),
 			clientv3.OpPut(st.own, a.value(now, time.Time{}), clientv3.WithLease(st.id)),
 		).Commit()
+	rcancel()
 	if err != nil {
-		return 0, a.ctxOr(ctx, err)
+		return 0, a.l.requestErr(ctx, rctx, st.key, "put the queue entry", err)
 	}
 	myRev := resp.Header.Revision
 	a.attempted(resp.Succeeded)
@@ -433,7 +462,10 @@ func (a *acquirer) queue(ctx context.Context) (int64, error) {
 // lost): waitTurn takes over, with a fresh watch and a re-check.
 func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done bool, err error) {
 	st := a.st
-	wch, wcancel := a.l.watch(a.watchStop, st.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wch, wcancel, err := a.l.waitWatch(a.watchStop, st.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	if err != nil {
+		return 0, true, a.watchFailed(ctx, "watch the queue", err)
+	}
 	defer wcancel()
 	poll := time.NewTimer(a.cfg.PollInterval)
 	defer poll.Stop()
@@ -522,7 +554,10 @@ func (a *acquirer) waitHead(ctx context.Context, myRev int64) (rev int64, done b
 // Its error is the read's; readFailed decides what it means for the wait.
 func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
 	st := a.st
-	resp, err := a.l.c.Txn(ctx).If(
+	a.readSent = time.Now()
+	rctx, rcancel := a.l.request(ctx)
+	defer rcancel()
+	resp, err := a.l.c.Txn(rctx).If(
 		clientv3.Compare(clientv3.CreateRevision(st.own), "=", myRev),
 		clientv3.Compare(clientv3.CreateRevision(st.pfx), ">", myRev-1).WithPrefix(),
 	).Else(
@@ -530,7 +565,7 @@ func (a *acquirer) recheck(ctx context.Context, myRev int64, aheadOpts ...client
 		clientv3.OpGet(st.pfx, append(aheadOpts, clientv3.WithMaxCreateRev(myRev-1))...),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: acquire %q: %w", st.key, err)
+		return nil, a.l.requestErr(ctx, rctx, st.key, "read the queue", err)
 	}
 	a.attempted(resp.Succeeded)
 	return resp, nil
@@ -601,7 +636,11 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 				return 0, a.waitErr(ctx)
 			}
 			watched = string(pred.Key)
-			wch, wcancel = a.l.watch(a.watchStop, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			var err error
+			wch, wcancel, err = a.l.waitWatch(a.watchStop, watched, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+			if err != nil {
+				return 0, a.watchFailed(ctx, "watch the entry ahead", err)
+			}
 		}
 		recheck := false
 		select {
@@ -691,13 +730,36 @@ func (a *acquirer) waitTurn(ctx context.Context, myRev int64, pred *mvccpb.KeyVa
 // select takes stop.Done) and a no-op cancel, and that goroutine cancels
 // the watch when etcd confirms it, or after grace.
 func (l *Locker) watch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
-	return watchKey(l.c, stop, l.cleanupBound, key, opts...)
+	wch, cancel, _ := watchKey(l.c, stop, l.cleanupBound, 0, key, opts...)
+	return wch, cancel
 }
 
-// watchKey is Locker.watch on any client, with grace for cleanupBound.
-func watchKey(c *clientv3.Client, stop context.Context, grace time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc) {
+// waitWatch is watch for a waiter: its creation is a round trip of the
+// Acquire, bounded by the request timeout. If etcd has not confirmed the
+// watch by then (unreachable: a watch is not created while no connection
+// is ready), it returns errNoAnswer, and the pending watch is left as when
+// stop ends.
+func (l *Locker) waitWatch(stop context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc, error) {
+	return watchKey(l.c, stop, l.cleanupBound, l.requestTimeout, key, opts...)
+}
+
+// watchFailed is the Acquire's error for a waiter's watch, what, that etcd
+// did not confirm within the request timeout (err): the wait's end if its
+// context or session has ended meanwhile, a store failure otherwise.
+func (a *acquirer) watchFailed(ctx context.Context, what string, err error) error {
+	if storefail.Ended(ctx) != nil || a.st.Context().Err() != nil {
+		return a.waitErr(ctx)
+	}
+	return a.l.unreachable(a.st.key, fmt.Errorf("%s: %w (%s)", what, err, a.l.requestTimeout))
+}
+
+// watchKey is Locker.watch on any client, with grace for cleanupBound. A
+// bound above 0 limits how long it waits for etcd to confirm the watch:
+// past it, it returns errNoAnswer (and leaves the pending watch as when
+// stop ends).
+func watchKey(c *clientv3.Client, stop context.Context, grace, bound time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, context.CancelFunc, error) {
 	if stop.Err() != nil {
-		return nil, func() {}
+		return nil, func() {}, nil
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(stop)))
 	created := make(chan clientv3.WatchChan)
@@ -710,13 +772,23 @@ func watchKey(c *clientv3.Client, stop context.Context, grace time.Duration, key
 			cancel() // confirmed (or closed) after the caller left: safe now
 		}
 	}()
+	var expired <-chan time.Time
+	if bound > 0 {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case wch := <-created:
-		return wch, cancel
+		return wch, cancel, nil
 	case <-stop.Done():
 		close(gone)
 		time.AfterFunc(grace, cancel)
-		return nil, func() {}
+		return nil, func() {}, nil
+	case <-expired:
+		close(gone)
+		time.AfterFunc(grace, cancel)
+		return nil, func() {}, errNoAnswer
 	}
 }
 
@@ -736,9 +808,80 @@ func (a *acquirer) waitErr(ctx context.Context) error {
 	return fmt.Errorf("etcdlock: acquire %q: stopped waiting, own session ended: %w", a.st.key, a.st.core.Cause())
 }
 
-// ctxOr prefers the context's cause to the transport error it produced.
-func (a *acquirer) ctxOr(ctx context.Context, err error) error {
-	return acquireErr(ctx, a.st.key, err)
+// errNoAnswer is why a round trip of an Acquire failed when etcd had not
+// answered it when the request timeout ended.
+var errNoAnswer = errors.New("no answer within the request timeout")
+
+// request returns the context of one round trip of an Acquire: ctx, bounded
+// by the request timeout (WithRequestTimeout) if there is one.
+func (l *Locker) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.requestTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.requestTimeout)
+}
+
+// requestErr is the Acquire's error for the round trip what on key, sent on
+// rctx (request: ctx with the request timeout), that failed with err:
+//
+//   - the caller's context has ended: ErrNotAcquired with its cause
+//     (acquireErr), whatever err says;
+//   - rctx ended by its own bound, or etcd answered that it could not
+//     decide (couldNotDecide): the store out of reach (unreachable). The
+//     deadline of rctx is not wrapped, only told: it is not the caller's,
+//     and errors.Is(err, context.DeadlineExceeded) would say it was;
+//   - otherwise err as it is.
+func (l *Locker) requestErr(ctx, rctx context.Context, key, what string, err error) error {
+	if storefail.Ended(ctx) != nil {
+		return acquireErr(ctx, key, err)
+	}
+	switch {
+	case rctx.Err() != nil:
+		return l.unreachable(key, fmt.Errorf("%s: %w (%s): %v", what, errNoAnswer, l.requestTimeout, err))
+	case couldNotDecide(err):
+		return l.unreachable(key, fmt.Errorf("%s: %w", what, err))
+	}
+	return fmt.Errorf("etcdlock: acquire %q: %s: %w", key, what, err)
+}
+
+// unreachable is the Acquire's error on key for err, a round trip that etcd
+// did not decide: marked for storefail (Govern's store-failure policy).
+// Not ErrNotAcquired, as a redislock transport error is not: nobody was
+// found holding the lock. What the mark wraps names the endpoints, never
+// the key: the store-failure log line prints it.
+func (l *Locker) unreachable(key string, err error) error {
+	return fmt.Errorf("etcdlock: acquire %q: %w", key, storefail.Unreachable(fmt.Errorf("etcd %s: %w", l.endpoints(), err)))
+}
+
+// couldNotDecide reports whether err is etcd's (or gRPC's) codes.Unavailable:
+// no leader, leader changed, request timed out (also due to a leader's
+// failure or a lost connection), server stopped, unhealthy cluster, or a
+// connection that broke under the request. etcd has not said what became of
+// the request; a later one may well get through.
+func couldNotDecide(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Unavailable
+}
+
+// endpoints names the client's endpoints for an error: their hosts, without
+// any user information.
+func (l *Locker) endpoints() string {
+	eps := l.c.Endpoints()
+	hosts := make([]string, 0, len(eps))
+	for _, ep := range eps {
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			ep = u.Host
+		}
+		if i := strings.LastIndexByte(ep, '@'); i >= 0 {
+			ep = ep[i+1:]
+		}
+		hosts = append(hosts, ep)
+	}
+	return strings.Join(hosts, ",")
 }
 
 // acquireErr is an Acquire's error for a failed request: ErrNotAcquired with

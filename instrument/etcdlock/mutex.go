@@ -525,7 +525,7 @@ func (st *mutexState) watch(rev int64) {
 	defer close(st.wDone)
 	c := st.m.s.Client()
 	for {
-		wch, cancel := watchKey(c, st.bg, st.m.cleanupBound, st.own, clientv3.WithRev(rev), clientv3.WithFilterPut())
+		wch, cancel, _ := watchKey(c, st.bg, st.m.cleanupBound, 0, st.own, clientv3.WithRev(rev), clientv3.WithFilterPut())
 		deleted := false
 	recv:
 		for {
