@@ -169,11 +169,17 @@
 // further down (a unique constraint, reconciliation), never for money or
 // stock without such a net. An etcd client waits for an unreachable cluster
 // until the context ends (its DialTimeout bounds clientv3.New only), so
-// under etcdlock FailOpen does not degrade on a cluster that is down:
-// Acquire returns ErrNotAcquired with the context's error. What the client
-// returns before that (no leader, request timed out) is a gRPC status, not
-// read as a transport failure either: FailOpen does not degrade on it. A
-// redislock quorum (NewQuorum) is out of reach when so many of its nodes are
+// etcdlock bounds each round trip of an Acquire itself
+// (etcdlock.WithRequestTimeout, default 5 s: the lease grant, the put, a
+// waiter's reads of the queue and the creation of its watch, not the wait
+// for the holder): one that etcd has not answered by then while the
+// caller's context has time left, or that etcd answers with
+// codes.Unavailable (no leader, leader changed, request timed out), is a
+// store failure, and reads that keep failing end a wait once they have
+// failed for that long. An etcdlock.FromMutex adapter does neither:
+// concurrency.Mutex runs its put, reads and wait on one context, and its
+// Acquire returns ErrNotAcquired with the caller's error when etcd is down.
+// A redislock quorum (NewQuorum) is out of reach when so many of its nodes are
 // (refused, no answer within the node timeout) that the others cannot make a
 // majority; a majority that answers that the lock is held is ErrNotAcquired.
 //

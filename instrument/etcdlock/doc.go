@@ -194,6 +194,51 @@
 // queue waits for the revoker to catch up: its revoke in flight gives up
 // within 2 s, the next round follows within 1 s, one lease at a time.
 //
+// # Store failure
+//
+// clientv3 sends every request with WaitForReady: while no connection to
+// the cluster is ready (members down, a partition) a request waits until
+// its context ends, and the client's DialTimeout bounds clientv3.New only.
+// So each round trip an Acquire makes runs on a bound of its own, the
+// request timeout (WithRequestTimeout, default DefaultRequestTimeout, 5 s,
+// as etcdctl's --command-timeout): the lease grant, the transaction that
+// puts the entry (each attempt of FailFast and Retry), each read of the
+// queue while it waits, and the creation of each watch it waits on (etcd
+// confirms a watch only over a ready connection). The wait itself, on a
+// watch for the entries ahead to go, is not bounded: it lasts as the wait
+// strategy says. When the bound ends a round trip while the caller's
+// context still has time, or etcd answers one with codes.Unavailable (no
+// leader, leader changed, request timed out, also due to a leader's
+// failure: etcd could not decide it), the Acquire fails with an error that
+// instrument.Govern reads as a store failure (see instrument, "Store
+// failure": FailClosed returns it, FailOpen falls back to a process-local
+// lock) and that wraps etcd's answer (errors.Is(err, rpctypes.ErrNoLeader))
+// but not the bound's deadline, and it is not ErrNotAcquired: nobody was
+// found holding the lock, as with a redislock transport error. Its message
+// names the endpoints, never the key. Reads while waiting are the
+// exception to "at once": a waiter keeps its place through failed reads (a
+// leader election is often over in a second, and clientv3 retries a read
+// through it until the bound) and ends the wait only once its reads have
+// failed for a whole request timeout without one that worked. An answer
+// that refuses the request (permission denied, a compaction) is no store
+// failure. The caller's own end is always ErrNotAcquired with its cause,
+// whatever the request then said. WithRequestTimeout(0) leaves only the
+// caller's context as before; etcd's Unavailable answers still count.
+//
+// A put whose reply the bound cut short may have been applied: its entry
+// stands, holding the lock or a place in the queue. The Acquire revokes its
+// lease as after any failure (inline for at most the request timeout, when
+// that is below the 2 s such a cleanup has, then in the background until
+// etcd answers), and nobody renews it, so it goes once this process reaches
+// etcd again, or at its TTL if only this process is cut off; until then it
+// holds up the others as a waiter that gave up does (above). Govern never
+// lets a process-local lock overlap a store lease of its own process: it
+// was never handed out, and a valid lease taken before the outage excludes
+// the fallback Acquires of its key until it ends. A waiter whose session
+// lease (TTL) runs out before its reads have failed for the request
+// timeout stops with ErrLockLost, not a store failure: keep the TTL above
+// the request timeout plus the poll interval.
+//
 // A lock's queue is every key under "<prefix><key>\x00" (QueuePrefix), not
 // only the names etcdlock writes there (one NUL, then the 16 lower-case hex
 // digits of a lease: ParseQueueKey). Another writer's key under it,
