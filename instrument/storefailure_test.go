@@ -3,6 +3,7 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -334,6 +336,122 @@ func TestStoreFailure_AStoreLeaseThatEndsInTheOutageFreesTheKeyForTheFallback(t 
 	}
 	if l.Fence() != 0 {
 		t.Errorf("fence %d, want 0 (process-local)", l.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedLocker is a redislock Locker whose first lease's Release, once
+// Redis has released it, waits for gate before it returns, its Context
+// ending only then: the moment between a store lease's release in the
+// store and Govern's freeing of its process-local slot, held open.
+type gatedLocker struct {
+	*redislock.Locker
+	once     sync.Once
+	released chan struct{} // closed once the first lease is released in Redis
+	gate     chan struct{} // closed by the test: that Release may return
+}
+
+func (g *gatedLocker) Acquire(ctx context.Context, key string, opts ...instrument.AcquireOption) (instrument.Lease, error) {
+	l, err := g.Locker.Acquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	gated := false
+	g.once.Do(func() { gated = true })
+	if !gated {
+		return l, nil
+	}
+	lctx, cancel := context.WithCancelCause(context.Background())
+	context.AfterFunc(l.Context(), func() {
+		if !errors.Is(context.Cause(l.Context()), instrument.ErrReleased) {
+			cancel(context.Cause(l.Context())) // lost: ends at once
+		}
+	})
+	return &gatedLease{Lease: l, ctx: lctx, cancel: cancel, g: g}, nil
+}
+
+type gatedLease struct {
+	instrument.Lease
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	g      *gatedLocker
+}
+
+func (l *gatedLease) Context() context.Context { return l.ctx }
+
+func (l *gatedLease) Release(ctx context.Context) error {
+	err := l.Lease.Release(ctx)
+	close(l.g.released)
+	<-l.g.gate
+	l.cancel(instrument.ErrReleased)
+	return err
+}
+
+// TestStoreFailure_AStoreLeaseGrantedBeforeThePreviousOneFreedItsSlotExcludesTheFallback:
+// two goroutines of this process take a key's Redis lease one after the
+// other. The store grants the second as soon as the first is released in
+// Redis, which can be before Govern has freed the first one's
+// process-local slot (its Release has not returned, or the AfterFunc of
+// its Context has not run yet). The second lease must still exclude the
+// fallback Acquires of the key once Redis is down: the store granted it,
+// so the first lease is over, and the slot is the second's.
+func TestStoreFailure_AStoreLeaseGrantedBeforeThePreviousOneFreedItsSlotExcludesTheFallback(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true, MaxRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	raw, err := redislock.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	gl := &gatedLocker{Locker: raw, released: make(chan struct{}), gate: make(chan struct{})}
+	g, err := instrument.NewGoverned(gl, instrument.WithStoreFailure(instrument.FailOpen),
+		instrument.WithRegisterer(prometheus.NewRegistry()), instrument.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withTimeout(t, 2*time.Minute)
+	const key = "lock:order:1"
+
+	first, err := g.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	releasedFirst := make(chan error, 1)
+	go func() { releasedFirst <- first.Release(ctx) }()
+	<-gl.released // released in Redis; Govern has not freed its slot yet
+
+	second, err := g.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(time.Minute))
+	if err != nil {
+		close(gl.gate)
+		<-releasedFirst
+		t.Fatalf("Acquire after the first lease's release in Redis: %v", err)
+	}
+	if second.Fence() == 0 {
+		t.Fatal("the second lease has fence 0: not Redis's (the test's premise)")
+	}
+	close(gl.gate)
+	if err := <-releasedFirst; err != nil {
+		t.Fatalf("the first lease's Release: %v", err)
+	}
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if second.Context().Err() != nil {
+		t.Fatalf("the second lease ended (%v): the premise does not hold", context.Cause(second.Context()))
+	}
+	if l, err := g.Acquire(ctx, key, instrument.FailFast()); err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("Redis down, this process holding the key's second Redis lease: FailOpen granted a process-local lease (fence %d) beside it", l.Fence())
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("Redis down, key held in this process: %v, want ErrNotAcquired", err)
+	}
+	_ = second.Release(ctx) // Redis is down: left to its TTL there
+	l, err := g.Acquire(ctx, key, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("fallback Acquire after the second lease was released: %v, want a process-local lease", err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
