@@ -57,11 +57,15 @@ func WithStoreFailure(p StoreFailurePolicy) Option {
 type localLocks struct {
 	mu    sync.Mutex
 	slots map[string]*localSlot
+	gen   uint64 // the last occupy's number (under mu)
 }
 
 type localSlot struct {
 	held chan struct{} // capacity 1: holding the element is holding the lock
-	refs int           // goroutines holding or waiting
+	refs int           // goroutines holding or waiting, store leases occupying it
+	// store, under mu, is the occupy of the store lease whose element is
+	// in held (0: none; a process-local lease's, if any).
+	store uint64
 }
 
 func (l *localLocks) Acquire(ctx context.Context, key string, opts ...AcquireOption) (Lease, error) {
@@ -133,14 +137,18 @@ func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) 
 	}
 }
 
-// occupy takes key's slot for a lease the store granted, if the slot is
-// free, so that a fallback Acquire of the key waits for that lease as it
-// waits for a process-local one: without it, a goroutine whose store lease
-// is still valid when the store goes down shared the key with the next
-// goroutine that fell back. It returns what frees the slot (once, however
-// often it is called), or nil when the slot is held already: by a
-// process-local lease taken during an outage, which the store did not see
-// when it granted this one (see the package doc, "Store failure").
+// occupy takes key's slot for a lease the store granted, so that a
+// fallback Acquire of the key waits for that lease as it waits for a
+// process-local one: without it, a goroutine whose store lease is still
+// valid when the store goes down shared the key with the next goroutine
+// that fell back. A slot held by another store lease of this process is
+// taken over: the store granted this one, so that one has ended (released
+// or lost) and only its free has not run yet (its Release has not
+// returned, or the AfterFunc of its Context is still to run); its free
+// then leaves the slot held. It returns what frees the slot (once, however
+// often it is called), or nil when the slot is held by a process-local
+// lease taken during an outage, which the store did not see when it
+// granted this one (see the package doc, "Store failure").
 func (l *localLocks) occupy(key string) (free func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -154,14 +162,25 @@ func (l *localLocks) occupy(key string) (free func()) {
 	}
 	select {
 	case s.held <- struct{}{}:
-	default: // held, so s.refs > 0: the slot stays in the map
-		return nil
+	default:
+		if s.store == 0 {
+			return nil // a process-local lease holds it, so s.refs > 0: the slot stays in the map
+		}
+		// Another store lease's: its element in held becomes this one's.
 	}
+	l.gen++
+	gen := l.gen
+	s.store = gen
 	s.refs++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			<-s.held
+			l.mu.Lock()
+			if s.store == gen {
+				s.store = 0
+				<-s.held
+			}
+			l.mu.Unlock()
 			l.leave(key, s)
 		})
 	}
