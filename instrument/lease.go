@@ -24,11 +24,13 @@ type governedLease struct {
 	top   hold     // the level the root handle holds; re-entrant holds open below it
 
 	mu       sync.Mutex
-	holds    int  // this handle plus live re-entrant handles
-	released bool // this handle's own Release was called
+	holds    int32 // this handle plus live re-entrant handles
+	released bool  // this handle's own Release was called
 
 	// unslot, under FailOpen, frees the key's process-local slot that this
-	// store lease occupies (localLocks.occupy); nil otherwise.
+	// store lease occupies (localLocks.occupy); nil otherwise. (holds is
+	// an int32 beside released so that this field keeps governedLease in
+	// its 176-byte size class: 16 B fewer on every Acquire.)
 	unslot func()
 }
 
