@@ -67,8 +67,10 @@ func TestClose_DuringAFairWaitLeavesNothingQueued(t *testing.T) {
 // TestClose_ConcurrentWithAcquireRefreshReleaseAndTheWatchdog: goroutines
 // take, refresh and release locks through one Locker while Close is
 // called, and a lease acquired before (its watchdog renewing it every
-// second) is held across it; run under the race detector. TTLs are seconds
-// long, so that a stall of a loaded machine does not lose a lease. Each goroutine stops at the first Acquire that fails,
+// 3 s) is held across it; run under the race detector. The workers' TTLs
+// are 30 s (they release at once) and the lease held across Close renews
+// every 3 s with 6 s to spare, so that a stall of a loaded machine does
+// not lose a lease. Each goroutine stops at the first Acquire that fails,
 // which must be ErrClosed; every Release and Refresh of a lease acquired
 // before Close succeeds (Redis is up, the contexts live), and no lock is
 // left on the server. A lease held across Close stays valid, as the doc
@@ -79,7 +81,7 @@ func TestClose_ConcurrentWithAcquireRefreshReleaseAndTheWatchdog(t *testing.T) {
 	_, c := setup(t)
 	ctx := timeout(t, time.Minute)
 	l := newLocker(t, c)
-	renewOpt, renewed := renewedSignal(3 * time.Second)
+	renewOpt, renewed := renewedSignal(9 * time.Second)
 	across, err := l.Acquire(ctx, "lock:close-race:across", renewOpt)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestClose_ConcurrentWithAcquireRefreshReleaseAndTheWatchdog(t *testing.T) {
 				if w%2 == 1 {
 					opt = instrument.WaitUntilDeadline()
 				}
-				lease, err := l.Acquire(ctx, key, instrument.WithTTL(3*time.Second), opt)
+				lease, err := l.Acquire(ctx, key, instrument.WithTTL(30*time.Second), opt)
 				if err != nil {
 					if !errors.Is(err, redislock.ErrClosed) {
 						errs <- err
