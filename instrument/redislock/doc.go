@@ -300,12 +300,16 @@
 //     default) Acquire returns it; under FailOpen Govern falls back to a
 //     process-local lock and counts it in lockgov_store_degraded_total,
 //     which pages: a caller that chose availability keeps it while a
-//     replica is down, and operators hear of it. The WAIT never outwaits
-//     the caller's deadline: it is sent with the timeout, or with what the
-//     context's deadline leaves less 250ms for the reply when that is less
-//     (at least 1ms), so that its reply, not the deadline, ends the
-//     pipeline (a read cut by the deadline drops the connection, and
-//     without ContextTimeoutEnabled nothing would cut it). Decided: an
+//     replica is down, and operators hear of it. A call sent on its own
+//     never has its WAIT outwait its deadline: the WAIT is sent with the
+//     timeout, or with what the context's deadline leaves less 250ms for
+//     the reply when that is less (at least 1ms), so that its reply, not
+//     the deadline, ends the pipeline (a read cut by the deadline drops the
+//     connection, and without ContextTimeoutEnabled nothing would cut it).
+//     A call sent in a combiner batch (more than three sends of the Locker
+//     in flight) shares the batch's one WAIT, cut to the latest deadline of
+//     the batch's calls: one with an earlier deadline waits for it, up to
+//     that WAIT's timeout past its own deadline. Decided: an
 //     Acquire whose WAIT was so shortened and too few replicas answered
 //     fails as any Acquire whose context ended (ErrNotAcquired and
 //     context.DeadlineExceeded; errors.Is ErrNotReplicated too), not as a
