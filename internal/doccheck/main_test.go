@@ -1,0 +1,9 @@
+package doccheck
+
+import (
+	"testing"
+
+	"github.com/lockgov/lockgov/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
