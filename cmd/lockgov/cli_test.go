@@ -58,7 +58,7 @@ func TestCLI_VersionHelpAndCompletion(t *testing.T) {
 		t.Errorf("completion zsh: %d %.80q", code, out)
 	}
 	// Without a command: the help on stderr, exit 2 (like a missing argument).
-	for _, args := range [][]string{nil, {"locks"}, {"id"}} {
+	for _, args := range [][]string{nil, {"locks"}, {"id"}, {"completion"}} {
 		out, errOut, code := runCLI(t, args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "Usage:") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %.60q; want 2 and the help on stderr", args, code, out, errOut)
@@ -455,5 +455,37 @@ func TestCLI_LocksLsAndShow_EscapeWhatATerminalWouldNotShowAndShowTheVersion(t *
 	out, _, code = runCLI(t, "locks", "show", "lock:stock:7", "--etcd", e.Endpoint())
 	if row := tableRow(t, out, "lock:stock:7"); code != 0 || !strings.HasSuffix(row, "  "+got.Version) {
 		t.Errorf("locks show on etcd: row %q, want the version %s last", row, got.Version)
+	}
+}
+
+// TestCLI_BadUsageExitsTwo holds the README's exit status ("2 bad usage")
+// for the mistakes cobra's argument checks and the commands' own flag
+// checks catch: an argument a command does not take, a missing KEY, a
+// negative or zero duration, a console address without a port. Each names
+// the problem on stderr and exits 2, not 1 (which a script reads as "the
+// store failed").
+func TestCLI_BadUsageExitsTwo(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "extra"}, `unknown command "extra" for "lockgov agent"`},
+		{[]string{"demo", "extra"}, `unknown command "extra" for "lockgov demo"`},
+		{[]string{"generate", "extra", "--out", t.TempDir()}, `unknown command "extra" for "lockgov generate"`},
+		{[]string{"version", "extra"}, `unknown command "extra" for "lockgov version"`},
+		{[]string{"locks", "ls", "extra", "--redis", "redis://127.0.0.1:1"}, `unknown command "extra" for "lockgov locks ls"`},
+		{[]string{"locks", "show", "--redis", "redis://127.0.0.1:1"}, "accepts 1 arg(s), received 0"},
+		{[]string{"locks", "show", "a", "b", "--redis", "redis://127.0.0.1:1"}, "accepts 1 arg(s), received 2"},
+		{[]string{"locks", "ls", "--timeout", "0", "--redis", "redis://127.0.0.1:1"}, "--timeout 0s: want > 0"},
+		{[]string{"locks", "ls", "--timeout", "-1s", "--redis", "redis://127.0.0.1:1"}, "--timeout -1s: want > 0"},
+		{[]string{"demo", "--duration", "-1s"}, "--duration -1s: want >= 0"},
+		{[]string{"demo", "--listen", "nonsense", "--duration", "1s"}, `--listen "nonsense"`},
+		{[]string{"completion", "bsh"}, `unknown command "bsh"`},
+		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "lockgov completion bash"`},
+	} {
+		out, errOut, code := runCLI(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2, nothing on stdout and %q", tc.args, code, out, errOut, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,6 +25,12 @@ prints the console URL, and at the end a summary of what the agent found.
 Ctrl-C (or SIGTERM) stops it; everything it started is removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Duration < 0 {
+				return Usagef("--duration %v: want >= 0", cfg.Duration)
+			}
+			if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+				return Usagef("--listen %q: %v", cfg.Listen, err)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.Stdout = cmd.OutOrStdout()

@@ -123,6 +123,9 @@ func (f *locksFlags) run(cmd *cobra.Command, body func(context.Context, *agent.I
 	if f.output != "table" && f.output != "json" {
 		return Usagef("-o %q: want table or json", f.output)
 	}
+	if f.timeout <= 0 {
+		return Usagef("--timeout %v: want > 0", f.timeout)
+	}
 	var pol *policy.Policy
 	if f.policy != "" {
 		var err error

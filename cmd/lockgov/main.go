@@ -2,8 +2,8 @@
 //
 // Commands are github.com/spf13/cobra commands, one file each, added to the
 // root by newRoot. Exit status: 0 success (and --help), 1 failure, 2 bad
-// usage — including lockgov, lockgov id and lockgov locks without a
-// command, which print their help to stderr.
+// usage — including lockgov, lockgov id, lockgov locks and lockgov
+// completion without a command, which print their help to stderr.
 package main
 
 import (
@@ -79,7 +79,35 @@ LOCKGOV_POLICY, LOCKGOV_INTERVAL, LOCKGOV_CONFIG, LOCKGOV_REMEDIATION_TOKEN.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{err} })
 	root.AddCommand(newAgentCmd(), newDemoCmd(), newGenerateCmd(), newIDCmd(), newLocksCmd(), newVetCmd(), newVersionCmd())
+	// The completion command, made now rather than at Execute, so that
+	// it too answers an unknown shell or an extra argument with exit 2.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = noCommand, showHelp
+		}
+	}
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes the argument checks of cmd and its subcommands
+// (cobra.NoArgs, cobra.ExactArgs) usage errors: an argument a command does
+// not take, or a missing one, is bad usage (exit 2), not a failure.
+func usageArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			err := check(c, args)
+			var ue UsageError
+			if err != nil && !errors.As(err, &ue) {
+				return UsageError{err}
+			}
+			return err
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // noCommand refuses arguments that name no command.
