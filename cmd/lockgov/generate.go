@@ -57,7 +57,11 @@ func runGenerate(out, format, config, check string) error {
 	case check != "" && out != "":
 		return errors.New("--out and --check exclude each other")
 	case check != "":
-		return generate.Check(check, f, cfg)
+		err := generate.Check(check, f, cfg)
+		if stale, ok := errors.AsType[*generate.StaleError](err); ok {
+			stale.Command = generate.Command(check, f, config)
+		}
+		return err
 	case out == "":
 		return errors.New("--out DIR or --check DIR is required")
 	}

@@ -53,3 +53,76 @@ func TestRunGenerate_WritesChecksAndRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateCheck_TheCommandItNamesMakesTheDirectoryCurrent: a stale
+// --check names the command that regenerates the directory; a GitOps CI
+// user runs it as printed. For an operator-format directory with a config
+// block that command must carry --format and --config, or it writes plain
+// files with the default thresholds and the next check fails again.
+func TestGenerateCheck_TheCommandItNamesMakesTheDirectoryCurrent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "my generated")
+	cfg := filepath.Join(t.TempDir(), "mixin.yaml")
+	if err := os.WriteFile(cfg, []byte("selectors:\n  cluster: prod-eu\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runGenerate(dir, "operator", "", ""); err != nil { // the config block changed since
+		t.Fatal(err)
+	}
+	_, errOut, code := runCLI(t, "generate", "--check", dir, "--format", "operator", "--config", cfg)
+	if code != 1 {
+		t.Fatalf("check of stale output: exit %d, stderr %q", code, errOut)
+	}
+	_, rest, ok := strings.Cut(errOut, "(run ")
+	command, _, ok2 := strings.Cut(rest, ")\n")
+	if !ok || !ok2 {
+		t.Fatalf("the stale check names no command to run: %q", errOut)
+	}
+	args, err := shellWords(command)
+	if err != nil || len(args) < 2 || args[0] != "lockgov" {
+		t.Fatalf("%q is not a lockgov command line: %v", command, err)
+	}
+	if _, errOut, code := runCLI(t, args[1:]...); code != 0 {
+		t.Fatalf("%s: exit %d: %s", command, code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "generate", "--check", dir, "--format", "operator", "--config", cfg); code != 0 {
+		t.Errorf("after running %q, as the stale check said, the check still fails: exit %d\n%s", command, code, errOut)
+	}
+}
+
+// shellWords splits a command line the way a POSIX shell does for words
+// in plain text and single quotes (the forms shellquote.Quote writes).
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	in, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\'':
+			quoted = false
+		case quoted:
+			cur.WriteByte(c)
+		case c == '\'':
+			quoted, in = true, true
+		case c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+			in = true
+		case c == ' ' || c == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if quoted {
+		return nil, errors.New("unterminated quote")
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}

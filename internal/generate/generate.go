@@ -14,6 +14,7 @@ import (
 	"github.com/lockgov/lockgov/alerts"
 	"github.com/lockgov/lockgov/dashboards"
 	"github.com/lockgov/lockgov/internal/mixin"
+	"github.com/lockgov/lockgov/internal/shellquote"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -152,11 +153,34 @@ func Generate(outDir string, format Format, cfg mixin.Config) error {
 type StaleError struct {
 	Dir                   string
 	Stale, Missing, Extra []string
+	// Command is the shell command that makes Dir current (Command's
+	// result); the error message names it.
+	Command string
+}
+
+// Command returns the `lockgov generate` command line, quoted for a POSIX
+// shell, that writes dir in format with the config file config ("" for
+// the defaults): what a stale check tells its user to run. Without the
+// format and the config it would write other files, and the next check
+// would fail again.
+func Command(dir string, format Format, config string) string {
+	c := "lockgov generate --out " + shellquote.Quote(dir)
+	if format != Plain && format != "" {
+		c += " --format " + shellquote.Quote(string(format))
+	}
+	if config != "" {
+		c += " --config " + shellquote.Quote(config)
+	}
+	return c
 }
 
 func (e *StaleError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "generate: %s: %v (run lockgov generate --out %s)", e.Dir, ErrStale, e.Dir)
+	command := e.Command
+	if command == "" {
+		command = Command(e.Dir, Plain, "")
+	}
+	fmt.Fprintf(&b, "generate: %s: %v (run %s)", e.Dir, ErrStale, command)
 	for _, l := range []struct {
 		what  string
 		files []string
@@ -186,7 +210,7 @@ func Check(dir string, format Format, cfg mixin.Config) error {
 	if err != nil {
 		return err
 	}
-	report := &StaleError{Dir: dir}
+	report := &StaleError{Dir: dir, Command: Command(dir, format, "")}
 	seen := map[string]bool{}
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
