@@ -244,3 +244,44 @@ func TestRules_UseOnlyMetricsOfTheTable(t *testing.T) {
 		t.Errorf("a misspelt metric passed: %v", u)
 	}
 }
+
+// annotationLabel is a {{ $labels.label }} of an annotation.
+var annotationLabel = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
+
+// TestRules_UseOnlyLabelsTheMetricsHave: every label a rule reads (its
+// matchers and by clauses) is one its metrics carry, and every
+// $labels.label of an alert's annotations is one its expression keeps (or
+// the alert's own labels), with every selector of the config block set. A
+// renamed label cannot leave an alert that never fires or a page that
+// reads "Instance  of  is ...".
+func TestRules_UseOnlyLabelsTheMetricsHave(t *testing.T) {
+	cfg := mixin.Default()
+	cfg.Selectors = mixin.Selectors{Job: "payments-.*", AgentJob: "lockgov-agent", Cluster: "prod-eu", Namespace: "pay"}
+	kept := map[string][]string{}
+	rec := func(name string) ([]string, bool) { l, ok := kept[name]; return l, ok }
+	annotations := 0
+	for _, g := range Groups(cfg) {
+		for _, r := range g.Rules {
+			name := r.Alert + r.Record
+			if u := mixin.UnknownLabels(r.Expr, rec); len(u) > 0 {
+				t.Errorf("%s reads labels its metrics do not have: %q in %s", name, u, r.Expr)
+			}
+			result := mixin.ResultLabels(r.Expr, rec)
+			if r.Record != "" {
+				kept[r.Record] = result // rules are evaluated in order: a recording rule comes first
+				continue
+			}
+			for k, text := range r.Annotations {
+				for _, m := range annotationLabel.FindAllStringSubmatch(text, -1) {
+					annotations++
+					if _, own := r.Labels[m[1]]; !own && !slices.Contains(result, m[1]) {
+						t.Errorf("%s: annotation %s names $labels.%s, which %s does not keep (it keeps %v)", name, k, m[1], r.Expr, result)
+					}
+				}
+			}
+		}
+	}
+	if annotations < 30 {
+		t.Errorf("checked %d $labels references: the extraction is broken", annotations)
+	}
+}

@@ -3,6 +3,8 @@ package dashboards
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,5 +149,110 @@ func TestAll_UsesTheConfigSelectors(t *testing.T) {
 				t.Errorf("%s: %s lacks the cluster selector", d.File, strings.TrimSpace(line))
 			}
 		}
+	}
+}
+
+// recordedLabels returns the labels each recording rule of alerts keeps.
+func recordedLabels(cfg mixin.Config) func(string) ([]string, bool) {
+	kept := map[string][]string{}
+	for _, g := range alerts.Groups(cfg) {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				kept[r.Record] = mixin.ResultLabels(r.Expr, func(string) ([]string, bool) { return nil, false })
+			}
+		}
+	}
+	return func(name string) ([]string, bool) { l, ok := kept[name]; return l, ok }
+}
+
+// legendLabel is a {{label}} of a legend format.
+var legendLabel = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+
+// labelValues is a query variable's label_values(metric, label).
+var labelValues = regexp.MustCompile(`^label_values\(\s*(([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)
+
+// TestAll_QueriesLegendsAndVariablesUseOnlyLabelsTheMetricsHave: every
+// label a dashboard reads — in a target's matchers and by clauses, in its
+// legend ({{label}}, which must be one the query keeps), in a variable's
+// label_values — is one the metric carries (its row of internal/telemetry's
+// table, a recording rule's kept labels, the scrape's), with every selector
+// of the config block set: a renamed label cannot leave a panel that shows
+// one unlabelled line or a variable with no values.
+func TestAll_QueriesLegendsAndVariablesUseOnlyLabelsTheMetricsHave(t *testing.T) {
+	cfg := mixin.Default()
+	cfg.Selectors = mixin.Selectors{Job: "payments-.*", AgentJob: "lockgov-agent", Cluster: "prod-eu", Namespace: "pay"}
+	ds, err := All(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := recordedLabels(cfg)
+	targets, variables := 0, 0
+	for _, d := range ds {
+		raw, err := JSON(d.Dashboard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var generic struct {
+			Panels []struct {
+				Title   string `json:"title"`
+				Targets []struct {
+					Expr         string `json:"expr"`
+					LegendFormat string `json:"legendFormat"`
+				} `json:"targets"`
+			} `json:"panels"`
+			Templating struct {
+				List []struct {
+					Name  string          `json:"name"`
+					Type  string          `json:"type"`
+					Query json.RawMessage `json:"query"`
+				} `json:"list"`
+			} `json:"templating"`
+		}
+		if err := json.Unmarshal(raw, &generic); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range generic.Panels {
+			for _, tg := range p.Targets {
+				targets++
+				if u := mixin.UnknownLabels(tg.Expr, rec); len(u) > 0 {
+					t.Errorf("%s: panel %q reads labels its metrics do not have: %q in %s", d.File, p.Title, u, tg.Expr)
+				}
+				kept := mixin.ResultLabels(tg.Expr, rec)
+				for _, m := range legendLabel.FindAllStringSubmatch(tg.LegendFormat, -1) {
+					if !slices.Contains(kept, m[1]) {
+						t.Errorf("%s: panel %q legend %q names {{%s}}, which %s does not keep (it keeps %v)", d.File, p.Title, tg.LegendFormat, m[1], tg.Expr, kept)
+					}
+				}
+			}
+		}
+		for _, v := range generic.Templating.List {
+			if v.Type != "query" {
+				continue
+			}
+			variables++
+			var q string
+			if json.Unmarshal(v.Query, &q) != nil {
+				var obj struct {
+					Query string `json:"query"`
+				}
+				_ = json.Unmarshal(v.Query, &obj)
+				q = obj.Query
+			}
+			m := labelValues.FindStringSubmatch(q)
+			if m == nil {
+				t.Errorf("%s: variable %s: query %s is not label_values(metric, label)", d.File, v.Name, v.Query)
+				continue
+			}
+			labels, ok := mixin.SeriesLabels(m[2], rec)
+			if !ok || !slices.Contains(labels, m[3]) {
+				t.Errorf("%s: variable %s: %s has no label %s (it has %v)", d.File, v.Name, m[2], m[3], labels)
+			}
+			if u := mixin.UnknownLabels(m[1], rec); len(u) > 0 {
+				t.Errorf("%s: variable %s: %s has no label %q", d.File, v.Name, m[1], u)
+			}
+		}
+	}
+	if targets < 30 || variables < 1 {
+		t.Errorf("checked %d targets and %d query variables: the extraction is broken", targets, variables)
 	}
 }
