@@ -343,6 +343,7 @@ func (a *Agent) scan(t term) {
 	// there instead of scanning every store a second time. (Without such a
 	// detector, the inventory reads every key to count them.)
 	var counted bool
+	reads := 0 // reads that succeeded: a scan with none read nothing
 	for _, d := range a.dets {
 		fs, err := d.Detect(ctx)
 		if c, ok := d.(interface{ Scanned() uint64 }); ok {
@@ -353,6 +354,7 @@ func (a *Agent) scan(t term) {
 			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+err.Error())
 			continue
 		}
+		reads++
 		rec.Findings = append(rec.Findings, fs...)
 	}
 	for _, s := range a.stores {
@@ -369,11 +371,15 @@ func (a *Agent) scan(t term) {
 		}
 		if err != nil {
 			rec.Errors = append(rec.Errors, "locks on "+s.name+": "+err.Error())
+		} else {
+			reads++
 		}
 		is, err := readInstances(ctx, s, maxRecordInstances-len(rec.Instances))
 		rec.Instances = append(rec.Instances, is...)
 		if err != nil {
 			rec.Errors = append(rec.Errors, "heartbeats on "+s.name+": "+err.Error())
+		} else {
+			reads++
 		}
 	}
 	if t.ctx.Err() != nil {
@@ -381,7 +387,14 @@ func (a *Agent) scan(t term) {
 	}
 	rec.Errors = append(rec.Errors, a.writeTiers(ctx)...)
 	rec.ScannedAt = time.Now()
-	a.m.scanDuration.Observe(time.Since(start).Seconds())
+	// A scan every read of which failed (a store that answers PING but
+	// refuses SCAN, a scan past its timeout) completed nothing: counting it
+	// would keep LockgovAgentScanFailing ("every scan fails") silent while
+	// the findings stay empty. A scan that read one store of two counts;
+	// LockgovAgentStoreDown names the other.
+	if reads > 0 || len(rec.Errors) == 0 {
+		a.m.scanDuration.Observe(time.Since(start).Seconds())
+	}
 	a.m.setFindings(rec.Findings)
 	a.m.setSkew(rec.Instances)
 	for _, e := range rec.Errors {

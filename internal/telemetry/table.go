@@ -156,7 +156,7 @@ var (
 	}
 	AgentScanDuration = Metric{
 		Name: "lockgov_agent_scan_duration_seconds", Kind: Histogram, Component: "agent",
-		Help:    "Time one scan of the stores took (leading agent).",
+		Help:    "Time one scan of the stores took (leading agent; a scan every read of which failed is not counted).",
 		Buckets: scanBuckets,
 	}
 	AgentKeysScannedTotal = Metric{
