@@ -489,3 +489,25 @@ func TestCLI_BadUsageExitsTwo(t *testing.T) {
 		}
 	}
 }
+
+// TestCLI_Agent_ConfigFileErrorsNameFileLineAndField: what the README
+// promises for agent.yaml ("errors read agent.yaml:3: interval: ...") holds
+// for every field the parser accepts, with exit 2: an empty SCAN pattern
+// was reported only when the agent started ("patterns: an empty pattern",
+// exit 1, no file or line), and a listen address without a port was named
+// as the --listen flag the user never gave.
+func TestCLI_Agent_ConfigFileErrorsNameFileLineAndField(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"redis: redis://127.0.0.1:1\npatterns: ['lock:*', '']\n", ":2: patterns: an empty pattern"},
+		{"redis: redis://127.0.0.1:1\nlisten: nonsense\n", `:2: listen: "nonsense": `},
+	} {
+		cfg := filepath.Join(t.TempDir(), "agent.yaml")
+		if err := os.WriteFile(cfg, []byte(tc.src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code := runCLI(t, "agent", "--config", cfg)
+		if code != 2 || !strings.Contains(errOut, cfg+tc.want) || out != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.src, code, out, errOut, cfg+tc.want)
+		}
+	}
+}

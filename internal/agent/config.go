@@ -137,12 +137,20 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			cfg.Policy = p.str(k, v)
 		case "listen":
 			cfg.Listen = p.str(k, v)
+			if cfg.Listen != "" {
+				if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+					p.fail(k, "listen", "%q: %v", cfg.Listen, err)
+				}
+			}
 		case "interval":
 			cfg.Interval = p.duration(k, v)
 		case "scan_timeout":
 			cfg.ScanTimeout = p.duration(k, v)
 		case "patterns":
 			cfg.Patterns = p.strings(k, v)
+			if slices.Contains(cfg.Patterns, "") {
+				p.fail(k, "patterns", "an empty pattern (want Redis SCAN patterns such as lock:*)")
+			}
 		case "data_dir":
 			cfg.DataDir = p.str(k, v)
 		case "id":
