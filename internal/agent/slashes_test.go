@@ -128,7 +128,12 @@ func TestHTTP_AnEncodedSlashIsNotCollapsed(t *testing.T) {
 // Location that leaves the agent: every Location, resolved against the
 // request's URL as a browser does, names the agent's own host.
 func TestHTTP_NoPathRedirectsOffHost(t *testing.T) {
-	a := start(t, testConfig("agent"))
+	// A store of the test's own: with none the agent starts its embedded
+	// etcd on the fixed 127.0.0.1:2379/2380 in the user's cache directory,
+	// another process's ports and data.
+	cfg := testConfig("agent")
+	cfg.Redis = []string{"redis://" + testenv.NewRedis(t).Addr()}
+	a := start(t, cfg)
 	host := agentAddr(a)
 	for _, p := range []string{
 		"//evil.example/", "//evil.example", "///evil.example/x/..", "//evil.example/%2e%2e/", "//evil.example/console",
