@@ -180,7 +180,11 @@ func (e *StaleError) Error() string {
 	if command == "" {
 		command = Command(e.Dir, Plain, "")
 	}
-	fmt.Fprintf(&b, "generate: %s: %v (run %s)", e.Dir, ErrStale, command)
+	then := ""
+	if len(e.Extra) > 0 {
+		then = "; then remove each extra file: generate never deletes one"
+	}
+	fmt.Fprintf(&b, "generate: %s: %v (run %s%s)", e.Dir, ErrStale, command, then)
 	for _, l := range []struct {
 		what  string
 		files []string
