@@ -1,0 +1,84 @@
+package testenv
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Replicated is a primary and one replica of it, without a Sentinel: the
+// test plays the failover itself (Link.Blackhole, Primary.Kill, Promote), so
+// that it decides exactly which writes the promoted replica has.
+type Replicated struct {
+	Primary, Replica *Redis
+	// Link carries the replication stream from the primary to the replica:
+	// Blackhole it and the primary keeps accepting writes that the replica
+	// never sees, and that no replica acknowledges.
+	Link *Proxy
+}
+
+// NewReplicated starts a primary and a replica that has completed its
+// initial sync and that the primary counts for WAIT, for the test.
+func NewReplicated(t testing.TB) *Replicated {
+	t.Helper()
+	// No delay before the full sync the replica asks for (default 5s).
+	primary := NewRedis(t, WithRedisArgs("--repl-diskless-sync-delay", "0"))
+	link := NewProxy(t, primary.Addr())
+	_, port, _ := strings.Cut(link.Addr(), ":")
+	replica := NewRedis(t, WithRedisArgs("--replicaof", "127.0.0.1", port))
+	rp := &Replicated{Primary: primary, Replica: replica, Link: link}
+	ctx := context.Background()
+	cp, cr := NewRedisClient(t, primary.Addr()), NewRedisClient(t, replica.Addr())
+	WaitFor(t, 30*time.Second, "the replica to sync", func() bool {
+		info, err := cr.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	// After a diskless sync the primary counts the replica (WAIT does) only
+	// once it has acknowledged an offset, which it does once a second: a
+	// WAIT of a connection that wrote nothing says when.
+	WaitFor(t, 30*time.Second, "the primary to count the replica online", func() bool {
+		return cp.Wait(ctx, 1, 50*time.Millisecond).Val() == 1
+	})
+	return rp
+}
+
+// PauseReplica stops the replica (SIGSTOP) until the test ends or resume is
+// called: still connected, it acknowledges nothing.
+func (rp *Replicated) PauseReplica(t testing.TB) (resume func()) {
+	t.Helper()
+	if err := rp.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			if err := rp.Replica.Resume(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// Promote makes the replica a primary (REPLICAOF NO ONE), as a Sentinel or
+// an operator does in a failover, keeping exactly the data it has.
+func (rp *Replicated) Promote(t testing.TB) {
+	t.Helper()
+	c := NewRedisClient(t, rp.Replica.Addr())
+	if err := c.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("testenv: promote the replica: %v", err)
+	}
+}
+
+// ReplicaHas waits until read, run on a client of the replica, holds: the
+// replica has caught up with a write the test made on the primary.
+func (rp *Replicated) ReplicaHas(t testing.TB, what string, read func(c *redis.Client) bool) {
+	t.Helper()
+	c := NewRedisClient(t, rp.Replica.Addr())
+	WaitFor(t, 30*time.Second, "the replica to have "+what, func() bool { return read(c) })
+}
