@@ -40,7 +40,8 @@
 //     mode) past MaxAmount returns ErrOverflow and writes nothing.
 //
 // Metrics: lockgov_quota_deduct_total{key_pattern, result} (ok,
-// insufficient, replay, replay_insufficient, error, invalid, degraded) and
+// insufficient, replay, replay_insufficient, error, invalid, degraded,
+// not_replicated) and
 // lockgov_store_degraded_total{component="quota"}, on the registry given
 // with WithRegisterer only. key_pattern is the first pattern of WithPolicy
 // the key matches, else the key with its ids normalised away, capped ("other"
@@ -66,6 +67,42 @@
 // closed; a Refund retried with its request id after the outage credits
 // once.
 //
+// # Replica acknowledgements
+//
+// WithReplicaAcks(n, timeout) makes Deduct and Refund tell the caller they
+// succeeded only once n replicas have the write: the script, a write of
+// its request-id record that changes nothing (touch.lua: WAIT is documented
+// to count the writes of its own connection, and a retry that replays a
+// record writes nothing), and WAIT n timeout go in one pipeline on one
+// connection. A failover to one of those replicas keeps the deduction and
+// its record, so the retry replays it. Single node and Sentinel
+// (*redis.Client) only; the timeout must leave 250ms under the client's
+// ReadTimeout (Redis answers a WAIT that timed out at its next timer
+// tick), and a caller's deadline shorter than the timeout cuts it.
+//
+// When fewer than n replicas acknowledge within the timeout, the write
+// has run on the primary and the call returns an error holding a
+// *NotReplicatedError (errors.Is: ErrNotReplicated; with
+// context.DeadlineExceeded too when the caller's deadline cut the WAIT),
+// counted as result not_replicated. It is never ErrInsufficient, even when
+// the primary refused the amount: the answer is not yet safe either way.
+// Retry with the same request id: it applies at most once, and it
+// succeeds, with the first answer, once the replicas have the record. It
+// is not a store failure: WithFallback never decides it (the deduction is
+// in Redis; a fallback's would be a second one). A WAIT that fails with a
+// transport error after the script answered is treated alike: the caller
+// gets ErrNotReplicated with that error, not the fallback.
+//
+// What it costs and leaves open: every Deduct and Refund pays the WAIT
+// (the replicas' round trip), and while fewer than n replicas answer each
+// waits the whole timeout; a sharded Deduct that falls back across shards
+// waits once per shard it visits. WAIT does not make Redis strongly
+// consistent: a failover may still promote a replica that did not
+// acknowledge (Sentinel prefers the most up-to-date one), and the primary
+// does not count a replica for about a second after it (re)connects. Set,
+// Add and Rebalance do not wait: an Add's retry is a second Add, so an
+// error inviting one would credit twice.
+//
 // # Failure modes
 //
 //   - Redis unreachable or a timeout: Deduct returns the transport error
@@ -74,12 +111,17 @@
 //     deduction decided by the fallback after a timeout whose script did
 //     run is applied twice, once in Redis and once by the fallback: the
 //     reconciliation must catch it.
-//   - Failover with asynchronous replication: a deduction acknowledged by
-//     the old primary and not yet replicated is lost with its request-id
-//     record, so the units come back and a retry of that id deducts again.
-//     The balance never goes negative, but an application that needs an
-//     exact ledger must reconcile against its own (a unique request id in
-//     a database).
+//   - Failover with asynchronous replication (the default): a deduction
+//     acknowledged by the old primary and not yet replicated is lost with
+//     its request-id record, so the units come back and a retry of that id
+//     deducts again (TestFailover_DefaultLosesAnAcknowledgedDeduction). The
+//     balance never goes negative, but an application that needs an exact
+//     ledger must reconcile against its own (a unique request id in a
+//     database), or use WithReplicaAcks: a deduction it reports as done is
+//     on n replicas, and one it reports as ErrNotReplicated is lost by a
+//     failover to a replica that lacks it, its retry deducting there anew.
+//     Set, Add and Rebalance lost in a failover leave the balances the
+//     promoted replica has, with or without the option.
 //   - Sharded mode: an amount larger than every single shard's balance is
 //     ErrInsufficient even when the shards add up to more (no deduction
 //     spans shards). Remaining sums the shards in one pipeline, not one

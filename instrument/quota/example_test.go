@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -135,4 +136,35 @@ func ExampleWithFallback() {
 	// Output:
 	// <nil>
 	// true
+}
+
+// Deductions that survive a failover to a replica: each returns only once
+// one replica has it. One that too few replicas acknowledged ran on the
+// primary: retry it with its request id, which applies it at most once.
+// (Not run: it needs a Sentinel deployment.)
+func ExampleWithReplicaAcks() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "stock",
+		SentinelAddrs: []string{"sentinel-0:26379", "sentinel-1:26379", "sentinel-2:26379"},
+		ReadTimeout:   3 * time.Second, // at least the ack timeout + 250ms
+	})
+	defer rdb.Close()
+	q, err := quota.New(rdb, quota.WithReplicaAcks(1, time.Second))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	left, err := q.Deduct(ctx, "stock:sku-1", 1, "order-1")
+	var nr *quota.NotReplicatedError
+	switch {
+	case errors.As(err, &nr):
+		fmt.Printf("on %d of %d replicas: retry order-1\n", nr.Acked, nr.Wanted)
+	case errors.Is(err, quota.ErrInsufficient):
+		fmt.Println("sold out")
+	case err != nil:
+		fmt.Println("store error:", err)
+	default:
+		fmt.Println(left, "left, on a replica too")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockgov/lockgov/instrument/internal/replicaack"
 	"github.com/lockgov/lockgov/policy"
 )
 
@@ -38,6 +39,7 @@ type config struct {
 	fallback   Fallback
 	logger     *slog.Logger
 	tp         trace.TracerProvider
+	acks       replicaack.Acks
 }
 
 func defaultConfig() config {
@@ -157,6 +159,33 @@ func WithLogger(l *slog.Logger) Option {
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
 		c.tp = tp
+		return nil
+	})
+}
+
+// WithReplicaAcks makes every Deduct and Refund wait until n replicas have
+// acknowledged its write, with WAIT n timeout in one pipeline after the
+// script (and a write of its request-id record that changes nothing, so
+// that a retry that only replays a record is confirmed too), so that a
+// failover to one of those replicas keeps the deduction and its request
+// id. A call whose write fewer than n replicas acknowledged within timeout
+// returns an error holding a *NotReplicatedError (errors.Is:
+// ErrNotReplicated): the write ran on the primary, so retry with the same
+// request id, which applies it at most once and succeeds once the replicas
+// have it. It is not a store failure: WithFallback never decides it. See
+// "Replica acknowledgements" in the package doc.
+//
+// n must be >= 1 and timeout > 0 and at most the client's ReadTimeout less
+// 250ms (the WAIT's reply is read within ReadTimeout, and Redis answers a
+// WAIT that timed out up to a timer tick late); timeout is rounded up to
+// whole milliseconds. New refuses it on a client that does not send a
+// pipeline to one node on one connection (Cluster, Ring).
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if err := replicaack.Validate(fmt.Sprintf("quota: WithReplicaAcks(%d, %v)", n, timeout), n, timeout); err != nil {
+			return err
+		}
+		c.acks = replicaack.Acks{N: n, Timeout: timeout}
 		return nil
 	})
 }

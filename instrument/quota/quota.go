@@ -86,6 +86,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Quota, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.acks.CheckClient("quota", c); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.reg)
 	if err != nil {
 		return nil, err
@@ -165,7 +168,10 @@ func (q *Quota) Add(ctx context.Context, key string, amount int64) error {
 // balance of the shard that served it (Remaining sums the shards).
 //
 // When Redis cannot be reached Deduct returns the transport error, or,
-// with WithFallback, the fallback's answer.
+// with WithFallback, the fallback's answer. With WithReplicaAcks, an error
+// holding a *NotReplicatedError says the primary has applied (or refused)
+// the deduction and too few replicas have it yet: retry with the same
+// request id.
 func (q *Quota) Deduct(ctx context.Context, key string, amount int64, requestID string) (remaining int64, err error) {
 	ctx, span := q.tracer.Start(ctx, "quota deduct", clientSpan...)
 	defer span.End()
@@ -198,11 +204,14 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 	n := q.cfg.shards
 	start := q.shardOf(requestID)
 	replayed := true
+	var unacked error // the last visit's, with WithReplicaAcks
 	// The order of the shards depends on the request id only, so a retry
 	// visits them in the first call's order and finds its records.
 	for j := range n {
 		b := q.bucket(key, (start+j)%n)
-		res, err := deductScript.Run(ctx, q.c, []string{b, record(b, 'd', requestID)}, a, q.ttlMS).Int64Slice()
+		rec := record(b, 'd', requestID)
+		cmd, ackErr := q.run(ctx, deductScript, []string{b, rec}, rec, a, q.ttlMS)
+		res, err := cmd.Int64Slice()
 		if err != nil {
 			if q.cfg.fallback != nil && storefail.Ended(ctx) == nil && storefail.Unavailable(err) {
 				q.degraded.Degraded(err)
@@ -213,12 +222,21 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 			return 0, "error", fmt.Errorf("quota: deduct %q: %w", key, scriptErr(err))
 		}
 		replayed = replayed && res[0] == 1
+		// One replication stream: replicas that have this visit's record
+		// have the earlier visits' too, so the last visit decides.
+		unacked = ackErr
 		if res[1] >= 0 {
+			if unacked != nil {
+				return 0, "not_replicated", fmt.Errorf("quota: deduct %q: deducted on the primary, not yet on enough replicas (retry with the same request id): %w", key, unacked)
+			}
 			if replayed {
 				return res[1], "replay", nil
 			}
 			return res[1], "ok", nil
 		}
+	}
+	if unacked != nil {
+		return 0, "not_replicated", fmt.Errorf("quota: deduct %q: refused on the primary as insufficient, not yet on enough replicas (retry with the same request id): %w", key, unacked)
 	}
 	result := "insufficient"
 	if replayed {
@@ -256,9 +274,14 @@ func (q *Quota) refund(ctx context.Context, key string, amount int64, requestID 
 		return 0, false, err
 	}
 	b := q.bucket(key, q.shardOf(requestID))
-	rem, replayed, err := q.credit(ctx, b, record(b, 'r', requestID), q.cfg.requestTTL.Milliseconds(), amount)
+	rec := record(b, 'r', requestID)
+	cmd, ackErr := q.run(ctx, creditScript, []string{b, rec}, rec, amount, int64(MaxAmount), q.cfg.requestTTL.Milliseconds())
+	rem, replayed, err := creditReply(cmd)
 	if err != nil {
 		return 0, false, fmt.Errorf("quota: refund %q: %w", key, err)
+	}
+	if ackErr != nil {
+		return 0, replayed, fmt.Errorf("quota: refund %q: credited on the primary, not yet on enough replicas (retry with the same request id): %w", key, ackErr)
 	}
 	return rem, replayed, nil
 }
@@ -354,7 +377,13 @@ func (q *Quota) Rebalance(ctx context.Context, key string) error {
 // credit runs credit.lua: amount onto bucket, at most once per record,
 // which lives ttlMS.
 func (q *Quota) credit(ctx context.Context, bucket, record string, ttlMS, amount int64) (int64, bool, error) {
-	res, err := creditScript.Run(ctx, q.c, []string{bucket, record}, amount, int64(MaxAmount), ttlMS).Int64Slice()
+	return creditReply(creditScript.Run(ctx, q.c, []string{bucket, record}, amount, int64(MaxAmount), ttlMS))
+}
+
+// creditReply decodes credit.lua's reply: the balance after the credit, and
+// whether the record was there already.
+func creditReply(cmd *redis.Cmd) (int64, bool, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return 0, false, scriptErr(err)
 	}

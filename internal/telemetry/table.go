@@ -178,15 +178,15 @@ var (
 var (
 	IdempotencyRequestsTotal = Metric{
 		Name: "lockgov_idempotency_requests_total", Kind: Counter, Component: "idempotency",
-		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open).",
+		Help:   "Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open, a write too few replicas acknowledged under WithReplicaAcks).",
 		Labels: []string{"outcome"},
-		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error", "degraded"}},
+		Values: map[string][]string{"outcome": {"first", "replay", "in_progress", "mismatch", "error", "degraded", "not_replicated"}},
 	}
 	QuotaDeductTotal = Metric{
 		Name: "lockgov_quota_deduct_total", Kind: Counter, Component: "quota",
-		Help:   "Quota deductions by key pattern and result (applied, insufficient, a retried request id answered from its record, a store error, bad input, decided by the caller's fallback without the store).",
+		Help:   "Quota deductions by key pattern and result (applied, insufficient, a retried request id answered from its record, a store error, bad input, decided by the caller's fallback without the store, a write too few replicas acknowledged under WithReplicaAcks).",
 		Labels: []string{"key_pattern", "result"},
-		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid", "degraded"}},
+		Values: map[string][]string{"result": {"ok", "insufficient", "replay", "replay_insufficient", "error", "invalid", "degraded", "not_replicated"}},
 	}
 	StoreDegradedTotal = Metric{
 		Name: "lockgov_store_degraded_total", Kind: Counter, Component: "store",

@@ -1,0 +1,177 @@
+// Package replicaack is WithReplicaAcks of quota and idempotency: a script
+// followed, in one pipeline on one connection, by a write of the record it
+// read or wrote (touch.lua) and WAIT n timeout, so that a write the caller
+// is told succeeded has reached n replicas.
+//
+// The pitfalls are redislock's (docs/RELIABILITY.md, "replica
+// acknowledgements"): WAIT counts the replicas that have the last write of
+// its own connection, so it must share the script's pipeline; its timeout
+// must leave ReplyMargin under the client's ReadTimeout, since Redis
+// answers a WAIT that timed out at its next timer tick; it is cut to the
+// caller's deadline; and WAIT is documented to count only its own
+// connection's writes, which a script that wrote nothing (a replay, a
+// resend after a lost reply) does not have: the touch is that write.
+package replicaack
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed touch.lua
+	touchSrc    string
+	touchScript = redis.NewScript(touchSrc)
+)
+
+// ReplyMargin is how much later than its timeout a WAIT's reply may arrive:
+// Redis ends a WAIT that timed out at its next timer tick, every 1000/hz ms
+// (100ms at the default hz 10), and the reply must then reach the client on
+// a loaded machine (redislock measured it: see its waitReplyMargin).
+const ReplyMargin = 250 * time.Millisecond
+
+// Acks is WithReplicaAcks(N, Timeout); the zero value asks for none.
+type Acks struct {
+	N       int
+	Timeout time.Duration
+}
+
+// On says acknowledgements are asked for.
+func (a Acks) On() bool { return a.N > 0 }
+
+// Validate checks the option's values; opt names it in the error
+// ("quota: WithReplicaAcks(0, 1s)").
+func Validate(opt string, n int, timeout time.Duration) error {
+	if n < 1 {
+		return fmt.Errorf("%s: replica count %d must be >= 1 (without WithReplicaAcks nothing waits for replicas)", opt, n)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("%s: timeout %v must be > 0 (WAIT with 0 would block until the replicas answer)", opt, timeout)
+	}
+	return nil
+}
+
+// CheckClient refuses acks on a client that cannot put WAIT on the
+// connection that ran the script, or that would time out reading its
+// reply: a *redis.Client (one node, or Sentinel's primary through
+// NewFailoverClient) does; a ClusterClient splits a pipeline by slot and
+// sends a keyless WAIT to a node of its own choosing, a Ring likewise. pkg
+// prefixes the error.
+func (a Acks) CheckClient(pkg string, c redis.UniversalClient) error {
+	if !a.On() {
+		return nil
+	}
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return fmt.Errorf("%s: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not %T: WAIT must run on the connection and node that ran the script", pkg, c)
+	}
+	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.waitMs())*time.Millisecond > rt-ReplyMargin {
+		return fmt.Errorf("%s: WithReplicaAcks timeout %v must be at most %v: the client's ReadTimeout %v less %v for the WAIT's late reply (Redis answers a WAIT that timed out at its next timer tick)", pkg, a.Timeout, max(rt-ReplyMargin, 0), rt, ReplyMargin)
+	}
+	return nil
+}
+
+// waitMs is the timeout in whole milliseconds, rounded up: WAIT n 0 blocks.
+func (a Acks) waitMs() int64 {
+	return int64((a.Timeout + time.Millisecond - 1) / time.Millisecond)
+}
+
+// waitArg is WAIT's timeout in milliseconds for a send under ctx, and
+// whether ctx's deadline cut it: what the deadline leaves after
+// ReplyMargin, at least a millisecond.
+func (a Acks) waitArg(ctx context.Context) (ms int64, cut bool) {
+	ms = a.waitMs()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ms, false
+	}
+	left := int64((time.Until(dl) - ReplyMargin) / time.Millisecond)
+	if left >= ms {
+		return ms, false
+	}
+	return max(left, 1), true
+}
+
+// Reply is what the touch and the WAIT after a script said.
+type Reply struct {
+	Acked   int64         // replicas that acknowledged; 0 when the touch wrote nothing
+	Err     error         // the touch's or WAIT's own error (a transport error)
+	Timeout time.Duration // the timeout WAIT was sent with
+	Cut     bool          // the caller's deadline cut it
+}
+
+// Run runs s on keys with args, then touch.lua on record, then WAIT, in one
+// pipeline, and returns the script's command (read it as Script.Run's) and
+// what the touch and WAIT said. A script the server does not have
+// (NOSCRIPT) is sent again with EVAL, in a pipeline of its own with its
+// own touch and WAIT.
+func (a Acks) Run(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
+	cmd, r, missing := a.run(ctx, c, s, keys, record, args, false)
+	if missing {
+		cmd, r, _ = a.run(ctx, c, s, keys, record, args, true)
+	}
+	return cmd, r
+}
+
+func (a Acks) run(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args []any, eval bool) (*redis.Cmd, Reply, bool) {
+	pipe := c.Pipeline()
+	var cmd, touch *redis.Cmd
+	if eval {
+		cmd = s.Eval(ctx, pipe, keys, args...)
+		touch = touchScript.Eval(ctx, pipe, []string{record})
+	} else {
+		cmd = s.EvalSha(ctx, pipe, keys, args...)
+		touch = touchScript.EvalSha(ctx, pipe, []string{record})
+	}
+	ms, cut := a.waitArg(ctx)
+	wait := redis.NewIntCmd(ctx, "wait", a.N, ms)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	if !eval && (noScript(cmd.Err()) || noScript(touch.Err())) {
+		return cmd, Reply{}, true
+	}
+	r := Reply{Acked: wait.Val(), Timeout: time.Duration(ms) * time.Millisecond, Cut: cut}
+	switch touched, err := touch.Int(); {
+	case wait.Err() != nil:
+		r.Err = wait.Err()
+	case err != nil:
+		r.Err = err
+	case touched == 0:
+		// Nothing written on this connection since the script, which may
+		// have written nothing either: the count says nothing of it.
+		r.Acked = 0
+	}
+	return cmd, r, false
+}
+
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// Check returns nil when r says at least a.N replicas have the write, else
+// the caller's error: notReplicated (the package's typed error with r's
+// counts) alone when the replicas did not answer within the timeout; with
+// context.DeadlineExceeded when the caller's deadline cut the timeout; with
+// the touch's or WAIT's own error when that failed (then sentinel, the
+// package's ErrNotReplicated, and that error: the counts are unknown).
+func (a Acks) Check(r Reply, sentinel error, notReplicated func(acked, wanted int, timeout time.Duration) error) error {
+	if !a.On() {
+		return nil
+	}
+	if r.Err != nil {
+		return fmt.Errorf("%w: WAIT %d %v: %w", sentinel, a.N, a.Timeout, r.Err)
+	}
+	if r.Acked >= int64(a.N) {
+		return nil
+	}
+	e := notReplicated(int(r.Acked), a.N, r.Timeout)
+	if r.Cut {
+		return fmt.Errorf("%w: %w (the timeout %v cut to fit the context's deadline)", context.DeadlineExceeded, e, a.Timeout)
+	}
+	return e
+}

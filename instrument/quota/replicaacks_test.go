@@ -1,0 +1,299 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// ackTimeout is the WAIT timeout where no replica acknowledges: short,
+// since a stopped replica costs every write the whole of it.
+// healthyAckTimeout is the WAIT timeout where a replica must acknowledge
+// through a link delayed by linkLatency each way: well under the 5 s read
+// timeout of testenv's clients less the 250 ms margin.
+const (
+	ackTimeout        = 500 * time.Millisecond
+	healthyAckTimeout = 4 * time.Second
+	linkLatency       = 300 * time.Millisecond
+)
+
+// TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover: with
+// WithReplicaAcks(1, ...), a Deduct returns only once the replica has the
+// deduction and its request-id record. The replication link delays every
+// chunk by 300 ms and is closed (in-flight chunks dropped) as soon as
+// Deduct returns; the primary is killed and the replica promoted. The
+// promoted replica has the deduction (7 left, not 10), and the retry of
+// the request id replays it instead of deducting again. Without the WAIT
+// (the option ignored), Deduct returns before the delayed write reaches
+// the replica and the link's close drops it: the retry deducts again.
+func TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover(t *testing.T) {
+	for _, shards := range []int{1, 4} {
+		t.Run(map[int]string{1: "one-bucket", 4: "four-shards"}[shards], func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := replicatedStock(t, ctx)
+			q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithShards(shards), quota.WithReplicaAcks(1, healthyAckTimeout))
+			if err := q.Set(ctx, failoverKey, 10); err != nil { // the shards' split of 10
+				t.Fatal(err)
+			}
+			rp.Link.SetLatency(linkLatency)
+			first, err := q.Deduct(ctx, failoverKey, 2, "order-1")
+			if err != nil {
+				t.Fatalf("Deduct with a healthy replica: %v", err)
+			}
+			if err := rp.Link.Close(); err != nil { // replication ends here, in-flight chunks dropped
+				t.Fatal(err)
+			}
+			promotedConn := failOverTo(t, rp)
+			promoted := newQuota(t, promotedConn, quota.WithShards(shards))
+			if got, err := promoted.Remaining(ctx, failoverKey); err != nil || got != 8 {
+				t.Fatalf("the promoted replica has %d units, %v; want 8: the acknowledged deduction of 2 was lost", got, err)
+			}
+			again, err := promoted.Deduct(ctx, failoverKey, 2, "order-1")
+			if err != nil || again != first {
+				t.Fatalf("the retry of order-1 on the promoted replica = %d, %v; want the first answer %d, nil (a replay)", again, err, first)
+			}
+			if got, err := promoted.Remaining(ctx, failoverKey); err != nil || got != 8 {
+				t.Fatalf("after the retry the promoted replica has %d units, %v; want 8: order-1 deducted twice", got, err)
+			}
+		})
+	}
+}
+
+// failOverTo kills the primary, promotes the replica and returns a client
+// of it.
+func failOverTo(t *testing.T, rp *testenv.Replicated) *redis.Client {
+	t.Helper()
+	if err := rp.Primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	rp.Promote(t)
+	return testenv.NewRedisClient(t, rp.Replica.Addr())
+}
+
+// TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce:
+// with the only replica stopped, a Deduct asking for one acknowledgement
+// deducts on the primary, hears from WAIT that no replica has it, and
+// returns an error holding *NotReplicatedError{Acked 0, Wanted 1, Timeout
+// 500ms}: not ErrInsufficient, not a store failure for WithFallback (the
+// fallback is not called: the deduction is in Redis), counted as
+// result="not_replicated". A retry with the same request id from another
+// process (a new client: a connection that never wrote) while the replica
+// is still stopped gets the same error, not a success: the replay writes
+// its record again so that WAIT counts replicas that have it. Once the
+// replica is back, the retry replays the first answer and the balance
+// shows one deduction. A short Deduct (ErrInsufficient on the primary) and
+// a Refund behave alike.
+func TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := replicatedStock(t, ctx)
+	reg := prometheus.NewPedanticRegistry()
+	var fallbacks atomic.Int32
+	fallback := func(context.Context, string, int64, string) (int64, error) {
+		fallbacks.Add(1)
+		return 0, nil
+	}
+	opts := []quota.Option{quota.WithReplicaAcks(1, ackTimeout), quota.WithFallback(fallback)}
+	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), append(opts, quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)))...)
+	// another is a second process: its own client, its own connections.
+	another := func() *quota.Quota {
+		return newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), opts...)
+	}
+	resume := rp.PauseReplica(t)
+
+	wantNotReplicated := func(what string, err error) {
+		t.Helper()
+		var nr *quota.NotReplicatedError
+		if !errors.As(err, &nr) || !errors.Is(err, quota.ErrNotReplicated) {
+			t.Fatalf("%s = %v; want a *NotReplicatedError", what, err)
+		}
+		if nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
+			t.Fatalf("%s: %+v; want 0 of 1 replicas within %v", what, *nr, ackTimeout)
+		}
+		if errors.Is(err, quota.ErrInsufficient) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s = %v; want neither ErrInsufficient nor a deadline", what, err)
+		}
+	}
+	_, err := q.Deduct(ctx, failoverKey, 3, "order-1")
+	wantNotReplicated("Deduct with the replica stopped", err)
+	_, err = another().Deduct(ctx, failoverKey, 3, "order-1")
+	wantNotReplicated("the retry from another process with the replica stopped", err)
+	_, err = q.Deduct(ctx, failoverKey, 100, "order-2")
+	wantNotReplicated("a short Deduct with the replica stopped", err)
+	_, err = another().Refund(ctx, failoverKey, 1, "refund-1")
+	wantNotReplicated("Refund with the replica stopped", err)
+	if n := fallbacks.Load(); n != 0 {
+		t.Fatalf("the fallback decided %d unacknowledged deductions that Redis had applied", n)
+	}
+	if got := counter(t, reg, "not_replicated"); got != 2 { // q's two Deducts
+		t.Fatalf(`lockgov_quota_deduct_total{result="not_replicated"} = %v, want 2`, got)
+	}
+
+	resume()
+	left, err := another().Deduct(ctx, failoverKey, 3, "order-1")
+	if err != nil || left != 7 {
+		t.Fatalf("the retry of order-1 after the replica returned = %d, %v; want 7, nil (the first answer)", left, err)
+	}
+	if _, err := q.Deduct(ctx, failoverKey, 100, "order-2"); !errors.Is(err, quota.ErrInsufficient) {
+		t.Fatalf("the retry of order-2 = %v; want ErrInsufficient (the first answer)", err)
+	}
+	if left, err := q.Refund(ctx, failoverKey, 1, "refund-1"); err != nil || left != 8 {
+		t.Fatalf("the retry of refund-1 = %d, %v; want 8, nil", left, err)
+	}
+	if got, err := q.Remaining(ctx, failoverKey); err != nil || got != 8 {
+		t.Fatalf("Remaining = %d, %v; want 8: 10 - 3 (once) + 1 (once)", got, err)
+	}
+	if got := counter(t, reg, "replay"); got != 0 {
+		// The retry of order-1 went through another process's Quota.
+		t.Fatalf(`replays counted on q = %v, want 0`, got)
+	}
+	if got := counter(t, reg, "replay_insufficient"); got != 1 {
+		t.Fatalf(`lockgov_quota_deduct_total{result="replay_insufficient"} = %v, want 1`, got)
+	}
+	if n := degradedCount(t, reg); n != 0 {
+		t.Fatalf("lockgov_store_degraded_total = %v: a not-replicated answer is not a store failure", n)
+	}
+}
+
+// TestReplicaAcks_TheWaitFitsTheCallersDeadline: a caller whose deadline
+// leaves less than the WAIT timeout gets a WAIT cut to it (less the
+// margin for the late reply), and, with the replica stopped, an error
+// wrapping context.DeadlineExceeded with the counts, not a WAIT that
+// outlasts the caller.
+func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := replicatedStock(t, ctx)
+	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithReplicaAcks(1, healthyAckTimeout))
+	rp.PauseReplica(t)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := q.Deduct(dctx, failoverKey, 1, "order-1")
+	var nr *quota.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Deduct = %v; want a *NotReplicatedError and context.DeadlineExceeded", err)
+	}
+	if nr.Timeout >= 2*time.Second || nr.Timeout <= 0 {
+		t.Fatalf("WAIT was sent with %v; want less than the caller's 2s", nr.Timeout)
+	}
+}
+
+// commands records, per client, the commands sent alone and in pipelines.
+type commands struct {
+	mu    sync.Mutex
+	sent  []string
+	piped [][]string
+}
+
+func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.sent = append(h.sent, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		h.mu.Lock()
+		h.piped = append(h.piped, names)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks,
+// Deduct, a replayed Deduct and Refund each send one EVALSHA, alone, as
+// before the option existed: no pipeline, no WAIT, no touch. With it,
+// each is one pipeline of the script, the touch and WAIT (the control:
+// the hook sees pipelines).
+func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	rp := replicatedStock(t, ctx)
+	for _, tc := range []struct {
+		name  string
+		opts  []quota.Option
+		sent  string
+		piped string
+	}{
+		{"default", nil, "evalsha evalsha evalsha", ""},
+		{"acks", []quota.Option{quota.WithReplicaAcks(1, healthyAckTimeout)}, "", "evalsha evalsha wait|evalsha evalsha wait|evalsha evalsha wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testenv.NewRedisClient(t, rp.Primary.Addr())
+			q := newQuota(t, c, tc.opts...)
+			// Load the scripts first, so that no NOSCRIPT fallback shows.
+			if _, err := q.Deduct(ctx, failoverKey, 1, "warm-"+tc.name); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Refund(ctx, failoverKey, 1, "warm-refund-"+tc.name); err != nil {
+				t.Fatal(err)
+			}
+			h := &commands{}
+			c.AddHook(h)
+			for _, id := range []string{"order-" + tc.name, "order-" + tc.name} {
+				if _, err := q.Deduct(ctx, failoverKey, 1, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := q.Refund(ctx, failoverKey, 1, "refund-"+tc.name); err != nil {
+				t.Fatal(err)
+			}
+			piped := make([]string, len(h.piped))
+			for i, p := range h.piped {
+				piped[i] = strings.Join(p, " ")
+			}
+			if got := strings.Join(h.sent, " "); got != tc.sent {
+				t.Errorf("commands sent alone: %q, want %q", got, tc.sent)
+			}
+			if got := strings.Join(piped, "|"); got != tc.piped {
+				t.Errorf("pipelines: %q, want %q", got, tc.piped)
+			}
+		})
+	}
+}
+
+// TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
+// refuses each bad use of WithReplicaAcks with an error naming it.
+func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
+	c := single(t) // testenv's client: ReadTimeout 5s
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Options().Addr}})
+	defer cluster.Close()
+	for _, tc := range []struct {
+		name string
+		c    redis.UniversalClient
+		opt  quota.Option
+		want string
+	}{
+		{"no replica", c, quota.WithReplicaAcks(0, time.Second), "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
+		{"negative count", c, quota.WithReplicaAcks(-1, time.Second), "replica count -1 must be >= 1"},
+		{"zero timeout", c, quota.WithReplicaAcks(1, 0), "timeout 0s must be > 0"},
+		{"timeout at the read timeout", c, quota.WithReplicaAcks(1, 5*time.Second), "timeout 5s must be at most 4.75s"},
+		{"cluster", cluster, quota.WithReplicaAcks(1, time.Second), "needs a *redis.Client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := quota.New(tc.c, tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := quota.New(c, quota.WithReplicaAcks(1, 4750*time.Millisecond)); err != nil {
+		t.Fatalf("New refused a timeout of ReadTimeout less the margin: %v", err)
+	}
+}
