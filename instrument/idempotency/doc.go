@@ -63,7 +63,7 @@
 // DefaultMaxRequestBytes are refused with 413.
 //
 // Metrics: lockgov_idempotency_requests_total{outcome} (first, replay,
-// in_progress, mismatch, error, degraded) and
+// in_progress, mismatch, error, degraded, not_replicated) and
 // lockgov_store_degraded_total{component="idempotency"}, on the registry
 // given with WithRegisterer only. Spans: "idempotency do" (scope
 // ScopeName, provider WithTracerProvider) with the outcome; keys and
@@ -97,6 +97,51 @@
 // data (a restarted Redis without persistence has forgotten them). A
 // fenced write refuses Fence 0; rely on a unique constraint downstream.
 //
+// # Replica acknowledgements
+//
+// WithReplicaAcks(n, timeout) makes Do run fn only once n replicas have
+// its claim of the key, and report a result, run now or replayed, only
+// once n replicas have the completed record: each script, a write of the
+// record that changes nothing (touch.lua: WAIT is documented to count the
+// writes of its own connection, and a replay writes nothing), and WAIT n
+// timeout go in one pipeline on one connection. A failover to one of those
+// replicas keeps the record, so the retry replays it instead of running fn
+// again. Single node and Sentinel (*redis.Client) only; the timeout must
+// leave 250ms under the client's ReadTimeout (Redis answers a WAIT that
+// timed out at its next timer tick), and the caller's deadline cuts it,
+// also for the completed record, whose write outlives that deadline.
+//
+// When fewer than n replicas acknowledge within the timeout, Do returns an
+// error holding a *NotReplicatedError (errors.Is: ErrNotReplicated; with
+// context.DeadlineExceeded too when the caller's deadline cut the WAIT),
+// counted as outcome not_replicated:
+//
+//   - a claim: fn does not run (a failover would forget the claim and let
+//     another attempt run fn beside this one), and the key is released, so
+//     a retry runs fn at once as the next attempt;
+//   - a completed record (fn ran, or a replay of a record no replica has
+//     confirmed yet): Result.Body holds fn's result, and the record stays
+//     completed on the primary, so a retry replays it, with success once
+//     the replicas have it. The middleware answers 503 with Retry-After,
+//     not the handler's response.
+//
+// It is not a store failure: under WithStoreFailure(instrument.FailOpen)
+// Do neither runs fn without the check nor returns a degraded result for
+// it (the store answered; a retry replays). A WAIT that fails with a
+// transport error after its script answered is treated alike. Renewals and
+// releases do not wait: a renewal a failover loses shortens the lease on
+// the promoted replica to the previous renewal's (so an owner cut off
+// from the replica for about the lease is the slow owner below), a lost
+// release leaves the key to its lease.
+//
+// What it costs and leaves open: every Do pays a WAIT per script (two for
+// a first run, one per replay and per poll of a busy key), and while fewer
+// than n replicas answer each waits the whole timeout. WAIT does not make
+// Redis strongly consistent: a failover may still promote a replica that
+// did not acknowledge (Sentinel prefers the most up-to-date one), and the
+// primary does not count a replica for about a second after it
+// (re)connects.
+//
 // # Failure modes
 //
 //   - An owner that dies (process killed, partition) stops renewing: its
@@ -115,9 +160,14 @@
 //     owner is cut off for longer than that, its successor's fences start
 //     again at 1, no higher than the owner's, and only the unique
 //     constraint tells them apart.
-//   - Redis unreachable: see "Store failure" below.
-//   - Failover with asynchronous replication can lose a completed record
-//     not yet replicated: a retry then runs fn again.
+//   - Redis unreachable: see "Store failure" above.
+//   - Failover with asynchronous replication (the default) can lose a
+//     completed record not yet replicated: a retry then runs fn again
+//     (TestFailover_DefaultLosesACompletedRecord), and a lost claim lets a
+//     second attempt run fn beside the first. With WithReplicaAcks a result
+//     Do reports without error is on n replicas, and fn runs only on a
+//     claim that is; a record Do reported as ErrNotReplicated is lost by a
+//     failover to a replica that lacks it, and its retry runs fn again.
 //   - A record expires after the result TTL (WithResultTTL): a retry after
 //     that runs fn again.
 package idempotency

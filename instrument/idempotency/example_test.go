@@ -126,3 +126,34 @@ func ExampleWithStoreFailure() {
 	fmt.Println(string(res.Body), res.Degraded, err)
 	// Output: sent true <nil>
 }
+
+// Results that survive a failover to a replica: fn runs only on a claim
+// one replica has, and a result is reported only once one replica has it.
+// A result too few replicas acknowledged is in Result.Body; a retry
+// replays it. (Not run: it needs a Sentinel deployment.)
+func ExampleWithReplicaAcks() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "payments",
+		SentinelAddrs: []string{"sentinel-0:26379", "sentinel-1:26379", "sentinel-2:26379"},
+		ReadTimeout:   3 * time.Second, // at least the ack timeout + 250ms
+	})
+	defer rdb.Close()
+	s, err := idempotency.New(rdb, idempotency.WithReplicaAcks(1, time.Second))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := s.Do(ctx, "pay:order-1", []byte("sha256 of the request"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+		return []byte("charged"), nil // the effect, guarded by a.Fence
+	})
+	var nr *idempotency.NotReplicatedError
+	switch {
+	case errors.As(err, &nr):
+		fmt.Printf("on %d of %d replicas: retry pay:order-1 (result so far: %q)\n", nr.Acked, nr.Wanted, res.Body)
+	case err != nil:
+		fmt.Println("error:", err)
+	default:
+		fmt.Printf("%s, on a replica too\n", res.Body)
+	}
+}

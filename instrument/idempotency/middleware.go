@@ -81,7 +81,7 @@ var errServerError = errors.New("idempotency: handler answered 5xx")
 // with the key is in progress, 422 when the key is reused with another
 // method, path or body, 400 when the key is malformed (or missing, with
 // RequireKey, or too long together with the principal), and 503 with Retry-After when the Store fails (fail
-// closed). A 5xx response is not stored, so a retry runs the handler
+// closed) or, with WithReplicaAcks, too few replicas have the record. A 5xx response is not stored, so a retry runs the handler
 // again; 4xx responses are stored.
 func Middleware(s *Store, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	cfg := mwConfig{methods: map[string]bool{http.MethodPost: true, http.MethodPatch: true}}
@@ -150,6 +150,11 @@ func Middleware(s *Store, opts ...MiddlewareOption) func(http.Handler) http.Hand
 				http.Error(w, fmt.Sprintf("Idempotency-Key too long for this principal (the two together over %d bytes)", MaxKeyBytes), http.StatusBadRequest)
 			case errors.Is(err, ErrResultTooLarge):
 				http.Error(w, "response too large to store for Idempotency-Key", http.StatusInternalServerError)
+			case errors.Is(err, ErrNotReplicated):
+				// The handler ran (or ran before) and its response is on the
+				// primary only: a retry replays it once the replicas have it.
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "response not yet replicated: retry with the same Idempotency-Key", http.StatusServiceUnavailable)
 			case err != nil:
 				w.Header().Set("Retry-After", "1")
 				http.Error(w, "idempotency store unavailable", http.StatusServiceUnavailable)

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/replicaack"
 )
 
 // Defaults of the options and limits of the input.
@@ -41,6 +42,7 @@ type config struct {
 	logger         *slog.Logger
 	tp             trace.TracerProvider
 	storeFailure   instrument.StoreFailurePolicy
+	acks           replicaack.Acks
 }
 
 func defaultConfig() config {
@@ -137,6 +139,36 @@ func WithLogger(l *slog.Logger) Option {
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) error {
 		c.tp = tp
+		return nil
+	})
+}
+
+// WithReplicaAcks makes Do run fn only once n replicas have acknowledged
+// its claim of the key, and report a result (run now or replayed) only once
+// n replicas have the completed record: WAIT n timeout in one pipeline
+// after each script (and a write of the record that changes nothing, so
+// that a replay, which writes nothing, is confirmed too). A failover to one
+// of those replicas then keeps the record, and a retry replays it instead
+// of running fn again. See "Replica acknowledgements" in the package doc.
+//
+// When fewer than n replicas acknowledge within timeout, Do returns an
+// error holding a *NotReplicatedError (errors.Is: ErrNotReplicated): for a
+// claim, without running fn, the key released; for a completed record (fn
+// ran, or a replay), with fn's result in Result.Body and the record left
+// completed on the primary, so that a retry replays it. It is not a store
+// failure: WithStoreFailure(instrument.FailOpen) never degrades on it.
+//
+// n must be >= 1 and timeout > 0 and at most the client's ReadTimeout less
+// 250ms (the WAIT's reply is read within ReadTimeout, and Redis answers a
+// WAIT that timed out up to a timer tick late); timeout is rounded up to
+// whole milliseconds. New refuses it on a client that does not send a
+// pipeline to one node on one connection (Cluster, Ring).
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if err := replicaack.Validate(fmt.Sprintf("idempotency: WithReplicaAcks(%d, %v)", n, timeout), n, timeout); err != nil {
+			return err
+		}
+		c.acks = replicaack.Acks{N: n, Timeout: timeout}
 		return nil
 	})
 }

@@ -111,6 +111,9 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.resultTTL <= cfg.lease {
 		return nil, fmt.Errorf("idempotency: result TTL %v must be longer than the lease %v", cfg.resultTTL, cfg.lease)
 	}
+	if err := cfg.acks.CheckClient("idempotency", c); err != nil {
+		return nil, err
+	}
 	vec := telemetry.IdempotencyRequestsTotal.CounterVec(nil)
 	var err error
 	telemetry.Register(cfg.reg, &vec, &err)
@@ -150,7 +153,10 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 //
 // When Redis cannot be reached Do returns the transport error, or, with
 // WithStoreFailure(instrument.FailOpen), runs fn without the check and
-// returns its result with Degraded true (see the package doc).
+// returns its result with Degraded true (see the package doc). With
+// WithReplicaAcks, an error holding a *NotReplicatedError says too few
+// replicas have the claim (fn did not run) or the completed record
+// (Result.Body holds it; a retry replays it).
 func (s *Store) Do(ctx context.Context, key string, fingerprint []byte,
 	fn func(ctx context.Context, a Attempt) ([]byte, error), opts ...DoOption) (Result, error) {
 	var dc doConfig
@@ -189,7 +195,8 @@ func (s *Store) do(ctx context.Context, key string, fingerprint []byte,
 	owner := token()
 	wait := 5 * time.Millisecond
 	for {
-		res, err := beginScript.Run(ctx, s.c, []string{rec}, owner, s.leaseMS, fingerprint, s.ttlMS).Slice()
+		cmd, unacked := s.run(ctx, ctx, beginScript, rec, owner, s.leaseMS, fingerprint, s.ttlMS)
+		res, err := cmd.Slice()
 		if err != nil {
 			if s.failOpen(ctx, err) {
 				return s.runDegraded(ctx, fn)
@@ -200,12 +207,22 @@ func (s *Store) do(ctx context.Context, key string, fingerprint []byte,
 		case "mismatch":
 			return Result{}, "mismatch", fmt.Errorf("idempotency: key %q: %w", key, ErrFingerprintMismatch)
 		case "done":
+			body := []byte(res[1].(string))
+			if unacked != nil {
+				return Result{Body: body, Replayed: true}, "not_replicated", fmt.Errorf("idempotency: key %q: completed on the primary, not yet on enough replicas (retry to replay it): %w", key, unacked)
+			}
 			if res[2].(string) == "1" {
 				return Result{Replayed: true}, "replay", fmt.Errorf("idempotency: key %q: %w", key, ErrResultTooLarge)
 			}
-			return Result{Body: []byte(res[1].(string)), Replayed: true}, "replay", nil
+			return Result{Body: body, Replayed: true}, "replay", nil
 		case "run":
-			return s.run(ctx, key, rec, owner, res[1].(int64), fn)
+			if unacked != nil {
+				// fn must not run on a claim that a failover to a replica
+				// forgets: another attempt would run it beside this one.
+				s.release(ctx, rec, owner)
+				return Result{}, "not_replicated", fmt.Errorf("idempotency: key %q: claimed on the primary, not yet on enough replicas, released without running fn: %w", key, unacked)
+			}
+			return s.runOwned(ctx, key, rec, owner, res[1].(int64), fn)
 		}
 		// busy: another attempt owns the key.
 		if dc.noWait {
@@ -255,9 +272,9 @@ func (s *Store) runDegraded(ctx context.Context, fn func(ctx context.Context, a 
 	return Result{Body: body, Degraded: true}, "degraded", nil
 }
 
-// run executes fn as the owner of rec, renewing its lease meanwhile, and
-// stores the result or releases the key.
-func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
+// runOwned executes fn as the owner of rec, renewing its lease meanwhile,
+// and stores the result or releases the key.
+func (s *Store) runOwned(ctx context.Context, key, rec, owner string, n int64,
 	fn func(ctx context.Context, a Attempt) ([]byte, error)) (Result, string, error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -292,9 +309,7 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 		}
 		close(stop)
 		<-renewed
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
-		defer wcancel()
-		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
+		s.release(ctx, rec, owner)
 		s.outcome["error"].Inc()
 	}()
 	body, panicked, ferr := call(fctx, fn, Attempt{N: int(n), Fence: uint64(n)})
@@ -305,10 +320,8 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 
 	// Finish even when ctx has ended: a released key lets the next attempt
 	// run now instead of after the lease.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
-	defer wcancel()
 	if ferr != nil || panicked != nil {
-		_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
+		s.release(ctx, rec, owner)
 		if panicked != nil {
 			s.outcome["error"].Inc()
 			panic(panicked)
@@ -320,7 +333,10 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 	if len(body) > s.cfg.maxResultBytes {
 		big, stored = "1", nil
 	}
-	ok, err := finishScript.Run(wctx, s.c, []string{rec}, owner, "done", stored, big, s.ttlMS).Int()
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
+	defer wcancel()
+	cmd, unacked := s.run(wctx, ctx, finishScript, rec, owner, "done", stored, big, s.ttlMS)
+	ok, err := cmd.Int()
 	switch {
 	case err != nil && big == "0" && s.storeDown(ctx, err, "store unreachable: the result was not stored"):
 		// fn's effect happened; an error would invite a retry that runs
@@ -332,10 +348,24 @@ func (s *Store) run(ctx context.Context, key, rec, owner string, n int64,
 		return Result{}, "error", fmt.Errorf("idempotency: store the result of %q: %w", key, err)
 	case ok == 0 || lost:
 		return Result{}, "error", fmt.Errorf("idempotency: key %q: %w", key, ErrLeaseLost)
+	case unacked != nil:
+		// fn's effect happened and its record is on the primary: a retry
+		// replays it, unless a failover loses it first.
+		return Result{Body: body}, "not_replicated", fmt.Errorf("idempotency: key %q: completed on the primary, not yet on enough replicas (retry to replay it): %w", key, unacked)
 	case big == "1":
 		return Result{}, "error", fmt.Errorf("idempotency: key %q: %d bytes, limit %d: %w", key, len(body), s.cfg.maxResultBytes, ErrResultTooLarge)
 	}
 	return Result{Body: body}, "first", nil
+}
+
+// release frees rec for the next attempt (fn failed, or its claim was not
+// replicated), even when ctx has ended: a released key lets the next
+// attempt run now instead of after the lease. It waits for no replica: a
+// release a failover loses leaves the key to its lease.
+func (s *Store) release(ctx context.Context, rec, owner string) {
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.lease)
+	defer wcancel()
+	_ = finishScript.Run(wctx, s.c, []string{rec}, owner, "free", "", "0", s.ttlMS).Err()
 }
 
 // call runs fn and returns its panic value instead of unwinding, so that

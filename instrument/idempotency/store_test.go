@@ -51,13 +51,14 @@ func TestDo_ThousandConcurrentCallsRunFnOnce(t *testing.T) {
 		t.Fatalf("fn ran %d times, want 1", n)
 	}
 	want := `
-# HELP lockgov_idempotency_requests_total Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open).
+# HELP lockgov_idempotency_requests_total Idempotent requests by outcome (first run, replay of a stored result, in progress, fingerprint mismatch, error, run without the store under fail open, a write too few replicas acknowledged under WithReplicaAcks).
 # TYPE lockgov_idempotency_requests_total counter
 lockgov_idempotency_requests_total{outcome="degraded"} 0
 lockgov_idempotency_requests_total{outcome="error"} 0
 lockgov_idempotency_requests_total{outcome="first"} 1
 lockgov_idempotency_requests_total{outcome="in_progress"} 0
 lockgov_idempotency_requests_total{outcome="mismatch"} 0
+lockgov_idempotency_requests_total{outcome="not_replicated"} 0
 lockgov_idempotency_requests_total{outcome="replay"} 999
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lockgov_idempotency_requests_total"); err != nil {

@@ -46,6 +46,6 @@ func (q *Quota) run(ctx context.Context, s *redis.Script, keys []string, record 
 	if !q.cfg.acks.On() {
 		return s.Run(ctx, q.c, keys, args...), nil
 	}
-	cmd, r := q.cfg.acks.Run(ctx, q.c, s, keys, record, args...)
+	cmd, r := q.cfg.acks.Run(ctx, ctx, q.c, s, keys, record, args...)
 	return cmd, q.cfg.acks.Check(r, ErrNotReplicated, notReplicated)
 }

@@ -139,6 +139,7 @@ func TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce(t *t
 	}
 
 	resume()
+	rp.CaughtUp(t)
 	left, err := another().Deduct(ctx, failoverKey, 3, "order-1")
 	if err != nil || left != 7 {
 		t.Fatalf("the retry of order-1 after the replica returned = %d, %v; want 7, nil (the first answer)", left, err)

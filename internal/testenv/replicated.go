@@ -82,3 +82,22 @@ func (rp *Replicated) ReplicaHas(t testing.TB, what string, read func(c *redis.C
 	c := NewRedisClient(t, rp.Replica.Addr())
 	WaitFor(t, 30*time.Second, "the replica to have "+what, func() bool { return read(c) })
 }
+
+// CaughtUp waits until the replica has acknowledged every write the
+// primary has made so far (a resumed replica catching up): a write and a
+// WAIT on one connection, until the WAIT counts the replica.
+func (rp *Replicated) CaughtUp(t testing.TB) {
+	t.Helper()
+	c := NewRedisClient(t, rp.Primary.Addr())
+	ctx := context.Background()
+	WaitFor(t, 30*time.Second, "the replica to catch up", func() bool {
+		var wait *redis.IntCmd
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Incr(ctx, "testenv:caught-up")
+			wait = redis.NewIntCmd(ctx, "wait", 1, 100)
+			_ = p.Process(ctx, wait)
+			return nil
+		})
+		return err == nil && wait.Val() == 1
+	})
+}

@@ -106,19 +106,21 @@ type Reply struct {
 }
 
 // Run runs s on keys with args, then touch.lua on record, then WAIT, in one
-// pipeline, and returns the script's command (read it as Script.Run's) and
-// what the touch and WAIT said. A script the server does not have
-// (NOSCRIPT) is sent again with EVAL, in a pipeline of its own with its
-// own touch and WAIT.
-func (a Acks) Run(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
-	cmd, r, missing := a.run(ctx, c, s, keys, record, args, false)
+// pipeline sent under ctx, and returns the script's command (read it as
+// Script.Run's) and what the touch and WAIT said. The WAIT's timeout is cut
+// to caller's deadline: the caller's context, which is ctx unless the
+// write must outlive it (idempotency stores fn's result after the caller's
+// deadline). A script the server does not have (NOSCRIPT) is sent again
+// with EVAL, in a pipeline of its own with its own touch and WAIT.
+func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
+	cmd, r, missing := a.run(ctx, caller, c, s, keys, record, args, false)
 	if missing {
-		cmd, r, _ = a.run(ctx, c, s, keys, record, args, true)
+		cmd, r, _ = a.run(ctx, caller, c, s, keys, record, args, true)
 	}
 	return cmd, r
 }
 
-func (a Acks) run(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args []any, eval bool) (*redis.Cmd, Reply, bool) {
+func (a Acks) run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args []any, eval bool) (*redis.Cmd, Reply, bool) {
 	pipe := c.Pipeline()
 	var cmd, touch *redis.Cmd
 	if eval {
@@ -128,7 +130,7 @@ func (a Acks) run(ctx context.Context, c redis.UniversalClient, s *redis.Script,
 		cmd = s.EvalSha(ctx, pipe, keys, args...)
 		touch = touchScript.EvalSha(ctx, pipe, []string{record})
 	}
-	ms, cut := a.waitArg(ctx)
+	ms, cut := a.waitArg(caller)
 	wait := redis.NewIntCmd(ctx, "wait", a.N, ms)
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)

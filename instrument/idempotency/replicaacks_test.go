@@ -1,0 +1,359 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// ackTimeout is the WAIT timeout where no replica acknowledges: short,
+// since a stopped replica costs every write the whole of it.
+// healthyAckTimeout is the WAIT timeout where a replica must acknowledge
+// through a link delayed by linkLatency each way: well under the 5 s read
+// timeout of testenv's clients less the 250 ms margin.
+const (
+	ackTimeout        = 500 * time.Millisecond
+	healthyAckTimeout = 4 * time.Second
+	linkLatency       = 300 * time.Millisecond
+)
+
+// wantNotReplicated fails the test unless err holds a *NotReplicatedError
+// saying 0 of 1 replicas acknowledged within ackTimeout.
+func wantNotReplicated(t *testing.T, what string, err error) {
+	t.Helper()
+	var nr *idempotency.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, idempotency.ErrNotReplicated) {
+		t.Fatalf("%s = %v; want a *NotReplicatedError", what, err)
+	}
+	if nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
+		t.Fatalf("%s: %+v; want 0 of 1 replicas within %v", what, *nr, ackTimeout)
+	}
+}
+
+// recordState is the st field of key's record on c ("" when absent).
+func recordState(t *testing.T, ctx context.Context, c *redis.Client, key string) string {
+	t.Helper()
+	return c.HGet(ctx, idempotency.DefaultPrefix+"{"+key+"}", "st").Val()
+}
+
+// TestReplicaAcks_ACompletedRecordSurvivesFailover: with
+// WithReplicaAcks(1, ...), Do returns fn's result only once the replica has
+// the completed record. The replication link delays every chunk by 300 ms
+// and is closed (in-flight chunks dropped) as soon as Do returns; the
+// primary is killed and the replica promoted. The retry on the promoted
+// replica replays the result and fn has run once. Without the WAIT (the
+// option ignored), Do returns before the delayed record reaches the
+// replica, the link's close drops it, and the retry runs fn again.
+func TestReplicaAcks_ACompletedRecordSurvivesFailover(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := testenv.NewReplicated(t)
+	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, healthyAckTimeout))
+	var runs atomic.Int32
+
+	rp.Link.SetLatency(linkLatency)
+	res, err := s.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+	if err != nil || res.Replayed || string(res.Body) != "charged" {
+		t.Fatalf("Do with a healthy replica = %+v, %v; want the first run's result", res, err)
+	}
+	if err := rp.Link.Close(); err != nil { // replication ends here, in-flight chunks dropped
+		t.Fatal(err)
+	}
+	promoted := failOver(t, rp)
+
+	res, err = promoted.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+	if err != nil || !res.Replayed || string(res.Body) != "charged" || runs.Load() != 1 {
+		t.Fatalf("the retry on the promoted replica = %+v, %v with fn run %d times; want the replay and one run", res, err, runs.Load())
+	}
+}
+
+// TestReplicaAcks_AnUnacknowledgedClaimRunsNoFn: with the only replica
+// stopped, Do claims the key on the primary, hears from WAIT that no
+// replica has the claim, and returns a *NotReplicatedError without running
+// fn (a failover to the replica would forget the claim and let another
+// attempt run fn beside it), counted as outcome not_replicated. The claim
+// is released, so once the replica is back the next Do runs fn at once,
+// as the second attempt.
+func TestReplicaAcks_AnUnacknowledgedClaimRunsNoFn(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := testenv.NewReplicated(t)
+	cp := testenv.NewRedisClient(t, rp.Primary.Addr())
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, cp, idempotency.WithReplicaAcks(1, ackTimeout), idempotency.WithRegisterer(reg))
+	var runs atomic.Int32
+	resume := rp.PauseReplica(t)
+
+	_, err := s.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+	wantNotReplicated(t, "Do with the replica stopped", err)
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("fn ran %d times on a claim no replica had", n)
+	}
+	if st := recordState(t, ctx, cp, "pay:order-1"); st != "free" {
+		t.Fatalf("the unacknowledged claim left the record %q, want it released (free)", st)
+	}
+	if got := testutil.ToFloat64(s.OutcomeCounter("not_replicated")); got != 1 {
+		t.Fatalf(`outcome="not_replicated" = %v, want 1`, got)
+	}
+
+	resume()
+	rp.CaughtUp(t)
+	var attempt idempotency.Attempt
+	res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+		attempt = a
+		return counted(&runs)(ctx, a)
+	})
+	if err != nil || res.Replayed || runs.Load() != 1 || attempt.N != 2 {
+		t.Fatalf("Do after the replica returned = %+v, %v, fn run %d times as attempt %d; want one run, attempt 2", res, err, runs.Load(), attempt.N)
+	}
+}
+
+// TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplays:
+// the replica acknowledges the claim and is stopped while fn runs, so no
+// replica acknowledges the completed record. Do returns fn's result with a
+// *NotReplicatedError (not Degraded, under FailOpen too: the store
+// answered), counted as outcome not_replicated; the record stays completed
+// on the primary. A retry from another process (its own client) while the
+// replica is stopped gets the stored result with the same error and does
+// not run fn: a replay is reported only once the replicas have the record.
+// Once the replica is back the retry replays; fn has run once.
+func TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplays(t *testing.T) {
+	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := testenv.NewReplicated(t)
+			cp := testenv.NewRedisClient(t, rp.Primary.Addr())
+			reg := prometheus.NewPedanticRegistry()
+			opts := []idempotency.Option{idempotency.WithReplicaAcks(1, ackTimeout), idempotency.WithStoreFailure(policy)}
+			s := newStore(t, cp, append(opts, idempotency.WithRegisterer(reg))...)
+			var runs atomic.Int32
+			var resume func()
+
+			res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+				resume = rp.PauseReplica(t) // after the claim was acknowledged
+				return counted(&runs)(ctx, a)
+			})
+			wantNotReplicated(t, "Do whose record no replica acknowledged", err)
+			if string(res.Body) != "charged" || res.Replayed || res.Degraded {
+				t.Fatalf("Do = %+v; want fn's result, neither replayed nor degraded", res)
+			}
+			if st := recordState(t, ctx, cp, "pay:order-1"); st != "done" {
+				t.Fatalf("the record is %q on the primary, want done: fn's effect happened", st)
+			}
+			if got := testutil.ToFloat64(s.OutcomeCounter("not_replicated")); got != 1 {
+				t.Fatalf(`outcome="not_replicated" = %v, want 1`, got)
+			}
+			if n := degradedCount(t, reg, "idempotency"); n != 0 {
+				t.Fatalf("lockgov_store_degraded_total = %v: a not-replicated record is not a store failure", n)
+			}
+
+			another := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), opts...)
+			res, err = another.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+			wantNotReplicated(t, "the retry from another process with the replica stopped", err)
+			if string(res.Body) != "charged" || !res.Replayed {
+				t.Fatalf("the retry = %+v; want the stored result, replayed", res)
+			}
+
+			resume()
+			rp.CaughtUp(t)
+			res, err = another.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+			if err != nil || !res.Replayed || string(res.Body) != "charged" || runs.Load() != 1 {
+				t.Fatalf("the retry after the replica returned = %+v, %v, fn run %d times; want the replay and one run", res, err, runs.Load())
+			}
+		})
+	}
+}
+
+// TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated:
+// behind the middleware, a handler whose response no replica acknowledged
+// gets 503 with Retry-After (not its response: the client would take it
+// for done while a failover can still lose it); the retry after the
+// replica is back replays the response without running the handler again.
+func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *testing.T) {
+	rp := testenv.NewReplicated(t)
+	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, ackTimeout))
+	var runs atomic.Int32
+	var resume func()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			resume = rp.PauseReplica(t)
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	srv := httptest.NewServer(idempotency.Middleware(s)(h))
+	defer srv.Close()
+	post := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(idempotency.Header, "order-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	if resp := post(); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the unreplicated response: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	resume()
+	rp.CaughtUp(t)
+	resp := post()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated || string(body) != "charged" || runs.Load() != 1 {
+		t.Fatalf("the retry: %d %q, handler run %d times; want the replayed 201 and one run", resp.StatusCode, body, runs.Load())
+	}
+}
+
+// TestReplicaAcks_TheWaitFitsTheCallersDeadline: a caller whose deadline
+// leaves less than the WAIT timeout gets a WAIT cut to it (less the margin
+// for the late reply) and, with the replica stopped, an error wrapping
+// context.DeadlineExceeded with the counts: for the claim (fn does not
+// run) and for the completed record, whose write runs under a deadline of
+// its own (it must store fn's result even past the caller's) while its
+// WAIT still ends by the caller's.
+func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
+	for _, stopWhen := range []string{"claim", "completion"} {
+		t.Run(stopWhen, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := testenv.NewReplicated(t)
+			s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, healthyAckTimeout))
+			if stopWhen == "claim" {
+				rp.PauseReplica(t)
+			}
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var runs atomic.Int32
+			_, err := s.Do(dctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+				rp.PauseReplica(t)
+				return counted(&runs)(ctx, a)
+			})
+			var nr *idempotency.NotReplicatedError
+			if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Do = %v; want a *NotReplicatedError and context.DeadlineExceeded", err)
+			}
+			if nr.Timeout >= 2*time.Second || nr.Timeout <= 0 {
+				t.Fatalf("WAIT was sent with %v; want less than the caller's 2s", nr.Timeout)
+			}
+			if want := map[string]int32{"claim": 0, "completion": 1}[stopWhen]; runs.Load() != want {
+				t.Fatalf("fn ran %d times, want %d", runs.Load(), want)
+			}
+		})
+	}
+}
+
+// commands records the commands a client sends alone and in pipelines.
+type commands struct {
+	mu    sync.Mutex
+	sent  []string
+	piped []string
+}
+
+func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.sent = append(h.sent, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			names[i] = c.Name()
+		}
+		h.mu.Lock()
+		h.piped = append(h.piped, strings.Join(names, " "))
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks, a
+// first Do sends two EVALSHAs (begin, finish) and a replay one, each alone,
+// as before the option existed: no pipeline, no WAIT, no touch. With it,
+// each is one pipeline of the script, the touch and WAIT (the control: the
+// hook sees pipelines).
+func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	rp := testenv.NewReplicated(t)
+	for _, tc := range []struct {
+		name  string
+		opts  []idempotency.Option
+		sent  string
+		piped string
+	}{
+		{"default", nil, "evalsha evalsha evalsha", ""},
+		{"acks", []idempotency.Option{idempotency.WithReplicaAcks(1, healthyAckTimeout)}, "", "evalsha evalsha wait|evalsha evalsha wait|evalsha evalsha wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testenv.NewRedisClient(t, rp.Primary.Addr())
+			s := newStore(t, c, tc.opts...)
+			var runs atomic.Int32
+			// Load the scripts first, so that no NOSCRIPT fallback shows.
+			if _, err := s.Do(ctx, "warm-"+tc.name, nil, counted(&runs)); err != nil {
+				t.Fatal(err)
+			}
+			h := &commands{}
+			c.AddHook(h)
+			for range 2 { // the first run, then a replay
+				if _, err := s.Do(ctx, "pay:"+tc.name, []byte("fp"), counted(&runs)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := strings.Join(h.sent, " "); got != tc.sent {
+				t.Errorf("commands sent alone: %q, want %q", got, tc.sent)
+			}
+			if got := strings.Join(h.piped, "|"); got != tc.piped {
+				t.Errorf("pipelines: %q, want %q", got, tc.piped)
+			}
+		})
+	}
+}
+
+// TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
+// refuses each bad use of WithReplicaAcks with an error naming it.
+func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
+	c := single(t) // testenv's client: ReadTimeout 5s
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Options().Addr}})
+	defer cluster.Close()
+	for _, tc := range []struct {
+		name string
+		c    redis.UniversalClient
+		opt  idempotency.Option
+		want string
+	}{
+		{"no replica", c, idempotency.WithReplicaAcks(0, time.Second), "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
+		{"negative timeout", c, idempotency.WithReplicaAcks(1, -time.Second), "timeout -1s must be > 0"},
+		{"timeout over the read timeout", c, idempotency.WithReplicaAcks(1, 4800*time.Millisecond), "timeout 4.8s must be at most 4.75s"},
+		{"cluster", cluster, idempotency.WithReplicaAcks(1, time.Second), "needs a *redis.Client"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := idempotency.New(tc.c, tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
