@@ -298,3 +298,62 @@ func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testi
 		t.Fatalf("New refused a timeout of ReadTimeout less the margin: %v", err)
 	}
 }
+
+// TestReplicaAcks_AServerWithoutTheScriptsStillWaits: after SCRIPT FLUSH
+// (a restarted or failed-over server), a Deduct with WithReplicaAcks falls
+// back to EVAL for the script and the touch, with its own WAIT: it
+// succeeds with a healthy replica, and fails with *NotReplicatedError,
+// not NOSCRIPT, with the replica stopped. A server that has deduct.lua
+// (loaded by a Quota without the option) but not touch.lua gets the touch
+// and WAIT again without the script: the deduction runs once and is
+// counted as ok, not as a replay of itself.
+func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := replicatedStock(t, ctx)
+	c := testenv.NewRedisClient(t, rp.Primary.Addr())
+	reg := prometheus.NewPedanticRegistry()
+	q := newQuota(t, c, quota.WithReplicaAcks(1, ackTimeout), quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)))
+	h := &commands{}
+	c.AddHook(h)
+	flush := func() {
+		t.Helper()
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	flush()
+	if _, err := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr())).Deduct(ctx, failoverKey, 1, "loads-deduct"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := q.Deduct(ctx, failoverKey, 1, "order-1"); err != nil || left != 8 {
+		t.Fatalf("Deduct with only deduct.lua cached = %d, %v; want 8, nil", left, err)
+	}
+	if ok, replay := counter(t, reg, "ok"), counter(t, reg, "replay"); ok != 1 || replay != 0 {
+		t.Fatalf("the first deduction of order-1 counted ok %v, replay %v; want ok 1, replay 0", ok, replay)
+	}
+
+	flush()
+	if left, err := q.Deduct(ctx, failoverKey, 1, "order-2"); err != nil || left != 7 {
+		t.Fatalf("Deduct after SCRIPT FLUSH = %d, %v; want 7, nil", left, err)
+	}
+	flush()
+	rp.PauseReplica(t)
+	_, err := q.Deduct(ctx, failoverKey, 1, "order-3")
+	var nr *quota.NotReplicatedError
+	if !errors.As(err, &nr) {
+		t.Fatalf("Deduct after SCRIPT FLUSH with the replica stopped = %v; want a *NotReplicatedError", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var piped []string
+	for _, p := range h.piped {
+		if p[0] != "client" && p[0] != "hello" { // a new connection's handshake
+			piped = append(piped, strings.Join(p, " "))
+		}
+	}
+	want := "evalsha evalsha wait|eval wait|evalsha evalsha wait|eval eval wait|evalsha evalsha wait|eval eval wait"
+	if got := strings.Join(piped, "|"); got != want {
+		t.Fatalf("pipelines: %q, want %q", got, want)
+	}
+}

@@ -111,31 +111,30 @@ type Reply struct {
 // to caller's deadline: the caller's context, which is ctx unless the
 // write must outlive it (idempotency stores fn's result after the caller's
 // deadline). A script the server does not have (NOSCRIPT) is sent again
-// with EVAL, in a pipeline of its own with its own touch and WAIT.
+// with EVAL, in a pipeline of its own with the touch and WAIT; a touch it
+// does not have alone is sent again with a WAIT, without the script, which
+// has run: a second run would be a replay, and a first deduction counted
+// as one.
 func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
-	cmd, r, missing := a.run(ctx, caller, c, s, keys, record, args, false)
-	if missing {
-		cmd, r, _ = a.run(ctx, caller, c, s, keys, record, args, true)
-	}
-	return cmd, r
-}
-
-func (a Acks) run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args []any, eval bool) (*redis.Cmd, Reply, bool) {
 	pipe := c.Pipeline()
-	var cmd, touch *redis.Cmd
-	if eval {
+	cmd := s.EvalSha(ctx, pipe, keys, args...)
+	touch := touchScript.EvalSha(ctx, pipe, []string{record})
+	wait, ms, cut := a.wait(ctx, caller, pipe)
+	_, _ = pipe.Exec(ctx)
+	switch {
+	case noScript(cmd.Err()):
+		pipe = c.Pipeline()
 		cmd = s.Eval(ctx, pipe, keys, args...)
 		touch = touchScript.Eval(ctx, pipe, []string{record})
-	} else {
-		cmd = s.EvalSha(ctx, pipe, keys, args...)
-		touch = touchScript.EvalSha(ctx, pipe, []string{record})
-	}
-	ms, cut := a.waitArg(caller)
-	wait := redis.NewIntCmd(ctx, "wait", a.N, ms)
-	_ = pipe.Process(ctx, wait)
-	_, _ = pipe.Exec(ctx)
-	if !eval && (noScript(cmd.Err()) || noScript(touch.Err())) {
-		return cmd, Reply{}, true
+		wait, ms, cut = a.wait(ctx, caller, pipe)
+		_, _ = pipe.Exec(ctx)
+	case noScript(touch.Err()):
+		// The write that follows the record in the replication stream may
+		// come from another connection: WAIT then counts that one's.
+		pipe = c.Pipeline()
+		touch = touchScript.Eval(ctx, pipe, []string{record})
+		wait, ms, cut = a.wait(ctx, caller, pipe)
+		_, _ = pipe.Exec(ctx)
 	}
 	r := Reply{Acked: wait.Val(), Timeout: time.Duration(ms) * time.Millisecond, Cut: cut}
 	switch touched, err := touch.Int(); {
@@ -148,7 +147,16 @@ func (a Acks) run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 		// have written nothing either: the count says nothing of it.
 		r.Acked = 0
 	}
-	return cmd, r, false
+	return cmd, r
+}
+
+// wait queues on pipe the WAIT for a send under ctx, its timeout cut to
+// caller's deadline.
+func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner) (wait *redis.IntCmd, ms int64, cut bool) {
+	ms, cut = a.waitArg(caller)
+	wait = redis.NewIntCmd(ctx, "wait", a.N, ms)
+	_ = pipe.Process(ctx, wait)
+	return wait, ms, cut
 }
 
 func noScript(err error) bool {
