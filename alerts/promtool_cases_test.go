@@ -115,6 +115,13 @@ func cases() []ruleCase {
 		ruleCase{alert: "LockgovLockStoreDegraded", at: "10m",
 			input: []series{{`lockgov_store_degraded_total{` + svc + `,component="lock"}`, "5x20"}, {`lockgov_store_degraded_total{` + svc + `,component="quota"}`, "0+1x20"}}},
 
+		// WithReplicaAcks: replicas lag, deductions run on the primary only
+		// and callers are told to retry.
+		ruleCase{alert: "LockgovQuotaDeductErrors", fires: true, at: "15m", labels: job,
+			input: []series{{`lockgov_quota_deduct_total{` + svc + `,result="ok"}`, "0+100x20"}, {`lockgov_quota_deduct_total{` + svc + `,result="not_replicated"}`, "0+10x20"}}},
+		ruleCase{alert: "LockgovIdempotencyStoreErrors", fires: true, at: "15m", labels: job,
+			input: []series{{`lockgov_idempotency_requests_total{` + svc + `,outcome="first"}`, "0+100x20"}, {`lockgov_idempotency_requests_total{` + svc + `,outcome="not_replicated"}`, "0+10x20"}}},
+
 		// Fail open: no errors, but deductions decided without the store.
 		ruleCase{alert: "LockgovQuotaDeductErrors", fires: true, at: "15m", labels: job,
 			input: []series{{`lockgov_quota_deduct_total{` + svc + `,result="ok"}`, "0+100x20"}, {`lockgov_store_degraded_total{` + svc + `,component="quota"}`, "0+1x20"}}},

@@ -223,13 +223,13 @@ func (r builder) tokens() []Rule {
 	t := r.cfg.Thresholds
 	return []Rule{
 		r.alert("LockgovIdempotencyStoreErrors", Warning,
-			r.storeErrors("lockgov_idempotency_requests_total", `outcome="error"`, t.IdempotencyErrorRatio, "idempotency"),
+			r.storeErrors("lockgov_idempotency_requests_total", `outcome=~"error|not_replicated"`, t.IdempotencyErrorRatio, "idempotency"),
 			"The idempotency store of {{ $labels.job }} fails.",
-			fmt.Sprintf("Job {{ $labels.job }}: more than %v%% of idempotent requests end in error, or requests were served without the store (fail open): a retried request may run twice.", t.IdempotencyErrorRatio*100)),
+			fmt.Sprintf("Job {{ $labels.job }}: more than %v%% of idempotent requests end in error or with a record too few replicas acknowledged (WithReplicaAcks), or requests were served without the store (fail open): a retried request may run twice.", t.IdempotencyErrorRatio*100)),
 		r.alert("LockgovQuotaDeductErrors", Warning,
-			r.storeErrors("lockgov_quota_deduct_total", `result="error"`, t.QuotaErrorRatio, "quota"),
+			r.storeErrors("lockgov_quota_deduct_total", `result=~"error|not_replicated"`, t.QuotaErrorRatio, "quota"),
 			"Quota deductions of {{ $labels.job }} fail.",
-			fmt.Sprintf("Job {{ $labels.job }}: more than %v%% of quota deductions end in error, or deductions were decided without the store (fail open).", t.QuotaErrorRatio*100)),
+			fmt.Sprintf("Job {{ $labels.job }}: more than %v%% of quota deductions end in error or unacknowledged by enough replicas (WithReplicaAcks), or deductions were decided without the store (fail open).", t.QuotaErrorRatio*100)),
 	}
 }
 
