@@ -1,0 +1,128 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestReplicaAcks_NoAcknowledgedDeductionIsLostInAFailoverMidFlight: four
+// goroutines deduct 1 unit each under fresh request ids with
+// WithReplicaAcks(1, ...) while the replica is stopped and resumed over and
+// over (SIGSTOP/SIGCONT, random spans) and the replication link delays every
+// chunk by 20 ms. Once 40 deductions have succeeded, with calls still in
+// flight, the link is closed (in-flight chunks dropped), the primary killed
+// and the replica promoted. Every deduction that returned nil must be on
+// the promoted replica: its retry there replays the first answer (not a
+// new deduction), and the promoted balance is the stock less the
+// deductions it has records of. A deduction that returned
+// ErrNotReplicated may or may not be there. Without the WAIT (the option
+// ignored), deductions returned during a stop or in the link's last 20 ms
+// are not on the replica, and their retries deduct again.
+func TestReplicaAcks_NoAcknowledgedDeductionIsLostInAFailoverMidFlight(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := testenv.NewReplicated(t)
+	const key, stock = "stock:sku-flap", 100_000
+	if err := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr())).Set(ctx, key, stock); err != nil {
+		t.Fatal(err)
+	}
+	rp.CaughtUp(t)
+	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithReplicaAcks(1, 300*time.Millisecond))
+	rp.Link.SetLatency(20 * time.Millisecond)
+
+	var mu sync.Mutex
+	var done []string // request ids whose Deduct returned nil
+	var refused int
+	enough := make(chan struct{})
+	var closeEnough sync.Once
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				id := fmt.Sprintf("order-%d-%d", w, i)
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := q.Deduct(cctx, key, 1, id)
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil:
+					done = append(done, id)
+					if len(done) == 40 {
+						closeEnough.Do(func() { close(enough) })
+					}
+				case errors.Is(err, quota.ErrNotReplicated):
+					refused++
+				default:
+					t.Errorf("Deduct %s: %v", id, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	flapDone := make(chan struct{})
+	go func() {
+		defer close(flapDone)
+		for {
+			select {
+			case <-enough:
+				return
+			case <-time.After(time.Duration(rand.IntN(150)) * time.Millisecond): // fault injection, not synchronisation
+			}
+			if err := rp.Replica.Pause(); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-enough:
+			case <-time.After(time.Duration(rand.IntN(400)) * time.Millisecond):
+			}
+			if err := rp.Replica.Resume(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-enough:
+	case <-ctx.Done():
+		t.Fatalf("40 deductions did not succeed: %v", ctx.Err())
+	}
+	<-flapDone
+	if err := rp.Link.Close(); err != nil { // with deductions in flight
+		t.Fatal(err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	promoted := newQuota(t, failOverTo(t, rp))
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d deductions acknowledged, %d not replicated", len(done), refused)
+	left, err := promoted.Remaining(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range done {
+		if _, err := promoted.Deduct(ctx, key, 1, id); err != nil {
+			t.Fatalf("the retry of acknowledged %s on the promoted replica: %v", id, err)
+		}
+	}
+	if after, err := promoted.Remaining(ctx, key); err != nil || after != left {
+		t.Fatalf("retrying the %d acknowledged deductions on the promoted replica took %d units, %v: %d of them were lost in the failover", len(done), left-after, err, left-after)
+	}
+	if taken := stock - left; taken < int64(len(done)) {
+		t.Fatalf("the promoted replica has %d units taken, fewer than the %d acknowledged", taken, len(done))
+	}
+}
