@@ -164,13 +164,13 @@ func tokensQuota(cfg mixin.Config) *board {
 	quota := b.svc("lockgov_quota_deduct_total")
 	b.add(b.timeseries(12, "Idempotent requests by outcome", "first run, replay of a stored result, in progress, fingerprint mismatch, error.", "reqps",
 		q("sum by (outcome) ("+rate(idem)+")", "{{outcome}}")))
-	b.add(thresholds(b.timeseries(12, "Idempotency error ratio", "Share of requests ending in error; the line is the LockgovIdempotencyStoreErrors threshold.", "percentunit",
-		q("sum by (job) ("+rate(b.svc("lockgov_idempotency_requests_total", `outcome="error"`))+") / sum by (job) ("+rate(idem)+")", "{{job}}")).Min(0),
+	b.add(thresholds(b.timeseries(12, "Idempotency error ratio", "Share of requests ending in error or not replicated (WithReplicaAcks), as LockgovIdempotencyStoreErrors counts them; the line is its threshold.", "percentunit",
+		q("sum by (job) ("+rate(b.svc("lockgov_idempotency_requests_total", `outcome=~"error|not_replicated"`))+") / sum by (job) ("+rate(idem)+")", "{{job}}")).Min(0),
 		step{cfg.Thresholds.IdempotencyErrorRatio, "red"}))
 	b.add(b.timeseries(12, "Quota deductions by result", "Deductions per second by result.", "reqps",
 		q("sum by (result) ("+rate(quota)+")", "{{result}}")))
-	b.add(thresholds(b.timeseries(12, "Quota error ratio", "Share of deductions ending in error; the line is the LockgovQuotaDeductErrors threshold.", "percentunit",
-		q("sum by (job) ("+rate(b.svc("lockgov_quota_deduct_total", `result="error"`))+") / sum by (job) ("+rate(quota)+")", "{{job}}")).Min(0),
+	b.add(thresholds(b.timeseries(12, "Quota error ratio", "Share of deductions ending in error or not replicated (WithReplicaAcks), as LockgovQuotaDeductErrors counts them; the line is its threshold.", "percentunit",
+		q("sum by (job) ("+rate(b.svc("lockgov_quota_deduct_total", `result=~"error|not_replicated"`))+") / sum by (job) ("+rate(quota)+")", "{{job}}")).Min(0),
 		step{cfg.Thresholds.QuotaErrorRatio, "red"}))
 	b.add(b.timeseries(24, "Decisions without the store", "Decisions taken while the store failed under a fail-open policy, by component.", "short",
 		q("sum by (job, component) ("+incr(b.svc("lockgov_store_degraded_total"))+")", "{{job}} {{component}}")))

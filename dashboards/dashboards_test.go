@@ -256,3 +256,102 @@ func TestAll_QueriesLegendsAndVariablesUseOnlyLabelsTheMetricsHave(t *testing.T)
 		t.Errorf("checked %d targets and %d query variables: the extraction is broken", targets, variables)
 	}
 }
+
+// thresholdAlert finds the alert a panel's description says its line is
+// the threshold of (a panel that plots the complement, "red below", is
+// not one).
+var thresholdAlert = regexp.MustCompile(`\bthe line is the (Lockgov[A-Z][A-Za-z0-9]*) threshold|\bas (Lockgov[A-Z][A-Za-z0-9]*) counts them; the line is its threshold`)
+
+// outcomeMatcher is a matcher on a label that says how a request ended
+// (the selectors' job, cluster, namespace and instance matchers differ
+// between the dashboards and the rules by design).
+var outcomeMatcher = regexp.MustCompile(`\b(result|outcome|kind|reason)(=~|!~|!=|=)"([^"]*)"`)
+
+// TestAll_AThresholdLineMeasuresWhatItsAlertMeasures holds what a panel
+// whose line is an alert's threshold promises: the panel plots the ratio
+// the alert compares with that line. A panel that counted only
+// result="error" while the alert counts result=~"error|not_replicated"
+// would sit under the line while the alert fires.
+func TestAll_AThresholdLineMeasuresWhatItsAlertMeasures(t *testing.T) {
+	cfg := mixin.Default()
+	exprs, recs := map[string]string{}, map[string]string{}
+	for _, g := range alerts.Groups(cfg) {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				exprs[r.Alert] = r.Expr
+			} else {
+				recs[r.Record] = r.Expr
+			}
+		}
+	}
+	// A query of a recording rule counts what the rule's expression does.
+	expand := func(e string) string {
+		for name, def := range recs {
+			if strings.Contains(e, name) {
+				e += "\n" + def
+			}
+		}
+		return e
+	}
+	for a, e := range exprs {
+		exprs[a] = expand(e)
+	}
+	ds, err := All(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, d := range ds {
+		raw, err := JSON(d.Dashboard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var generic struct {
+			Panels []struct {
+				Title       string `json:"title"`
+				Description string `json:"description"`
+				Targets     []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(raw, &generic); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range generic.Panels {
+			m := thresholdAlert.FindStringSubmatch(p.Description)
+			if m == nil {
+				continue
+			}
+			name := m[1] + m[2]
+			expr, ok := exprs[name]
+			if !ok {
+				t.Errorf("%s: panel %q names alert %s, which the rules do not have", d.File, p.Title, name)
+				continue
+			}
+			checked++
+			for i := range p.Targets {
+				p.Targets[i].Expr = expand(p.Targets[i].Expr)
+			}
+			for _, tg := range p.Targets {
+				for _, om := range outcomeMatcher.FindAllString(tg.Expr, -1) {
+					if !strings.Contains(expr, om) {
+						t.Errorf("%s: panel %q plots %s, which alert %s does not count: %s", d.File, p.Title, om, name, expr)
+					}
+				}
+			}
+			for _, om := range outcomeMatcher.FindAllString(expr, -1) {
+				if !slices.ContainsFunc(p.Targets, func(tg struct {
+					Expr string `json:"expr"`
+				}) bool {
+					return strings.Contains(tg.Expr, om)
+				}) {
+					t.Errorf("%s: panel %q does not plot %s, which alert %s counts", d.File, p.Title, om, name)
+				}
+			}
+		}
+	}
+	if checked < 4 {
+		t.Errorf("checked %d threshold panels: the description match is broken", checked)
+	}
+}
