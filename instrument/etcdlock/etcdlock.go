@@ -813,12 +813,21 @@ func (a *acquirer) waitErr(ctx context.Context) error {
 var errNoAnswer = errors.New("no answer within the request timeout")
 
 // request returns the context of one round trip of an Acquire: ctx, bounded
-// by the request timeout (WithRequestTimeout) if there is one.
+// by the request timeout (WithRequestTimeout) if there is one. Its cause is
+// errNoAnswer once that bound has ended it (boundEnded), also after the
+// returned cancel has run: callers cancel it before they look at the error.
 func (l *Locker) request(ctx context.Context) (context.Context, context.CancelFunc) {
 	if l.requestTimeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, l.requestTimeout)
+	return context.WithTimeoutCause(ctx, l.requestTimeout, errNoAnswer)
+}
+
+// boundEnded reports whether rctx, a context from request, was ended by its
+// own bound: not by its cancel (which every round trip calls when it
+// returns, answered or not), nor by the caller's context.
+func boundEnded(rctx context.Context) bool {
+	return errors.Is(context.Cause(rctx), errNoAnswer)
 }
 
 // requestErr is the Acquire's error for the round trip what on key, sent on
@@ -826,17 +835,20 @@ func (l *Locker) request(ctx context.Context) (context.Context, context.CancelFu
 //
 //   - the caller's context has ended: ErrNotAcquired with its cause
 //     (acquireErr), whatever err says;
-//   - rctx ended by its own bound, or etcd answered that it could not
-//     decide (couldNotDecide): the store out of reach (unreachable). The
-//     deadline of rctx is not wrapped, only told: it is not the caller's,
-//     and errors.Is(err, context.DeadlineExceeded) would say it was;
-//   - otherwise err as it is.
+//   - rctx ended by its own bound (boundEnded), or etcd answered that it
+//     could not decide (couldNotDecide): the store out of reach
+//     (unreachable). The deadline of rctx is not wrapped, only told: it is
+//     not the caller's, and errors.Is(err, context.DeadlineExceeded) would
+//     say it was;
+//   - otherwise err as it is: an answer (permission denied, a compaction)
+//     that came within the bound, whether or not rctx has been cancelled
+//     since.
 func (l *Locker) requestErr(ctx, rctx context.Context, key, what string, err error) error {
 	if storefail.Ended(ctx) != nil {
 		return acquireErr(ctx, key, err)
 	}
 	switch {
-	case rctx.Err() != nil:
+	case boundEnded(rctx):
 		return l.unreachable(key, fmt.Errorf("%s: %w (%s): %v", what, errNoAnswer, l.requestTimeout, err))
 	case couldNotDecide(err):
 		return l.unreachable(key, fmt.Errorf("%s: %w", what, err))
