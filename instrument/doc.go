@@ -176,9 +176,11 @@
 // caller's context has time left, or that etcd answers with
 // codes.Unavailable (no leader, leader changed, request timed out), is a
 // store failure, and reads that keep failing end a wait once they have
-// failed for that long. An etcdlock.FromMutex adapter does neither:
-// concurrency.Mutex runs its put, reads and wait on one context, and its
-// Acquire returns ErrNotAcquired with the caller's error when etcd is down.
+// failed for that long. An etcdlock.FromMutex adapter does so only when
+// given etcdlock.WithRequestTimeout (it keeps the adapted Mutex code's
+// behaviour by default: ErrNotAcquired with the caller's error when etcd is
+// down); concurrency.Mutex runs its put, reads and wait on one context, so
+// the adapter bounds each TryLock and probes etcd while Lock waits.
 // A redislock quorum (NewQuorum) is out of reach when so many of its nodes are
 // (refused, no answer within the node timeout) that the others cannot make a
 // majority; a majority that answers that the lock is held is ErrNotAcquired.

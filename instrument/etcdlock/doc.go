@@ -221,9 +221,13 @@
 // through it until the bound) and ends the wait only once its reads have
 // failed for a whole request timeout without one that worked. An answer
 // that refuses the request (permission denied, a compaction) is no store
-// failure. The caller's own end is always ErrNotAcquired with its cause,
-// whatever the request then said. WithRequestTimeout(0) leaves only the
-// caller's context as before; etcd's Unavailable answers still count.
+// failure, however soon or late within the request timeout it comes. The
+// caller's own end is always ErrNotAcquired with its cause, whatever the
+// request then said. WithRequestTimeout(0) leaves only the caller's
+// context as before; etcd's Unavailable answers still count. FromMutex
+// takes WithRequestTimeout too, off by default there, and probes etcd
+// while concurrency.Mutex.Lock waits instead of bounding its round trips
+// (see MutexLocker, "Store failure").
 //
 // A put whose reply the bound cut short may have been applied: its entry
 // stands, holding the lock or a place in the queue. The Acquire revokes its

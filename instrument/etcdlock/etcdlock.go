@@ -113,10 +113,17 @@ func WithInstance(name string) Option {
 // leader changed): without it a clientv3 request waits for an unreachable
 // cluster until the caller's context ends, and the caller learns only that
 // it gave up. 0 leaves only the caller's context to bound them, as before
-// the option existed; a negative d is an error from New.
-func WithRequestTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) { o.requestTimeout = d })
-}
+// the option existed; a negative d is an error from New (and FromMutex).
+//
+// It is the one Option that FromMutex takes too (default 0 there: see
+// MutexLocker, "Store failure").
+func WithRequestTimeout(d time.Duration) Option { return requestTimeout(d) }
+
+// requestTimeout is WithRequestTimeout's Option; FromMutex recognises it
+// by its type.
+type requestTimeout time.Duration
+
+func (d requestTimeout) apply(o *options) { o.requestTimeout = time.Duration(d) }
 
 // New returns a Locker on c.
 func New(c *clientv3.Client, opts ...Option) (*Locker, error) {
@@ -817,10 +824,16 @@ var errNoAnswer = errors.New("no answer within the request timeout")
 // errNoAnswer once that bound has ended it (boundEnded), also after the
 // returned cancel has run: callers cancel it before they look at the error.
 func (l *Locker) request(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.requestTimeout <= 0 {
+	return requestContext(ctx, l.requestTimeout)
+}
+
+// requestContext is ctx bounded by d (none when d is 0), ended by that
+// bound with cause errNoAnswer: Locker.request and MutexLocker's.
+func requestContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeoutCause(ctx, l.requestTimeout, errNoAnswer)
+	return context.WithTimeoutCause(ctx, d, errNoAnswer)
 }
 
 // boundEnded reports whether rctx, a context from request, was ended by its
@@ -862,7 +875,13 @@ func (l *Locker) requestErr(ctx, rctx context.Context, key, what string, err err
 // found holding the lock. What the mark wraps names the endpoints, never
 // the key: the store-failure log line prints it.
 func (l *Locker) unreachable(key string, err error) error {
-	return fmt.Errorf("etcdlock: acquire %q: %w", key, storefail.Unreachable(fmt.Errorf("etcd %s: %w", l.endpoints(), err)))
+	return fmt.Errorf("etcdlock: acquire %q: %w", key, unreachable(l.c, err))
+}
+
+// unreachable marks err, a round trip on c that etcd did not decide, for
+// storefail, naming c's endpoints (never a key).
+func unreachable(c *clientv3.Client, err error) error {
+	return storefail.Unreachable(fmt.Errorf("etcd %s: %w", endpoints(c), err))
 }
 
 // couldNotDecide reports whether err is etcd's (or gRPC's) codes.Unavailable:
@@ -879,10 +898,10 @@ func couldNotDecide(err error) bool {
 	return ok && s.Code() == codes.Unavailable
 }
 
-// endpoints names the client's endpoints for an error: their hosts, without
-// any user information.
-func (l *Locker) endpoints() string {
-	eps := l.c.Endpoints()
+// endpoints names c's endpoints for an error: their hosts, without any
+// user information.
+func endpoints(c *clientv3.Client) string {
+	eps := c.Endpoints()
 	hosts := make([]string, 0, len(eps))
 	for _, ep := range eps {
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {

@@ -83,6 +83,45 @@ import (
 //
 // FailFast maps to TryLock, Retry to TryLock attempts with the backoff, and
 // WaitUntilDeadline to Lock(ctx).
+//
+// # Store failure
+//
+// By default a MutexLocker bounds nothing but its cleanups: clientv3 waits
+// for an unreachable cluster until the caller's context ends, and the
+// Acquire then returns ErrNotAcquired with the caller's error, which
+// instrument.Govern does not read as a store failure (FailOpen does not
+// degrade). FromMutex(s, pfx, WithRequestTimeout(d)) bounds what can be
+// bounded without changing how the Mutex waits:
+//
+//   - each TryLock (FailFast, each attempt of Retry: one transaction, and
+//     the delete of its key when the lock is taken) and the keepalive that
+//     confirms the session lease once the Mutex is locked run within d;
+//   - Mutex.Lock (WaitUntilDeadline) runs its put, its reads and its wait
+//     on one context, so none of its round trips can be bounded alone, and
+//     bounding Lock itself would bound the wait for the holder. Instead,
+//     once Lock has run for a poll interval (WithPollInterval) or d,
+//     whichever is shorter, and a poll interval after each answer, the
+//     adapter probes etcd: a linearizable
+//     count-only read of this session's Mutex key within d. A probe that
+//     gets no answer within d, or probes that etcd answers with
+//     codes.Unavailable (no leader) for d, end the wait as the caller's end
+//     would (Lock's key is deleted as then: see above), with the store
+//     failure. A Lock over within a poll interval, the uncontended case,
+//     sends no probe; a waiting one, one read per poll interval. An etcd
+//     unreachable when Lock starts thus fails it within about 2 x d, one
+//     that becomes unreachable while it waits within about a poll interval
+//     plus d; a shorter outage keeps its place in the queue.
+//
+// Such a failure, and one that etcd answers with codes.Unavailable, fails
+// the Acquire with an error that Govern reads as a store failure (FailClosed
+// returns it, FailOpen falls back to a process-local lock), that is not
+// ErrNotAcquired and names the endpoints, never the key, as with New (see
+// the package doc, "Store failure"). An answer that refuses the request
+// (permission denied) is no store failure. 0 (the default) bounds nothing,
+// as before the option existed: the adapter keeps the behaviour of the
+// Mutex code it adapts unless asked; a negative d is an error from
+// FromMutex. The cleanup after a failed Acquire then runs inline for at most
+// d (below 2 s), then in the background (settle).
 type MutexLocker struct {
 	s   *concurrency.Session
 	pfx string
@@ -93,6 +132,9 @@ type MutexLocker struct {
 	// context (while the caller has time) and an unconfirmed key watch may
 	// run on a bound of their own.
 	cleanupBound time.Duration
+	// requestTimeout is WithRequestTimeout's (0: none, the default): see
+	// "Store failure" above.
+	requestTimeout time.Duration
 
 	mu    sync.Mutex
 	turns map[string]*turn // per-key in-process exclusion
@@ -110,12 +152,53 @@ type turn struct {
 }
 
 // FromMutex returns a Locker whose Acquire(ctx, key) locks
-// concurrency.NewMutex(s, pfx+key).
-func FromMutex(s *concurrency.Session, pfx string) (*MutexLocker, error) {
+// concurrency.NewMutex(s, pfx+key). The one Option it takes is
+// WithRequestTimeout (default none: see "Store failure" above); any other
+// is an error, as the Mutex has its own key prefix (pfx) and value.
+func FromMutex(s *concurrency.Session, pfx string, opts ...Option) (*MutexLocker, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: etcdlock.FromMutex: nil session", instrument.ErrInvalidOption)
 	}
-	return &MutexLocker{s: s, pfx: pfx, cleanupBound: cleanupTimeout, turns: make(map[string]*turn), fences: make(map[string]int64)}, nil
+	m := &MutexLocker{s: s, pfx: pfx, cleanupBound: cleanupTimeout, turns: make(map[string]*turn), fences: make(map[string]int64)}
+	for i, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		d, ok := opt.(requestTimeout)
+		if !ok {
+			return nil, fmt.Errorf("%w: etcdlock.FromMutex: option %d is not WithRequestTimeout, the only Option a Mutex adapter takes", instrument.ErrInvalidOption, i+1)
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("%w: etcdlock.FromMutex: negative request timeout %s", instrument.ErrInvalidOption, time.Duration(d))
+		}
+		m.requestTimeout = time.Duration(d)
+	}
+	if m.requestTimeout > 0 {
+		// As New: a cleanup after a round trip etcd did not answer does not
+		// wait longer for the next (settle takes over).
+		m.cleanupBound = min(m.cleanupBound, m.requestTimeout)
+	}
+	return m, nil
+}
+
+// unreachable is the Acquire's error on key for err, a round trip what
+// that etcd did not decide: a store failure to Govern (see Locker's).
+func (m *MutexLocker) unreachable(key, what string, err error) error {
+	return fmt.Errorf("etcdlock: mutex acquire %q: %w", key, unreachable(m.s.Client(), fmt.Errorf("%s: %w", what, err)))
+}
+
+// requestErr is the error of the round trip what of an Acquire of key, sent
+// on rctx (requestContext of the caller's context, which has not ended),
+// that failed with err: a store failure when rctx's bound ended it or etcd
+// answered that it could not decide, err as it is otherwise.
+func (m *MutexLocker) requestErr(rctx context.Context, key, what string, err error) error {
+	switch {
+	case boundEnded(rctx):
+		return m.unreachable(key, what, fmt.Errorf("%w (%s): %v", errNoAnswer, m.requestTimeout, err))
+	case couldNotDecide(err):
+		return m.unreachable(key, what, err)
+	}
+	return fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err)
 }
 
 // Backend returns "etcd".
@@ -216,9 +299,18 @@ func (m *MutexLocker) entry(key string) string {
 // that etcd does not answer at once must not hold the caller past its
 // end). The caller holds key's turn, so no other goroutine of this adapter
 // uses the entry.
+//
+// The delete's error is wrapped unless cctx had ended: the end of the
+// cleanup's own bound is told, not wrapped, since the error is joined with
+// the Acquire's, and a context error in it would read, to Govern, as the
+// caller's end (storefail), hiding a store failure beside it.
 func (m *MutexLocker) withdraw(cctx context.Context, key string) error {
 	if err := m.deleteEntry(cctx, key); err != nil {
-		return fmt.Errorf("etcdlock: mutex acquire %q: could not delete this session's Mutex key %q after the failure, the key stays locked until a retry in the background deletes it or the session ends: %w", key, m.entry(key), err)
+		const msg = "etcdlock: mutex acquire %q: could not delete this session's Mutex key %q after the failure, the key stays locked until a retry in the background deletes it or the session ends: "
+		if cctx.Err() != nil {
+			return fmt.Errorf(msg+"%v", key, m.entry(key), err)
+		}
+		return fmt.Errorf(msg+"%w", key, m.entry(key), err)
 	}
 	return nil
 }
@@ -356,7 +448,11 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 		default:
 			return false, nil
 		}
-		err := mu.TryLock(ctx)
+		// TryLock is one transaction, and one delete of its key when the
+		// lock is taken: the request timeout bounds them together.
+		rctx, rcancel := requestContext(ctx, m.requestTimeout)
+		err := mu.TryLock(rctx)
+		rcancel()
 		if errors.Is(err, concurrency.ErrLocked) {
 			<-t.ch
 			return false, nil
@@ -365,7 +461,7 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 			if cerr := storefail.Ended(ctx); cerr != nil {
 				return false, failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
 			}
-			return false, failed(fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
+			return false, failed(m.requestErr(rctx, key, "try the Mutex", err))
 		}
 		return true, nil
 	}
@@ -395,42 +491,175 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 		case <-ctx.Done():
 			return fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, context.Cause(ctx))
 		}
-		locking, err := lockMutex(ctx, mu)
+		locking, err := m.lockMutex(ctx, key, mu, cfg.PollInterval)
 		cfg.Observer.Attempt(err == nil)
+		if cerr := storefail.Ended(ctx); cerr != nil && err != nil {
+			err = fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
+		}
 		if locking != nil {
-			return m.undo(ctx, key, t, fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, err), locking)
+			return m.undo(ctx, key, t, err, locking)
 		}
 		if err != nil {
-			if cerr := storefail.Ended(ctx); cerr != nil {
-				return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr))
-			}
-			return failed(fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err))
+			return failed(err)
 		}
 		return nil
 	}
 }
 
 // lockMutex is mu.Lock(ctx), except that it returns when ctx ends even if
-// Mutex.Lock does not. A Lock whose wait fails (ctx ended) deletes its key
-// before it returns, on the client's context, not on ctx: while etcd
-// cannot be reached (a half-open connection, a member that is down) that
-// delete, and Lock with it, lasts until etcd answers again or the client
-// is closed. locking is then Lock's outcome, still to come, and err the
-// cause of ctx's end.
-func lockMutex(ctx context.Context, mu *concurrency.Mutex) (locking <-chan error, err error) {
+// Mutex.Lock does not, and, with a request timeout, when etcd has not
+// answered this adapter for that long while Lock runs (probes). A Lock
+// whose wait fails (ctx ended) deletes its key before it returns, on the
+// client's context, not on ctx: while etcd cannot be reached (a half-open
+// connection, a member that is down) that delete, and Lock with it, lasts
+// until etcd answers again or the client is closed. locking is then Lock's
+// outcome, still to come. err is the cause of ctx's end (the caller makes
+// it ErrNotAcquired), a store failure that ended Lock, or Lock's own error
+// (a store failure if etcd answered that it could not decide).
+func (m *MutexLocker) lockMutex(ctx context.Context, key string, mu *concurrency.Mutex, poll time.Duration) (locking <-chan error, err error) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	done := make(chan error, 1)
-	go func() { done <- mu.Lock(ctx) }()
-	select {
-	case err := <-done:
-		return nil, err
-	case <-ctx.Done():
+	go func() { done <- mu.Lock(lctx) }()
+	p := m.newProbes(lctx, key, poll)
+	defer p.stop()
+	for {
 		select {
 		case err := <-done:
-			return nil, err
-		default:
-			return done, context.Cause(ctx)
+			return nil, m.lockErr(ctx, lctx, key, err)
+		case <-ctx.Done():
+			select {
+			case err := <-done:
+				return nil, err
+			default:
+				return done, context.Cause(ctx)
+			}
+		case <-p.due():
+			p.send()
+		case perr := <-p.results:
+			serr := p.failed(perr)
+			if serr == nil {
+				continue
+			}
+			// etcd has not answered for a request timeout: end Lock as
+			// the caller's end would, with the store failure as cause.
+			cancel(serr)
+			select {
+			case err := <-done:
+				return nil, m.lockErr(ctx, lctx, key, err)
+			default:
+				return done, serr
+			}
 		}
 	}
+}
+
+// lockErr is lockMutex's error for err, what Mutex.Lock on lctx (a child of
+// ctx) returned: nil, the caller's end as it is, the store failure that
+// ended lctx (probes), or Lock's own error.
+func (m *MutexLocker) lockErr(ctx, lctx context.Context, key string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case storefail.Ended(ctx) != nil:
+		return err
+	case lctx.Err() != nil && storefail.Unavailable(context.Cause(lctx)):
+		return context.Cause(lctx)
+	case couldNotDecide(err):
+		return m.unreachable(key, "lock the Mutex", err)
+	}
+	return fmt.Errorf("etcdlock: mutex acquire %q: %w", key, err)
+}
+
+// probes tell a Mutex.Lock that waits on an etcd that does not answer from
+// one that waits for a holder: concurrency.Mutex runs its put, its reads and
+// its wait on one context, so no round trip of its own can be bounded. Once
+// Lock has run for a poll interval or the request timeout, whichever is
+// shorter, and then a poll interval after each answer, a probe reads this session's Mutex key (count only, a
+// linearizable read, so it needs a leader) within the request timeout. A
+// probe that gets no answer in that time, or probes that etcd answers with
+// codes.Unavailable (no leader) for that long, end the wait with a store
+// failure, as a Locker's failed reads do. A Lock over in less than a poll
+// interval (or request timeout), the uncontended case, sends none.
+type probes struct {
+	m       *MutexLocker
+	ctx     context.Context // the Lock's: a probe ends with it
+	key     string
+	poll    time.Duration
+	timer   *time.Timer // nil: no request timeout, no probes
+	results chan error  // the probe in flight's outcome
+	// sent is when the probe in flight was sent, failingSince when the
+	// first of the current run of failed ones was; fails counts that run.
+	sent, failingSince time.Time
+	fails              int
+}
+
+func (m *MutexLocker) newProbes(ctx context.Context, key string, poll time.Duration) *probes {
+	p := &probes{m: m, ctx: ctx, key: key, poll: poll, results: make(chan error, 1)}
+	if m.requestTimeout > 0 {
+		// The first within the request timeout too: a put etcd does not
+		// answer is found then, as a Locker's is, whatever the poll.
+		p.timer = time.NewTimer(min(poll, m.requestTimeout))
+	}
+	return p
+}
+
+// due fires when the next probe is to be sent (never without probes).
+func (p *probes) due() <-chan time.Time {
+	if p.timer == nil {
+		return nil
+	}
+	return p.timer.C
+}
+
+func (p *probes) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// send sends a probe on a goroutine of its own; its outcome comes on
+// results (buffered: the goroutine never waits for a reader).
+func (p *probes) send() {
+	p.sent = time.Now()
+	go func() {
+		rctx, cancel := requestContext(p.ctx, p.m.requestTimeout)
+		_, err := p.m.s.Client().Get(rctx, p.m.entry(p.key), clientv3.WithCountOnly())
+		cancel()
+		if err != nil && boundEnded(rctx) {
+			err = errNoAnswer
+		}
+		p.results <- err
+	}()
+}
+
+// failed takes a probe's outcome and returns the store failure that ends
+// the wait, or nil after scheduling the next probe.
+func (p *probes) failed(err error) error {
+	switch {
+	case err == nil:
+		p.fails = 0
+		p.timer.Reset(p.poll)
+		return nil
+	case p.ctx.Err() != nil:
+		return nil // the Lock's end, not the probe's: lockMutex sees it
+	case errors.Is(err, errNoAnswer):
+		return p.m.unreachable(p.key, "probe while the Mutex waits", fmt.Errorf("%w (%s)", errNoAnswer, p.m.requestTimeout))
+	case couldNotDecide(err):
+		if p.fails == 0 {
+			p.failingSince = p.sent
+		}
+		if time.Since(p.failingSince) >= p.m.requestTimeout {
+			return p.m.unreachable(p.key, "probe while the Mutex waits", err)
+		}
+		p.fails++
+		p.timer.Reset(readRetry.Delay(p.fails))
+		return nil
+	}
+	// An answer (a refusal): etcd is there; Lock meets the same answer.
+	p.fails = 0
+	p.timer.Reset(p.poll)
+	return nil
 }
 
 // hold sets up the lease of a locked Mutex: its fence, the first confirmed
@@ -446,8 +675,13 @@ func (m *MutexLocker) hold(ctx context.Context, key string, t *turn, mu *concurr
 	}
 	c, id := m.s.Client(), m.s.Lease()
 	sent := time.Now()
-	ttl, err := keepAliveOnce(ctx, c, id)
+	rctx, rcancel := requestContext(ctx, m.requestTimeout)
+	ttl, err := keepAliveOnce(rctx, c, id)
+	rcancel()
 	if err != nil {
+		if storefail.Ended(ctx) == nil && (boundEnded(rctx) || couldNotDecide(err)) {
+			return nil, unreachable(c, fmt.Errorf("confirm the session lease: %w", err))
+		}
 		return nil, fmt.Errorf("confirm the session lease: %w", err)
 	}
 	m.issued(key, fence)
