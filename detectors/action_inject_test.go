@@ -2,11 +2,13 @@ package detectors_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,8 +91,11 @@ etcdctl() { stub etcdctl "$@"; }
 // want is what an action should do: run cli with arg once when pasted
 // whole ("" for a line that is only a comment, which runs nothing), and
 // end its comment with ": " and a command that passes free once ("" for
-// none).
-type want struct{ cli, arg, free string }
+// none). read, when set, checks what that one command reads.
+type want struct {
+	cli, arg, free string
+	read           func(t *testing.T, call cliCall)
+}
 
 // checkAction checks a finding's action: printable ASCII on one line;
 // pasted whole into bash it runs w.arg's command and nothing else; the
@@ -128,6 +133,9 @@ func checkAction(t *testing.T, f detectors.Finding, w want, names ...string) {
 		}
 	} else {
 		once("pasted whole, action", calls, w.arg)
+		if w.read != nil && len(calls) == 1 {
+			w.read(t, calls[0])
+		}
 	}
 	if w.free != "" {
 		i := strings.LastIndex(line, ": "+w.cli+" ")
@@ -270,9 +278,14 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 			if _, err := e.Put(ctx, etcdlock.DefaultPrefix+k, "another app's lock"); err != nil {
 				t.Fatal(err)
 			}
+			// Each lock beside another whose name begins with its own
+			// (lock:short:K and lock:short:K-b): a read of one lists
+			// nothing of the other.
 			for _, key := range []string{"lock:short:" + s, "lock:hold:" + s, "lock:dead:" + s} {
-				if _, err := e.Put(ctx, entry(key), hostileValue(time.Hour), clientv3.WithLease(lease.ID)); err != nil {
-					t.Fatal(err)
+				for _, key := range []string{key, key + "-b"} {
+					if _, err := e.Put(ctx, entry(key), hostileValue(time.Hour), clientv3.WithLease(lease.ID)); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		}
@@ -283,10 +296,11 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		revoke := strconv.FormatInt(int64(lease.ID), 16)
 		checkLocks(t, d, e, func(f detectors.Finding) want {
 			if strings.HasPrefix(f.Key, etcdlock.DefaultPrefix) { // another writer's entry: get, then del
-				return want{cli: "etcdctl", arg: f.Key, free: f.Key}
+				return want{cli: "etcdctl", arg: f.Key, free: f.Key, read: etcdReads(ctx, e, f.Key)}
 			}
 			if f.Kind == detectors.KindImmortal || f.Kind == detectors.KindTTLAboveMax {
-				return want{cli: "etcdctl", arg: etcdlock.DefaultPrefix + f.Key, free: revoke} // get --prefix, then lease revoke
+				// The get of the lock's queue, then lease revoke.
+				return want{cli: "etcdctl", arg: etcdlock.DefaultPrefix + f.Key, free: revoke, read: etcdReads(ctx, e, entry(f.Key))}
 			}
 			return want{cli: "etcdctl", free: revoke}
 		})
@@ -481,4 +495,88 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 			t.Errorf("%d summary findings, want 1", n)
 		}
 	})
+}
+
+// etcdReads returns a check that an etcdctl call reads exactly the keys
+// of entry's lock: entry alone, or, when entry's name holds a NUL (which
+// no shell argument carries), every entry of its queue, "<key>\x00…", and
+// no key of another lock. The call is read as etcdctl reads its
+// arguments ("get [--prefix|--from-key] <key> [range_end]", after its
+// global flags) and run with the client; and, when etcdctl is installed,
+// run with it against the same server.
+func etcdReads(ctx context.Context, c *clientv3.Client, entry string) func(t *testing.T, call cliCall) {
+	return func(t *testing.T, call cliCall) {
+		t.Helper()
+		wantKeys := []string{entry}
+		if before, _, ok := strings.Cut(entry, "\x00"); ok {
+			resp, err := c.Get(ctx, before+"\x00", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantKeys = wantKeys[:0]
+			for _, kv := range resp.Kvs {
+				wantKeys = append(wantKeys, string(kv.Key))
+			}
+		}
+		args := call[1:]
+		for len(args) > 0 && (strings.HasPrefix(args[0], "--endpoints=") || args[0] == "--user") {
+			if args[0] == "--user" {
+				args = args[1:]
+			}
+			args = args[1:]
+		}
+		if len(args) < 2 || args[0] != "get" {
+			t.Fatalf("etcdctl %q: want a get", call[1:])
+		}
+		var opts []clientv3.OpOption
+		var pos []string
+		for _, a := range args[1:] {
+			switch {
+			case a == "--prefix":
+				opts = append(opts, clientv3.WithPrefix())
+			case a == "--from-key":
+				opts = append(opts, clientv3.WithFromKey())
+			case strings.HasPrefix(a, "-"):
+				t.Fatalf("etcdctl %q: flag %q not read here", call[1:], a)
+			default:
+				pos = append(pos, a)
+			}
+		}
+		if len(pos) < 1 || len(pos) > 2 || len(pos) == 2 && len(opts) > 0 {
+			t.Fatalf("etcdctl %q: not a get etcdctl runs", call[1:])
+		}
+		if len(pos) == 2 {
+			opts = append(opts, clientv3.WithRange(pos[1]))
+		}
+		resp, err := c.Get(ctx, pos[0], append(opts, clientv3.WithKeysOnly())...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, kv := range resp.Kvs {
+			got = append(got, string(kv.Key))
+		}
+		if !slices.Equal(got, wantKeys) {
+			t.Errorf("etcdctl %q reads %q, want %q", call[1:], got, wantKeys)
+		}
+		bin, err := exec.LookPath("etcdctl")
+		if err != nil {
+			return
+		}
+		out, err := exec.CommandContext(ctx, bin, append(slices.Clone(call[1:]), "--keys-only", "-w", "json")...).Output()
+		if err != nil {
+			t.Fatalf("etcdctl %q: %v", call[1:], err)
+		}
+		var listed struct{ Kvs []struct{ Key []byte } }
+		if err := json.Unmarshal(out, &listed); err != nil {
+			t.Fatalf("etcdctl %q printed %q: %v", call[1:], out, err)
+		}
+		got = got[:0]
+		for _, kv := range listed.Kvs {
+			got = append(got, string(kv.Key))
+		}
+		if !slices.Equal(got, wantKeys) {
+			t.Errorf("etcdctl %q (the real one) reads %q, want %q", call[1:], got, wantKeys)
+		}
+	}
 }

@@ -152,7 +152,9 @@
 //   - etcdlock's entry names contain a NUL, which no shell can pass to
 //     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
 //     lease its name ends with (a name anyone who can list the prefix sees),
-//     and list it with `get --prefix` of the lock key. A Redis key with a
+//     and list it with the rest of its queue: `get KEY KEY$'\x01'`, the
+//     range of the "KEY\x00…" entries (`get --prefix KEY` would list the
+//     queue of every lock whose key begins with KEY). A Redis key with a
 //     NUL (another application's) gets no redis-cli command: $'…\x00…'
 //     would reach redis-cli cut at the NUL, naming another key, whose lock
 //     PEXPIRE or DEL would change; its Action says to use a client library

@@ -234,11 +234,15 @@ func freeCommand(s Store, l *Lock) string {
 // key, whose lock PEXPIRE or DEL would change.
 const redisNULKey = "a client library (redis-cli cannot pass the NUL in the key's name: the quoted key would name the key before the NUL, another lock); the agent's DELETE /api/v1/locks?key_base64=KEY_BASE64 deletes it when it has no TTL"
 
-// etcdGet is the etcdctl get of a lock's entry; an entry named with a NUL
-// is listed with the rest of its queue (--prefix up to the NUL).
+// etcdGet is the etcdctl get of a lock's entry. An entry named with a NUL,
+// which no shell argument carries, is listed with the rest of its queue:
+// the range from the name before the NUL to that name and \x01 holds
+// every "<key>\x00…" entry and no other lock's ("<key>b…" sorts after its
+// end; --prefix up to the NUL would list those too). Of other keys, only
+// one named exactly <key> (not etcdlock's layout) can be in it.
 func etcdGet(s Store, l *Lock) string {
 	if before, _, ok := strings.Cut(l.StoreKey, "\x00"); ok {
-		return s.cli() + " get --prefix " + shellquote.Quote(before)
+		return s.cli() + " get " + shellquote.Quote(before) + " " + shellquote.Quote(before+"\x01")
 	}
 	return s.cli() + " get " + shellquote.Quote(l.StoreKey)
 }
