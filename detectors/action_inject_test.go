@@ -262,12 +262,12 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 	})
 	t.Run("etcd", func(t *testing.T) {
 		e := newEtcd(t)
-		lease, err := e.Grant(ctx, 3600)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A lease per entry, as etcdlock grants one per Acquire (lease
+		// revoke frees the entry then; a lease that holds other keys:
+		// TestLocks_TheEtcdCommandThatFreesAQueueEntryFreesThatLockOnly).
+		leases := map[string]clientv3.LeaseID{}
 		entry := func(key string) string {
-			return etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(lease.ID))
+			return etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(leases[key]))
 		}
 		for _, k := range hostileKeys {
 			if strings.Contains(k, "\x00") {
@@ -283,6 +283,11 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 			// nothing of the other.
 			for _, key := range []string{"lock:short:" + s, "lock:hold:" + s, "lock:dead:" + s} {
 				for _, key := range []string{key, key + "-b"} {
+					lease, err := e.Grant(ctx, 3600)
+					if err != nil {
+						t.Fatal(err)
+					}
+					leases[key] = lease.ID
 					if _, err := e.Put(ctx, entry(key), hostileValue(time.Hour), clientv3.WithLease(lease.ID)); err != nil {
 						t.Fatal(err)
 					}
@@ -293,11 +298,11 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		revoke := strconv.FormatInt(int64(lease.ID), 16)
 		checkLocks(t, d, e, func(f detectors.Finding) want {
 			if strings.HasPrefix(f.Key, etcdlock.DefaultPrefix) { // another writer's entry: get, then del
 				return want{cli: "etcdctl", arg: f.Key, free: f.Key, read: etcdReads(ctx, e, f.Key)}
 			}
+			revoke := strconv.FormatInt(int64(leases[f.Key]), 16)
 			if f.Kind == detectors.KindImmortal || f.Kind == detectors.KindTTLAboveMax {
 				// The get of the lock's queue, then lease revoke.
 				return want{cli: "etcdctl", arg: etcdlock.DefaultPrefix + f.Key, free: revoke, read: etcdReads(ctx, e, entry(f.Key))}
@@ -578,5 +583,119 @@ func etcdReads(ctx context.Context, c *clientv3.Client, entry string) func(t *te
 		if !slices.Equal(got, wantKeys) {
 			t.Errorf("etcdctl %q (the real one) reads %q, want %q", call[1:], got, wantKeys)
 		}
+	}
+}
+
+// TestLocks_TheEtcdCommandThatFreesAQueueEntryFreesThatLockOnly: an
+// entry named with a NUL is freed by revoking its lease, which deletes
+// every key the lease holds. An entry alone on its lease (etcdlock's: a
+// lease per Acquire) gets lease revoke, and running it frees that lock
+// and nothing else; an entry whose lease holds other keys too (another
+// writer's: a session lease, here beside another app's key and another
+// lock) gets no command that would delete them, and says why. The
+// commands run against the server: with etcdctl when installed, else as
+// etcdctl would run them, with the client.
+func TestLocks_TheEtcdCommandThatFreesAQueueEntryFreesThatLockOnly(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	e := newEtcd(t)
+	grant := func() clientv3.LeaseID {
+		g, err := e.Grant(ctx, 3600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.ID
+	}
+	own, shared := grant(), grant()
+	entry := func(key string, lease clientv3.LeaseID) string {
+		return etcdlock.DefaultPrefix + key + "\x00" + fmt.Sprintf("%016x", int64(lease))
+	}
+	put := func(key, value string, lease clientv3.LeaseID) {
+		if _, err := e.Put(ctx, key, value, clientv3.WithLease(lease)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Held for 2 minutes past a max_hold of 1m: held_too_long.
+	put(entry("lock:hold:own", own), hostileValue(time.Hour), own)
+	put(entry("lock:hold:shared", shared), hostileValue(time.Hour), shared)
+	put(entry("lock:hold:shared-2", shared), hostileValue(time.Hour), shared)
+	put("app/session", "another app's key", shared)
+	all := func() []string {
+		resp, err := e.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, kv := range resp.Kvs {
+			if !strings.HasPrefix(string(kv.Key), "/lockgov/fleet/") {
+				keys = append(keys, string(kv.Key))
+			}
+		}
+		return keys
+	}
+	before := all()
+	d, err := detectors.NewLocks(etcdStore(t, e), detectors.WithPolicy(loadPolicy(t)),
+		detectors.WithNow(func() time.Time { return time.Now().Add(2 * time.Minute) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := byKey(detect(t, ctx, d), detectors.KindHeldTooLong)
+	for _, key := range []string{"lock:hold:shared", "lock:hold:shared-2"} {
+		f, ok := found[key]
+		if !ok {
+			t.Fatalf("no held_too_long finding on %s", key)
+		}
+		if i := strings.LastIndex(f.Action, ": etcdctl "); i >= 0 {
+			run(t, ctx, e, bashRun(t, f.Action[i+2:]))
+			t.Errorf("%s, on a lease that holds other keys: action %q frees it with %q, which left %q of %q",
+				key, f.Action, f.Action[i+2:], all(), before)
+			return
+		}
+		if !strings.Contains(f.Action, "lease") {
+			t.Errorf("%s: action %q has no command to free it, and no word of why", key, f.Action)
+		}
+	}
+	f, ok := found["lock:hold:own"]
+	i := strings.LastIndex(f.Action, ": etcdctl ")
+	if !ok || i < 0 {
+		t.Fatalf("lock:hold:own, alone on its lease: no command that frees it in %q", f.Action)
+	}
+	run(t, ctx, e, bashRun(t, f.Action[i+2:]))
+	if got, want := all(), slices.DeleteFunc(before, func(k string) bool { return k == entry("lock:hold:own", own) }); !slices.Equal(got, want) {
+		t.Errorf("%q left %q, want %q", f.Action[i+2:], got, want)
+	}
+}
+
+// run runs the one etcdctl call of calls: with etcdctl when installed,
+// else as etcdctl runs "lease revoke ID" and "del KEY", with the client.
+func run(t *testing.T, ctx context.Context, c *clientv3.Client, calls []cliCall) {
+	t.Helper()
+	if len(calls) != 1 || calls[0][0] != "etcdctl" {
+		t.Fatalf("want one etcdctl call, got %q", calls)
+	}
+	args := calls[0][1:]
+	if bin, err := exec.LookPath("etcdctl"); err == nil {
+		if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("etcdctl %q: %v\n%s", args, err, out)
+		}
+		return
+	}
+	for len(args) > 0 && strings.HasPrefix(args[0], "--endpoints=") {
+		args = args[1:]
+	}
+	switch {
+	case len(args) == 3 && args[0] == "lease" && args[1] == "revoke":
+		id, err := strconv.ParseInt(args[2], 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Revoke(ctx, clientv3.LeaseID(id)); err != nil {
+			t.Fatal(err)
+		}
+	case len(args) == 2 && args[0] == "del":
+		if _, err := c.Delete(ctx, args[1]); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("etcdctl %q: not a command run here", args)
 	}
 }

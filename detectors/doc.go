@@ -151,8 +151,12 @@
 //     two claim and beat times come from two processes' clocks.
 //   - etcdlock's entry names contain a NUL, which no shell can pass to
 //     etcdctl: Actions free such an entry with `etcdctl lease revoke` of the
-//     lease its name ends with (a name anyone who can list the prefix sees),
-//     and list it with the rest of its queue: `get KEY KEY$'\x01'`, the
+//     lease its name ends with (a name anyone who can list the prefix sees)
+//     when the entry is the only key that lease holds, as etcdlock's are (a
+//     lease per Acquire); a lease that holds other keys (another writer's
+//     session) gets no command, since revoking it would delete them too,
+//     and the Action says to delete the entry through a client library.
+//     Actions list such an entry with the rest of its queue: `get KEY KEY$'\x01'`, the
 //     range of the "KEY\x00…" entries (`get --prefix KEY` would list the
 //     queue of every lock whose key begins with KEY). A Redis key with a
 //     NUL (another application's) gets no redis-cli command: $'…\x00…'

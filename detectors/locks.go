@@ -211,7 +211,11 @@ func traceHint(trace string) string {
 // still alive sees ErrLockLost (its watch sees the deletion). etcdlock's
 // entry names hold a NUL, which no shell can pass to etcdctl: such an
 // entry is removed by revoking its lease (the 16 hex digits that end its
-// name, so nothing the store does not already show).
+// name, so nothing the store does not already show), when the entry is the
+// only key the lease holds, as etcdlock's are (a lease per Acquire).
+// Revoking a lease that holds other keys (another writer's session lease)
+// would delete them too: the other locks of that session, another app's
+// keys.
 func freeCommand(s Store, l *Lock) string {
 	if s.Backend() == "redis" {
 		if strings.Contains(l.StoreKey, "\x00") {
@@ -222,10 +226,15 @@ func freeCommand(s Store, l *Lock) string {
 	if !strings.Contains(l.StoreKey, "\x00") {
 		return s.cli() + " del " + shellquote.Quote(l.StoreKey)
 	}
-	if l.Lease != 0 {
+	switch {
+	case l.Lease == 0:
+		return "delete the entry through a client library or the agent's remediation API (etcdctl cannot pass the NUL in its name)"
+	case l.LeaseKeys == 1:
 		return s.cli() + " lease revoke " + strconv.FormatInt(l.Lease, 16)
+	case l.LeaseKeys > 1:
+		return fmt.Sprintf("delete the entry through a client library (etcdctl cannot pass the NUL in its name, and revoking its lease would delete the %d other keys the lease holds)", l.LeaseKeys-1)
 	}
-	return "delete the entry through a client library or the agent's remediation API (etcdctl cannot pass the NUL in its name)"
+	return "delete the entry through a client library (etcdctl cannot pass the NUL in its name, and revoking its lease would delete any other key the lease holds)"
 }
 
 // redisNULKey is what an action says in place of a redis-cli command on a

@@ -70,6 +70,10 @@ type Lock struct {
 	GrantedTTL time.Duration
 	// Lease is the etcd lease ID of the holder's entry (0 on Redis).
 	Lease int64
+	// LeaseKeys is the number of keys attached to Lease, the entry among
+	// them, when its TTL was read (TTLKnown); 0 otherwise. Revoking the
+	// lease deletes them all.
+	LeaseKeys int
 	// Fence is the lock's fence (etcd: the head entry's create revision).
 	Fence uint64
 	// Waiters is the number of queued etcd entries behind the holder.
@@ -657,7 +661,7 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 			l.QueueOf = before // another writer's entry under the queue of lock before
 		}
 		if !l.NoTTL && needTTL != nil && needTTL(&l) {
-			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease))
+			ttl, err := s.c.TimeToLive(ctx, clientv3.LeaseID(l.Lease), clientv3.WithAttachedKeys())
 			if err != nil {
 				return fmt.Errorf("detectors: lease TTL on %s: %w", s.addr, err)
 			}
@@ -666,6 +670,7 @@ func (s *EtcdStore) scan(ctx context.Context, _ []string, needTTL func(*Lock) bo
 			}
 			l.TTL, l.TTLKnown = time.Duration(ttl.TTL)*time.Second, true
 			l.GrantedTTL = time.Duration(ttl.GrantedTTL) * time.Second
+			l.LeaseKeys = len(ttl.Keys)
 		}
 		batch = append(batch, l)
 		if len(batch) >= s.count {
