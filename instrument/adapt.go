@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
 	"github.com/lockgov/lockgov/instrument/internal/leasecore"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
@@ -137,7 +138,7 @@ func (f *funcLocker) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 			// taken from ctx): the wait gave up, as with any backend.
 			return nil, fmt.Errorf("instrument: acquire %q: %w: %w (last attempt: %w)", key, ErrNotAcquired, cerr, err)
 		}
-		if !errors.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
+		if !errchain.Is(err, ErrNotAcquired) || cfg.Wait != WaitRetry || attempt >= cfg.MaxAttempts {
 			return nil, fmt.Errorf("instrument: acquire %q: %w", key, err)
 		}
 		t := time.NewTimer(cfg.Backoff.Delay(attempt))

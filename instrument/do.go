@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
 )
 
 // releaseTimeout bounds the Release that Do runs after fn, which must work
@@ -59,12 +61,12 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 		}
 		switch {
 		case err != nil:
-			if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+			if rerr != nil && !errchain.Is(rerr, ErrNotHeld) {
 				err = errors.Join(err, rerr)
 			}
 		case errors.Is(lostCause, ErrLockLost):
 			err = fmt.Errorf("instrument: do: %w", lostCause)
-		case errors.Is(rerr, ErrNotHeld):
+		case errchain.Is(rerr, ErrNotHeld):
 			err = fmt.Errorf("instrument: do: %w: the release found the lock gone: %w", ErrLockLost, rerr)
 		case rerr != nil:
 			err = rerr

@@ -2,7 +2,6 @@ package instrument
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/internal/telemetry"
 	"github.com/lockgov/lockgov/policy"
@@ -223,7 +223,7 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		)
 	}
 	if err != nil {
-		if errors.Is(err, ErrNotAcquired) {
+		if errchain.Is(err, ErrNotAcquired) {
 			pm.notAcquired.Inc()
 			pm.durNotAcquired.Observe(dur, obs.exemplar)
 		} else {
@@ -500,7 +500,7 @@ func (o *leaseObserver) Renewed(err error) {
 		if o.parent.IsRecording() {
 			o.parent.AddEvent("lock renewed")
 		}
-	case errors.Is(err, ErrNotHeld):
+	case errchain.Is(err, ErrNotHeld):
 		o.pm.renewLost.Inc()
 		if !o.parent.IsRecording() {
 			return

@@ -3,6 +3,9 @@ package instrument_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/errchain/errchaintest"
 	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -455,5 +459,124 @@ func TestStoreFailure_AStoreLeaseGrantedBeforeThePreviousOneFreedItsSlotExcludes
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStoreFailure_ALockErrorWithANilPointerOrSharedMembersIsClassifiedWithoutAPanic:
+// lock code under FromFunc and Govern (FailOpen, Retry) returns, with
+// Redis answering "held", ErrNotAcquired joined with its client's error
+// and a nil *net.OpError (a variable it never set), or in a DAG of 40
+// levels that share their members (2^40 paths), with or without
+// ErrNotAcquired in it. Every such Acquire returns its error without a
+// panic and without reading a member once per path (storefail.Unavailable
+// in Govern, the Retry loop of FromFunc and Govern's count each read the
+// error), and is classified as errors.Is would classify it: not acquired
+// (retried, counted not_acquired) or an error (counted error), and never
+// a store failure (nothing degraded).
+func TestStoreFailure_ALockErrorWithANilPointerOrSharedMembersIsClassifiedWithoutAPanic(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := withTimeout(t, time.Minute)
+	if ok, err := NewRedisLock(c, "lock:order:1", time.Minute).Lock(ctx); err != nil || !ok {
+		t.Fatalf("holder: %v %v", ok, err)
+	}
+	// Each Acquire reads the error at most 16 times (storefail.Unavailable,
+	// FromFunc's Retry loop, Govern's count, per attempt): 40 joins each.
+	dag := func(t *testing.T, leaf error) error {
+		err, _ := errchaintest.SharedDAG(t, 40, leaf, 40*16)
+		return err
+	}
+	var lastDial *net.OpError
+	scriptErr := errors.New("ERR user_script:1: something else")
+	for _, tc := range []struct {
+		name        string
+		wrap        func(t *testing.T, err error) error
+		notAcquired bool
+	}{
+		{"a nil *net.OpError before ErrNotAcquired", func(_ *testing.T, err error) error { return errors.Join(lastDial, err) }, true},
+		{"a nil *net.OpError wrapped", func(_ *testing.T, err error) error { return fmt.Errorf("lock (last dial: %w): %w", lastDial, err) }, true},
+		{"a nil *net.OpError beside another error", func(_ *testing.T, _ error) error { return fmt.Errorf("lock: %w (last dial: %w)", scriptErr, lastDial) }, false},
+		{"ErrNotAcquired at the foot of a DAG of 40 shared levels", dag, true},
+		{"a DAG of 40 shared levels without ErrNotAcquired", func(t *testing.T, _ error) error { return dag(t, scriptErr) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			lock := func(ctx context.Context, key string) (func(context.Context) error, error) {
+				calls.Add(1)
+				l := NewRedisLock(c, key, 10*time.Second)
+				ok, err := l.Lock(ctx)
+				if err == nil && ok {
+					return l.Unlock, nil
+				}
+				return nil, tc.wrap(t, errors.Join(instrument.ErrNotAcquired, err))
+			}
+			reg := prometheus.NewRegistry()
+			g, err := instrument.NewGoverned(instrument.FromFunc(lock, instrument.FuncTTL(10*time.Second)),
+				instrument.WithStoreFailure(instrument.FailOpen), instrument.WithRegisterer(reg), instrument.WithoutHeartbeat())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Acquire(ctx, "lock:order:1", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3)); err == nil {
+				t.Fatal("Acquire of a held lock: nil error")
+			}
+			result, wantCalls := "error", int32(1)
+			if tc.notAcquired {
+				result, wantCalls = "not_acquired", 3
+			}
+			if n := counter(t, reg, "lockgov_lock_acquire_total", map[string]string{"result": result}); n != 1 {
+				t.Errorf("%v Acquires counted %s, want 1", n, result)
+			}
+			if n := calls.Load(); n != wantCalls {
+				t.Errorf("lock code called %d times, want %d", n, wantCalls)
+			}
+			if n := degradedLocks(t, reg); n != 0 {
+				t.Errorf("%v degraded decisions, want 0", n)
+			}
+		})
+	}
+}
+
+// TestDo_AReleaseErrorWithANilPointerIsReadWithoutAPanic: lock code under
+// FromFunc and Govern whose unlock says another owner holds the lock
+// (ErrNotHeld) after a nil *net.OpError it never set: the lease's Release
+// and Do read it without a panic, as the owner check failing: Do reports
+// the lock lost, and the lease's Context ends with ErrLockLost.
+func TestDo_AReleaseErrorWithANilPointerIsReadWithoutAPanic(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	var lastDial *net.OpError
+	lock := func(ctx context.Context, key string) (func(context.Context) error, error) {
+		unlock, err := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			if err := unlock(ctx); err != nil {
+				return err
+			}
+			return fmt.Errorf("unlock (conn: %w): %w", lastDial, instrument.ErrNotHeld)
+		}, nil
+	}
+	g, err := instrument.NewGoverned(instrument.FromFunc(lock, instrument.FuncTTL(10*time.Second)),
+		instrument.WithRegisterer(prometheus.NewRegistry()), instrument.WithoutHeartbeat())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := withTimeout(t, 30*time.Second)
+	err = instrument.Do(ctx, g, "lock:release", func(context.Context) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "the release found the lock gone") {
+		t.Fatalf("Do: %v, want the lock lost at release", err)
+	}
+	l, err := g.Acquire(ctx, "lock:release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err == nil {
+		t.Fatal("Release: nil error, want the unlock's")
+	}
+	if cause := context.Cause(l.Context()); cause == nil || !strings.HasPrefix(cause.Error(), instrument.ErrLockLost.Error()) {
+		t.Fatalf("lease Context cause %v, want ErrLockLost", cause)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
@@ -422,7 +423,7 @@ func (c *Lease) renew() {
 	switch {
 	case err == nil:
 		c.scheduleRenewLocked(every)
-	case errors.Is(err, ErrNotHeld):
+	case errchain.Is(err, ErrNotHeld):
 		c.mu.Unlock()
 		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
 		return
@@ -480,7 +481,7 @@ func (c *Lease) Refresh(ctx context.Context) error {
 		return fmt.Errorf("%s: refresh %q: %w", c.cfg.Name, c.cfg.Key, errors.ErrUnsupported)
 	}
 	err := c.refresh(ctx, true)
-	if errors.Is(err, ErrNotHeld) {
+	if errchain.Is(err, ErrNotHeld) {
 		c.Lose(fmt.Errorf("%w: %q is no longer owned by this lease", ErrLockLost, c.cfg.Key))
 	}
 	return err
@@ -533,7 +534,7 @@ func (c *Lease) Release(ctx context.Context) error {
 	case err == nil:
 		c.End(ErrReleased)
 		return nil
-	case errors.Is(err, ErrNotHeld):
+	case errchain.Is(err, ErrNotHeld):
 		c.Lose(fmt.Errorf("%w: %q was not owned by this lease at release", ErrLockLost, c.cfg.Key))
 		return fmt.Errorf("%s: release %q: %w", c.cfg.Name, c.cfg.Key, err)
 	default:

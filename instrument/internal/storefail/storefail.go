@@ -42,14 +42,15 @@
 // (Ended) by whoever marked them; one beside it is read by rule 1.
 //
 // Unavailable runs on the error path of every governed lock call, so no
-// error makes it panic or take long, where errors.Is would do either. A
-// nil pointer of an error type, anywhere in err, is read as a nil member
-// (it says nothing; its methods, which may dereference it, are not
-// called). A pointer reached by several paths (joins that share members)
-// is read once. Other values are read once per path, and a reading past a
-// million errors (only such values shared at many levels, or a value that
-// wraps another like it without end) stops and answers false: what was not
-// read may hold a context error, and in doubt rule 1 decides.
+// error makes it panic or take long, where errors.Is would do either: it
+// reads err with errchain. A nil pointer of an error type, anywhere in
+// err, is read as a nil member (it says nothing; its methods, which may
+// dereference it, are not called). A pointer reached by several paths
+// (joins that share members) is read once. Other values are read once per
+// path, and a reading past errchain.MaxSteps errors (only such values
+// shared at many levels, or a value that wraps another like it without
+// end) stops and answers false: what was not read may hold a context
+// error, and in doubt rule 1 decides.
 package storefail
 
 import (
@@ -58,7 +59,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,6 +66,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
 	"github.com/lockgov/lockgov/internal/telemetry"
 )
 
@@ -134,130 +135,36 @@ func transport(err error) error {
 	return found
 }
 
-// maxSteps bounds the errors one walk reads. Members that are told apart
-// are read once each, so only an error larger than this, or one whose
-// members cannot be told apart (values, not pointers) and are shared by
-// many paths, or one that wraps itself, reaches it.
-const maxSteps = 1 << 20
-
-// recordAfter is the number of errors a walk reads before it records
-// them, when it has met no join: a chain without joins has one path to
-// each of its errors, and only one that wraps itself comes back to one.
-// Below it, no map is made.
-const recordAfter = 16
-
-// walk reads err and what it wraps, depth first, every member of a join
-// (both forms of Unwrap), in the order errors.Is reads them. It reports
-// whether it met a context error outside an Unreachable mark, stopping
-// there, and returns the first sign of a transport failure it met. An
+// walk reads err and what it wraps (errchain.Visit: each pointer once, no
+// method of a nil pointer), and reports whether it met a context error
+// outside an Unreachable mark, stopping there, or reached
+// errchain.MaxSteps (what is not read may hold one: in doubt, rule 1),
+// and returns the first sign of a transport failure it met. An
 // Unreachable mark is such a sign, and what it wraps is not read.
-//
-// Each error is read once, however many paths lead to it: errors.Is reads
-// an error once per path, and a join that shares its members at every
-// level has 2^levels of them. Reading an error again would change
-// nothing: what it holds has been read, and a context error in it would
-// have ended the walk. Pointers are told apart by identity; other values
-// are read once per path, and a walk past maxSteps
-// reports a context error: what is not read may hold one, and in doubt
-// nothing is decided without the store (rule 1).
-//
-// A nil pointer of an error type is read as a nil member: it says
-// nothing, and none of its methods is called (a nil *net.OpError panics
-// in Unwrap and Timeout).
 func walk(err error) (found error, contextEnded bool) {
-	var buf [16]error
-	stack := append(buf[:0], err)
-	var seen map[error]struct{}
-	for steps := 0; len(stack) > 0; steps++ {
-		if steps == maxSteps {
-			return nil, true
-		}
-		err := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if isNil(err) {
-			continue
-		}
-		if seen == nil && steps >= recordAfter {
-			seen = make(map[error]struct{})
-		}
-		if seen != nil && !first(seen, err) {
-			continue
-		}
+	stopped, bounded := errchain.Visit(err, func(err error) errchain.Step {
 		if u, ok := err.(unreachable); ok {
 			if found == nil {
 				found = u
 			}
-			continue
+			return errchain.Skip
 		}
-		if is(err, context.Canceled) || is(err, context.DeadlineExceeded) {
-			return found, true
+		if errchain.Matches(err, context.Canceled) || errchain.Matches(err, context.DeadlineExceeded) {
+			return errchain.Stop
 		}
 		if found == nil {
 			found = failure(err)
 		}
-		switch x := err.(type) {
-		case interface{ Unwrap() error }:
-			if next := x.Unwrap(); !isNil(next) {
-				stack = append(stack, next)
-				continue
-			}
-		case interface{ Unwrap() []error }:
-			if members := x.Unwrap(); len(members) > 0 {
-				if seen == nil {
-					seen = make(map[error]struct{})
-					first(seen, err)
-				}
-				for i := len(members) - 1; i >= 0; i-- {
-					stack = append(stack, members[i])
-				}
-				continue
-			}
-		}
-		// An innermost error.
+		return errchain.Descend
+	}, func(leaf error) {
 		if found == nil {
-			found = busyReply(err)
+			found = busyReply(leaf)
 		}
+	})
+	if bounded {
+		return nil, true
 	}
-	return found, false
-}
-
-// isNil reports whether err is nil or holds a nil pointer (a nil func or
-// channel too): a value whose methods may dereference it.
-func isNil(err error) bool {
-	if err == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(err); v.Kind() {
-	case reflect.Pointer, reflect.Func, reflect.Chan, reflect.UnsafePointer:
-		return v.IsNil()
-	}
-	return false
-}
-
-// first reports whether err is not in seen, and adds it. Only pointers
-// are recorded, by identity: a value's hash and == read all it holds,
-// through its interface fields, so a value nested n deep costs n each
-// time (a chain of value wrappers n²), and one that holds a slice in an
-// interface panics. Every join of the standard library is a pointer.
-func first(seen map[error]struct{}, err error) bool {
-	if k := reflect.TypeOf(err).Kind(); k != reflect.Pointer && k != reflect.UnsafePointer {
-		return true
-	}
-	if _, dup := seen[err]; dup {
-		return false
-	}
-	seen[err] = struct{}{}
-	return true
-}
-
-// is reports whether err itself, not what it wraps, is target: the step
-// errors.Is takes on each error of a chain.
-func is(err, target error) bool {
-	if err == target { // the targets' types are comparable: this cannot panic
-		return true
-	}
-	x, ok := err.(interface{ Is(error) bool })
-	return ok && x.Is(target)
+	return found, stopped
 }
 
 // failure returns err if err itself, not what it wraps, says the
@@ -269,12 +176,12 @@ func failure(err error) error {
 	}
 	if x, ok := err.(interface{ As(any) bool }); ok {
 		var ne net.Error
-		if x.As(&ne) && !isNil(ne) {
+		if x.As(&ne) && !errchain.IsNil(ne) {
 			return ne
 		}
 	}
 	for _, target := range []error{io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE} {
-		if is(err, target) {
+		if errchain.Matches(err, target) {
 			return target
 		}
 	}

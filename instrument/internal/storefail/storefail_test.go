@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/lockgov/lockgov/instrument/internal/errchain"
+	"github.com/lockgov/lockgov/instrument/internal/errchain/errchaintest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -195,10 +197,7 @@ func TestResendWindow_TheCallersTimeLeftPlusASecondBoundedByTheLimit(t *testing.
 
 // wrapper wraps one error with a fixed text: a chain as deep as wanted
 // without fmt.Errorf's text growing with it.
-type wrapper struct{ err error }
-
-func (w wrapper) Error() string { return "wrapped" }
-func (w wrapper) Unwrap() error { return w.err }
+type wrapper = errchaintest.Wrapper
 
 // loadingLeaf is a LOADING reply with an Unwrap method that returns nil:
 // an innermost error all the same.
@@ -246,7 +245,7 @@ func TestUnavailable_EdgesOfAJoin(t *testing.T) {
 	deep := func(depth int, leaf error) error {
 		err := leaf
 		for range depth {
-			err = wrapper{err}
+			err = wrapper{Err: err}
 		}
 		return err
 	}
@@ -266,7 +265,7 @@ func TestUnavailable_EdgesOfAJoin(t *testing.T) {
 		{"nil members around LOADING", multiErr{nil, loading, nil}, true},
 		{"only nil members", multiErr{nil, nil}, false},
 		{"nil members, a cancel and LOADING", multiErr{nil, context.Canceled, nil, loading}, false},
-		{"a wrapper that unwraps to nil", wrapper{nil}, false},
+		{"a wrapper that unwraps to nil", wrapper{Err: nil}, false},
 		{"an error whose Unwrap returns nil, its own text a reply", loadingLeaf{}, true},
 		{"MASTERDOWN beside ErrLockLost", errors.Join(lockLost, masterDown), true},
 		{"TRYAGAIN beside ErrNotAcquired, several %w", fmt.Errorf("%w (%w)", notAcquired, tryAgain), true},
@@ -286,19 +285,6 @@ func TestUnavailable_EdgesOfAJoin(t *testing.T) {
 		}
 	}
 }
-
-// nilDeref is an error type whose every method reads its receiver: a nil
-// *nilDeref panics in Error, Unwrap, Is and As, as a nil *net.OpError does
-// in Unwrap and Timeout.
-type nilDeref struct {
-	err  error
-	text string
-}
-
-func (e *nilDeref) Error() string        { return e.text }
-func (e *nilDeref) Unwrap() error        { return e.err }
-func (e *nilDeref) Is(target error) bool { return e.text == target.Error() }
-func (e *nilDeref) As(target any) bool   { _ = e.text; return false }
 
 // asNilOpError hands out a nil *net.OpError through As: a net.Error that
 // is no failure.
@@ -323,7 +309,7 @@ func TestUnavailable_ATypedNilAnywhereInTheChainIsNoError(t *testing.T) {
 	loading := redisReply("LOADING Redis is loading the dataset in memory")
 	notAcquired := errors.New("lockgov: lock not acquired")
 	var nilOp *net.OpError
-	var nilMine *nilDeref
+	var nilMine *errchaintest.NilDeref
 	for _, c := range []struct {
 		name string
 		err  error
@@ -334,12 +320,12 @@ func TestUnavailable_ATypedNilAnywhereInTheChainIsNoError(t *testing.T) {
 		{"a nil *net.OpError beside a store answer", errors.Join(notAcquired, nilOp), false},
 		{"a nil *net.OpError beside LOADING", errors.Join(nilOp, fmt.Errorf("x: %w", loading)), true},
 		{"a nil *net.OpError before the caller's cancel", errors.Join(fmt.Errorf("x: %w", nilOp), context.Canceled, loading), false},
-		{"a nil *net.OpError as a wrapper's cause", wrapper{nilOp}, false},
+		{"a nil *net.OpError as a wrapper's cause", wrapper{Err: nilOp}, false},
 		{"a real refused dial wrapping a nil *net.OpError", &net.OpError{Op: "dial", Net: "tcp", Err: nilOp}, true},
 		{"a nil pointer whose every method panics", nilMine, false},
 		{"the same, as a member of a join beside LOADING", multiErr{nilMine, loading}, true},
-		{"the same, under a live one of its type", &nilDeref{err: nilMine, text: "LOADING x"}, true},
-		{"the same, deep in a join in a join", errors.Join(notAcquired, fmt.Errorf("a: %w", errors.Join(wrapper{nilMine}, nilOp))), false},
+		{"the same, under a live one of its type", &errchaintest.NilDeref{Err: nilMine, Text: "LOADING x"}, true},
+		{"the same, deep in a join in a join", errors.Join(notAcquired, fmt.Errorf("a: %w", errors.Join(wrapper{Err: nilMine}, nilOp))), false},
 		{"a nil *net.OpError handed out by As", fmt.Errorf("x: %w", asNilOpError{}), false},
 		{"an Unreachable mark beside a nil *net.OpError", errors.Join(nilOp, Unreachable(errors.New("3 of 3 nodes out of reach"))), true},
 	} {
@@ -356,25 +342,6 @@ func TestUnavailable_ATypedNilAnywhereInTheChainIsNoError(t *testing.T) {
 	}
 }
 
-// countingJoin is a join that counts the calls of its Unwrap in *calls,
-// and ends the test once they pass *limit: a walk that takes a join's
-// members once per path to it fails at once instead of running for
-// 2^40 steps.
-type countingJoin struct {
-	t       *testing.T
-	members []error
-	calls   *int
-	limit   int
-}
-
-func (j *countingJoin) Error() string { return "join" }
-func (j *countingJoin) Unwrap() []error {
-	if *j.calls++; *j.calls > j.limit {
-		j.t.Fatalf("walked %d joins of a DAG of %d distinct ones: a member is read once per path to it", *j.calls, j.limit)
-	}
-	return j.members
-}
-
 // TestUnavailable_ADAGSharingMembersIsWalkedOncePerMember: an error whose
 // joins share their members at every level (40 levels, each a join of
 // the level below, twice, through wrappers of both kinds) has 2^40 paths
@@ -382,21 +349,6 @@ func (j *countingJoin) Unwrap() []error {
 // result is the one the path-by-path reading gives: the leaf read as a
 // lone error would be, the caller's cancel beside LOADING winning.
 func TestUnavailable_ADAGSharingMembersIsWalkedOncePerMember(t *testing.T) {
-	const levels = 40
-	dag := func(t *testing.T, leaf error, calls *int) error {
-		err := leaf
-		for i := range levels {
-			var a, b error = err, err
-			switch i % 3 {
-			case 1:
-				a, b = fmt.Errorf("a: %w", err), wrapper{err}
-			case 2:
-				a = errors.Join(err, err)
-			}
-			err = &countingJoin{t: t, members: []error{a, b}, calls: calls, limit: levels}
-		}
-		return err
-	}
 	loading := redisReply("LOADING Redis is loading the dataset in memory")
 	for _, c := range []struct {
 		name string
@@ -411,45 +363,16 @@ func TestUnavailable_ADAGSharingMembersIsWalkedOncePerMember(t *testing.T) {
 		{"a nil *net.OpError", (*net.OpError)(nil), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var calls int
-			if got := Unavailable(errors.Join(errors.New("lockgov: lock not acquired"), dag(t, c.leaf, &calls))); got != c.want {
+			dag, reads := errchaintest.SharedDAG(t, 40, c.leaf, 40)
+			if got := Unavailable(errors.Join(errors.New("lockgov: lock not acquired"), dag)); got != c.want {
 				t.Errorf("Unavailable = %v, want %v", got, c.want)
 			}
-			if calls == 0 || calls > levels {
-				t.Errorf("%d joins read, want 1..%d", calls, levels)
+			if reads.N() == 0 {
+				t.Error("no join read")
 			}
 		})
 	}
 }
-
-// valueJoin is a join that is a value, not a pointer (and cannot be a map
-// key: it holds a slice): nothing tells two reads of one apart from reads
-// of two, so only the bound on steps ends a walk of a DAG of them.
-type valueJoin struct {
-	t       *testing.T
-	members []error
-	calls   *int
-}
-
-func (j valueJoin) Error() string { return "join" }
-func (j valueJoin) Unwrap() []error {
-	if *j.calls++; *j.calls > maxSteps {
-		j.t.Fatalf("walked %d joins, past the bound of %d", *j.calls, maxSteps)
-	}
-	return j.members
-}
-
-// cycle is an error that wraps itself.
-type cycle struct{ next *cycle }
-
-func (c *cycle) Error() string { return "cycle" }
-func (c *cycle) Unwrap() error { return c.next }
-
-// endless is a value that wraps another like it, without end.
-type endless struct{}
-
-func (endless) Error() string { return "endless" }
-func (endless) Unwrap() error { return endless{} }
 
 // hidden is a comparable value that joins what it wraps twice: its hash
 // would read all it holds, and panics when that holds a slice.
@@ -460,45 +383,35 @@ func (h hidden) Unwrap() []error { return []error{h.err, h.err} }
 
 // TestUnavailable_AWalkIsBoundedWhereMembersCannotBeToldApart: a DAG of
 // joins that are values (2^40 paths), and a value that wraps another
-// like it without end, are read within maxSteps errors and answer "not a
+// like it without end, are read within errchain.MaxSteps errors and answer "not a
 // store failure" (a context error may be in what was not read: rule 1's
 // doubt), even with LOADING at the leaf or beside. A pointer that wraps
 // itself is read once, and what is beside it as it would be alone. A comparable value that holds such a join is
 // not hashed (the hash would panic) but read as a value.
 func TestUnavailable_AWalkIsBoundedWhereMembersCannotBeToldApart(t *testing.T) {
 	loading := redisReply("LOADING Redis is loading the dataset in memory")
-	var calls int
-	var err error = loading
-	for range 40 {
-		err = valueJoin{t: t, members: []error{err, err}, calls: &calls}
+	dag, reads := errchaintest.ValueDAG(t, 40, loading)
+	if Unavailable(dag) || reads.N() == 0 {
+		t.Errorf("a DAG read in part (%d joins): Unavailable = true, want false", reads.N())
 	}
-	if Unavailable(err) {
-		t.Error("a DAG read in part: Unavailable = true, want false")
+	dag, reads = errchaintest.ValueDAG(t, 40, loading)
+	if Unavailable(hidden{dag}) || reads.N() == 0 {
+		t.Errorf("a DAG read in part (%d joins), under a comparable wrapper: Unavailable = true, want false", reads.N())
 	}
-	if calls == 0 || calls > maxSteps {
-		t.Errorf("%d joins read, want 1..%d", calls, maxSteps)
-	}
-	calls = 0
-	if Unavailable(hidden{err}) {
-		t.Error("a DAG read in part, under a comparable wrapper: Unavailable = true, want false")
-	}
-	if calls == 0 || calls > maxSteps {
-		t.Errorf("%d joins read, want 1..%d", calls, maxSteps)
-	}
-	if Unavailable(endless{}) || Unavailable(errors.Join(loading, endless{})) {
+	endless := errchaintest.Endless{}
+	if Unavailable(endless) || Unavailable(errors.Join(loading, endless)) {
 		t.Error("a value that wraps another without end: Unavailable = true, want false")
 	}
-	c := &cycle{}
-	c.next = c
+	c := errchaintest.Cycle()
 	if Unavailable(c) || !Unavailable(errors.Join(loading, c)) || Unavailable(errors.Join(loading, c, context.Canceled)) {
 		t.Error("a pointer that wraps itself: not read once, beside LOADING (true) and the caller's cancel (false)")
 	}
 	// A chain as long as the bound allows, then LOADING, is read to the end.
 	long := error(loading)
-	for range maxSteps - 2 {
-		long = wrapper{long}
+	for range errchain.MaxSteps - 2 {
+		long = wrapper{Err: long}
 	}
 	if !Unavailable(long) {
-		t.Errorf("LOADING %d wrappers deep: Unavailable = false, want true", maxSteps-2)
+		t.Errorf("LOADING %d wrappers deep: Unavailable = false, want true", errchain.MaxSteps-2)
 	}
 }
