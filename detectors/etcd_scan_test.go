@@ -45,6 +45,21 @@ func queueWaiters(t *testing.T, ctx context.Context, c *clientv3.Client, l *etcd
 	}
 }
 
+// queuedLock is lock:q on a new etcd, held through an etcdlock Locker
+// (a 30 s TTL) with n waiters queued behind its holder; the test's
+// cleanup ends the waiters.
+func queuedLock(t *testing.T, ctx context.Context, n int) (*clientv3.Client, *etcdlock.Locker, instrument.Lease) {
+	t.Helper()
+	c := newEtcd(t)
+	l, err := etcdlock.New(c, etcdlock.WithService("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := acquire(t, ctx, l, "lock:q", instrument.WithTTL(30*time.Second))
+	queueWaiters(t, ctx, c, l, "lock:q", n)
+	return c, l, holder
+}
+
 // scanAll is every lock a ScanLocks reports, in order.
 func scanAll(t *testing.T, ctx context.Context, s detectors.Store) []detectors.Lock {
 	t.Helper()
@@ -53,6 +68,73 @@ func scanAll(t *testing.T, ctx context.Context, s detectors.Store) []detectors.L
 		t.Fatal(err)
 	}
 	return locks
+}
+
+// TestEtcd_TheHeadEntryHoldsTheLock: a held etcdlock lock with a queued
+// waiter is one lock (the entry with the lowest create revision), with one
+// waiter, and no finding.
+func TestEtcd_TheHeadEntryHoldsTheLock(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c, _, holder := queuedLock(t, ctx, 1)
+	s := etcdStore(t, c)
+	locks := scanAll(t, ctx, s)
+	if len(locks) != 1 || locks[0].Key != "lock:q" || locks[0].Waiters != 1 || locks[0].Fence != holder.Fence() || !locks[0].TTLKnown {
+		t.Fatalf("locks %+v, want lock:q held with fence %d and one waiter", locks, holder.Fence())
+	}
+	d, err := detectors.NewLocks(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, d); len(fs) != 0 || d.Scanned() != 1 {
+		t.Fatalf("scanned %d, findings:%s", d.Scanned(), describe(fs))
+	}
+}
+
+// TestEtcd_AForeignEntryInsideALocksQueueDoesNotSplitIt: another writer's
+// entries named like a queue entry but not one (a longer suffix), each
+// sorting right after one of a held lock's two entries, are locks of their
+// own, and the lock is still one, held by its head entry, with its waiter.
+// Before, each foreign entry ended the lock's group: the waiter's entry was
+// reported as a second lock:q, holding it.
+func TestEtcd_AForeignEntryInsideALocksQueueDoesNotSplitIt(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c, l, holder := queuedLock(t, ctx, 1)
+	resp, err := c.Get(ctx, l.QueuePrefix("lock:q"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key) + "x" // right after kv in key order, before the next entry
+		if _, err := c.Put(ctx, k, "another writer's"); err != nil {
+			t.Fatal(err)
+		}
+		foreign[k] = true
+	}
+	s := etcdStore(t, c)
+	var held []detectors.Lock
+	others := map[string]bool{}
+	if err := s.ScanLocks(ctx, nil, func(l detectors.Lock) error {
+		if l.Key == "lock:q" {
+			held = append(held, l)
+		} else {
+			others[l.StoreKey] = l.Holder.Foreign
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0].Waiters != 1 || held[0].Fence != holder.Fence() {
+		t.Fatalf("lock:q scanned as %+v, want one lock with fence %d and one waiter", held, holder.Fence())
+	}
+	if len(others) != len(foreign) {
+		t.Fatalf("other locks %v, want the %d foreign entries", others, len(foreign))
+	}
+	for k := range foreign {
+		if isForeign, ok := others[k]; !ok || !isForeign {
+			t.Errorf("foreign entry %q: listed %v, foreign holder %v", k, ok, isForeign)
+		}
+	}
 }
 
 // TestEtcd_ForeignEntriesInEveryPositionAndEveryPageSizeLeaveALockWhole:
@@ -69,14 +151,8 @@ func scanAll(t *testing.T, ctx context.Context, s detectors.Store) []detectors.L
 // holder (detectors' package doc, "etcdctl").
 func TestEtcd_ForeignEntriesInEveryPositionAndEveryPageSizeLeaveALockWhole(t *testing.T) {
 	ctx := timeout(t, 2*time.Minute)
-	c := newEtcd(t)
-	l, err := etcdlock.New(c, etcdlock.WithService("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "lock:q"
-	holder := acquire(t, ctx, l, key, instrument.WithTTL(30*time.Second))
-	queueWaiters(t, ctx, c, l, key, 4)
+	c, l, holder := queuedLock(t, ctx, 4)
 	resp, err := c.Get(ctx, l.QueuePrefix(key), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
