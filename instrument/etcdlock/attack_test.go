@@ -15,7 +15,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/lockgov/lockgov/instrument"
@@ -495,66 +494,81 @@ func (f *failingReads) intercept(ctx context.Context, method string, req, reply 
 // the holder releases, in both wait modes, instead of returning the
 // transport error while its deadline is still far.
 func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
+	readsFailWhileQueued(t, "read-fails-", nil, func(t *testing.T, _ context.Context, got <-chan acquired, h instrument.Lease, f *failingReads) {
+		deadline := time.Now().Add(10 * time.Second)
+		for f.failed.Load() < 3 {
+			select {
+			case r := <-got:
+				t.Fatalf("the waiter returned while the lock was held (reads failing): %v", r.err)
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no read of the queue failed in 10s")
+			}
+		}
+		f.on.Store(false)
+		if err := h.Release(timeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if r.err != nil {
+				t.Fatalf("after %d failed reads of the queue: %v", f.failed.Load(), r.err)
+			}
+			if r.lease.Fence() <= h.Fence() {
+				t.Errorf("fence %d after the holder's %d", r.lease.Fence(), h.Fence())
+			}
+			_ = r.lease.Release(timeout(t, 5*time.Second))
+		case <-time.After(20 * time.Second):
+			t.Fatal("the waiter did not get the lock 20s after the release")
+		}
+	})
+}
+
+// readsFailWhileQueued runs, in each of the first two wait modes (a
+// subtest each), an Acquire of key (prefix and the mode's name, with a
+// context of callerTime and a poll every 20 ms) by a waiter on a client of
+// its own (waiterOnOwnClient, the Locker made with opts) behind a holder,
+// h; once the waiter watches its queue, its client's reads of the queue
+// fail (f.on), and check gets the Acquire's context and outcome.
+func readsFailWhileQueued(t *testing.T, prefix string, opts []etcdlock.Option,
+	check func(t *testing.T, ctx context.Context, got <-chan acquired, h instrument.Lease, f *failingReads)) {
+	t.Helper()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			var f failingReads
-			key := "read-fails-" + mode.name
-			_, _, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, &f)
-			got := acquireInBackground(t, lw, key, 30*time.Second, instrument.WithPollInterval(20*time.Millisecond))
+			key := prefix + mode.name
+			_, _, lw, h := waiterOnOwnClient(t, e, admin, mode.max, key, &f, opts...)
+			ctx := timeout(t, callerTime)
+			got := make(chan acquired, 1)
+			go func() {
+				lease, err := lw.Acquire(ctx, key, instrument.WithPollInterval(20*time.Millisecond))
+				got <- acquired{lease, err}
+			}()
 			waitWatching(t, lw, 1)
-			deadline := time.Now().Add(10 * time.Second)
 			f.on.Store(true)
-			for f.failed.Load() < 3 {
-				select {
-				case r := <-got:
-					t.Fatalf("the waiter returned while the lock was held (reads failing): %v", r.err)
-				case <-time.After(5 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no read of the queue failed in 10s")
-				}
-			}
-			f.on.Store(false)
-			if err := h.Release(timeout(t, 5*time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case r := <-got:
-				if r.err != nil {
-					t.Fatalf("after %d failed reads of the queue: %v", f.failed.Load(), r.err)
-				}
-				if r.lease.Fence() <= h.Fence() {
-					t.Errorf("fence %d after the holder's %d", r.lease.Fence(), h.Fence())
-				}
-				_ = r.lease.Release(timeout(t, 5*time.Second))
-			case <-time.After(20 * time.Second):
-				t.Fatal("the waiter did not get the lock 20s after the release")
-			}
+			check(t, ctx, got, h, &f)
 		})
 	}
 }
 
 // waiterOnOwnClient sets up a waiter whose client fails under it: a client
 // of e of its own (its unary calls through f's interceptor, if f is set),
-// closed when the test ends, a Locker lw on it in wait mode max, and key
-// held (h) by another Locker, lh, on admin.
-func waiterOnOwnClient(t *testing.T, e *testenv.Etcd, admin *clientv3.Client, max int64, key string, f *failingReads) (c *clientv3.Client, lh, lw *etcdlock.Locker, h instrument.Lease) {
+// closed when the test ends, a Locker lw on it in wait mode max, made with
+// opts, and key held (h) by another Locker, lh, on admin.
+func waiterOnOwnClient(t *testing.T, e *testenv.Etcd, admin *clientv3.Client, max int64, key string, f *failingReads, opts ...etcdlock.Option) (c *clientv3.Client, lh, lw *etcdlock.Locker, h instrument.Lease) {
 	t.Helper()
-	cfg := clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+	pass := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	if f != nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(f.intercept)}
+		pass = f.intercept
 	}
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	lh, lw = newLocker(t, admin), inWaitMode(newLocker(t, c), max)
-	if h, err = lh.Acquire(timeout(t, 5*time.Second), key); err != nil {
-		t.Fatal(err)
-	}
+	c = interceptedClient(t, e.Endpoints(), pass)
+	lh, lw = newLocker(t, admin), inWaitMode(newLocker(t, c, opts...), max)
+	h = mustAcquire(t, lh, key)
 	return c, lh, lw, h
 }
 

@@ -29,16 +29,9 @@ import (
 // watch until the caller's context ends would hold the caller for nothing
 // (its place in the queue is gone), and end with a misleading error.
 func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	admin := e.Client(t)
-	other := newLocker(t, admin)
-	for _, mode := range waitModes[:2] {
-		t.Run(mode.name, func(t *testing.T) {
-			key := "lease-ends-unreachable/" + mode.name
-			c, p, cut := halfOpenAfterPut(t, e)
-			l := inWaitMode(newLocker(t, c), mode.max)
-			holder := mustAcquire(t, other, key, instrument.WithTTL(time.Hour))
-			cut.arm()
+	queuedWhenCut(t, "lease-ends-unreachable/", "the waiter's entry to go (its lease expired)",
+		nil, []instrument.AcquireOption{instrument.WithTTL(time.Hour)},
+		func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter) {
 			got := acquireInBackground(t, l, key, time.Minute, instrument.WithTTL(time.Second))
 			waitClosed(t, cut.done, 10*time.Second, "the waiter's put")
 			// The lease's TTL is 1 s; the caller's context a minute.
@@ -50,14 +43,7 @@ func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing
 			if !errors.Is(r.err, instrument.ErrLockLost) {
 				t.Errorf("waiter whose lease ended: %v, want ErrLockLost", r.err)
 			}
-			p.Reset() // the client reconnects
-			testenv.WaitFor(t, 30*time.Second, "the waiter's entry to go (its lease expired)", func() bool {
-				return queueLen(t, admin, other, key) == 1
-			})
-			mustRelease(t, holder)
-			lockIsFree(t, key, other, l)
 		})
-	}
 }
 
 // putBarrier lets every put transaction through to etcd but holds its reply

@@ -176,6 +176,40 @@ func halfOpenAfterPut(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv
 	return interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), p, cut
 }
 
+// queuedWhenCut is the frame of a test of a waiter that etcd stops
+// answering right after its put has queued it. In each of the first two
+// wait modes (a subtest each), a holder on a client of its own holds key
+// (prefix and the mode's name), acquired with holderOpts; l, in that mode,
+// made with opts, is on a client whose connection goes half-open right
+// after its next put (cut, armed before wait runs). wait runs l's Acquire
+// of key and checks its outcome. Then the client reconnects, the waiter's
+// entry must leave the queue within 30 s (gone says how), the holder
+// releases, and the lock must be free for both Lockers.
+func queuedWhenCut(t *testing.T, prefix, gone string, opts []etcdlock.Option, holderOpts []instrument.AcquireOption,
+	wait func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter)) {
+	t.Helper()
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	other := newLocker(t, admin)
+	for _, mode := range waitModes[:2] {
+		t.Run(mode.name, func(t *testing.T) {
+			key := prefix + mode.name
+			c, p, cut := halfOpenAfterPut(t, e)
+			t.Cleanup(p.Reset)
+			l := inWaitMode(newLocker(t, c, opts...), mode.max)
+			holder := mustAcquire(t, other, key, holderOpts...)
+			cut.arm()
+			wait(t, l, key, cut)
+			p.Reset() // the client reconnects
+			testenv.WaitFor(t, 30*time.Second, gone, func() bool {
+				return queueLen(t, admin, other, key) == 1
+			})
+			mustRelease(t, holder)
+			lockIsFree(t, key, other, l)
+		})
+	}
+}
+
 // giveUpWhenCut runs l.Acquire(key) in the background with cut armed, ends
 // its context once the connection has gone half-open after its put, and
 // returns its outcome (returnedAtCallersEnd), what naming it.

@@ -493,23 +493,9 @@ func TestAcquire_EtcdsCouldNotDecideAnswersAreAStoreFailure(t *testing.T) {
 // Its caller's context has a hundred times that left: the wait ends with a
 // store failure naming etcd's answer, not at the caller's deadline.
 func TestAcquire_AWaiterWhoseReadsFailForARequestTimeoutIsAStoreFailure(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	admin := e.Client(t)
-	for _, mode := range waitModes[:2] {
-		t.Run(mode.name, func(t *testing.T) {
-			var f failingReads
-			key := "lock:reads-fail:" + mode.name
-			l := inWaitMode(newLocker(t, interceptedClient(t, e.Endpoints(), f.intercept), etcdlock.WithRequestTimeout(shortRequests)), mode.max)
-			holder := mustAcquire(t, newLocker(t, admin), key)
-			defer mustRelease(t, holder)
-			ctx := timeout(t, callerTime)
-			got := make(chan acquired, 1)
-			go func() {
-				lease, err := l.Acquire(ctx, key, instrument.WithPollInterval(20*time.Millisecond))
-				got <- acquired{lease, err}
-			}()
-			waitWatching(t, l, 1)
-			f.on.Store(true)
+	readsFailWhileQueued(t, "lock:reads-fail:", []etcdlock.Option{etcdlock.WithRequestTimeout(shortRequests)},
+		func(t *testing.T, ctx context.Context, got <-chan acquired, h instrument.Lease, _ *failingReads) {
+			defer mustRelease(t, h)
 			r := <-got
 			if r.err == nil {
 				_ = r.lease.Release(timeout(t, 5*time.Second))
@@ -519,7 +505,6 @@ func TestAcquire_AWaiterWhoseReadsFailForARequestTimeoutIsAStoreFailure(t *testi
 				t.Errorf("%v, want it to wrap etcd's answer (no leader)", r.err)
 			}
 		})
-	}
 }
 
 // TestAcquire_AWaiterWhoseWatchEtcdDoesNotConfirmIsAStoreFailure: a
@@ -531,17 +516,9 @@ func TestAcquire_AWaiterWhoseReadsFailForARequestTimeoutIsAStoreFailure(t *testi
 // with a store failure, in both wait modes, and its entry is given back
 // once etcd is reachable again.
 func TestAcquire_AWaiterWhoseWatchEtcdDoesNotConfirmIsAStoreFailure(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	admin := e.Client(t)
-	other := newLocker(t, admin)
-	for _, mode := range waitModes[:2] {
-		t.Run(mode.name, func(t *testing.T) {
-			key := "lock:watch-unconfirmed:" + mode.name
-			c, p, cut := halfOpenAfterPut(t, e)
-			t.Cleanup(p.Reset)
-			l := inWaitMode(newLocker(t, c, etcdlock.WithRequestTimeout(shortRequests)), mode.max)
-			holder := mustAcquire(t, other, key)
-			cut.arm()
+	queuedWhenCut(t, "lock:watch-unconfirmed:", "the waiter's entry to be given back once etcd is reachable",
+		[]etcdlock.Option{etcdlock.WithRequestTimeout(shortRequests)}, nil,
+		func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter) {
 			ctx := timeout(t, callerTime)
 			lease, err := l.Acquire(ctx, key)
 			if err == nil {
@@ -551,12 +528,5 @@ func TestAcquire_AWaiterWhoseWatchEtcdDoesNotConfirmIsAStoreFailure(t *testing.T
 				t.Fatalf("the connection did not go half-open after the put: %v", err)
 			}
 			storeError(t, ctx, err, "the waiter whose watch etcd did not confirm")
-			p.Reset() // the client reconnects
-			testenv.WaitFor(t, 30*time.Second, "the waiter's entry to be given back once etcd is reachable", func() bool {
-				return queueLen(t, admin, other, key) == 1
-			})
-			mustRelease(t, holder)
-			lockIsFree(t, key, other, l)
 		})
-	}
 }
