@@ -33,6 +33,23 @@ func redisLockFunc(c *redis.Client, ttl time.Duration, calls *atomic.Int32) inst
 	}
 }
 
+// unlockingThen is redisLockFunc whose release, once it has unlocked,
+// returns err (the unlock's own error, if it fails).
+func unlockingThen(c *redis.Client, err error) instrument.AcquireFunc {
+	return func(ctx context.Context, key string) (func(context.Context) error, error) {
+		unlock, lerr := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
+		if lerr != nil {
+			return nil, lerr
+		}
+		return func(ctx context.Context) error {
+			if uerr := unlock(ctx); uerr != nil {
+				return uerr
+			}
+			return err
+		}, nil
+	}
+}
+
 func TestFromFunc_GovernedRedisLockExcludesAndReleases(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
@@ -230,19 +247,7 @@ func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	lostReply := func(ctx context.Context, key string) (func(context.Context) error, error) {
-		unlock, err := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) error {
-			if err := unlock(ctx); err != nil {
-				return err
-			}
-			return errReplyLost
-		}, nil
-	}
-	l := instrument.Govern(instrument.FromFunc(lostReply, instrument.FuncTTL(10*time.Second)))
+	l := instrument.Govern(instrument.FromFunc(unlockingThen(c, errReplyLost), instrument.FuncTTL(10*time.Second)))
 	ctx := withTimeout(t, 10*time.Second)
 	ran := false
 	err := instrument.Do(ctx, l, "lock:reply", func(context.Context) error { ran = true; return nil })

@@ -547,18 +547,7 @@ func TestDo_AReleaseErrorWithANilPointerIsReadWithoutAPanic(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	var lastDial *net.OpError
-	lock := func(ctx context.Context, key string) (func(context.Context) error, error) {
-		unlock, err := redisLockFunc(c, 10*time.Second, nil)(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) error {
-			if err := unlock(ctx); err != nil {
-				return err
-			}
-			return fmt.Errorf("unlock (conn: %w): %w", lastDial, instrument.ErrNotHeld)
-		}, nil
-	}
+	lock := unlockingThen(c, fmt.Errorf("unlock (conn: %w): %w", lastDial, instrument.ErrNotHeld))
 	g, err := instrument.NewGoverned(instrument.FromFunc(lock, instrument.FuncTTL(10*time.Second)),
 		instrument.WithRegisterer(prometheus.NewRegistry()), instrument.WithoutHeartbeat())
 	if err != nil {
