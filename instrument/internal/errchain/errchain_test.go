@@ -83,7 +83,7 @@ func TestVisit_BoundedWhereMembersCannotBeToldApart(t *testing.T) {
 	if errchain.Is(dag, errors.New("absent")) {
 		t.Error("a DAG of value joins: Is of an absent target = true")
 	}
-	if _, bounded := errchain.Visit(errchaintest.Endless{}, descend, nil); !bounded {
+	if _, bounded := errchain.Visit(errchaintest.Endless(t), descend, nil); !bounded {
 		t.Error("a value that wraps another without end: not bounded")
 	}
 	n := 0

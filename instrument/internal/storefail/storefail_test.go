@@ -398,8 +398,7 @@ func TestUnavailable_AWalkIsBoundedWhereMembersCannotBeToldApart(t *testing.T) {
 	if Unavailable(hidden{dag}) || reads.N() == 0 {
 		t.Errorf("a DAG read in part (%d joins), under a comparable wrapper: Unavailable = true, want false", reads.N())
 	}
-	endless := errchaintest.Endless{}
-	if Unavailable(endless) || Unavailable(errors.Join(loading, endless)) {
+	if Unavailable(errchaintest.Endless(t)) || Unavailable(errors.Join(loading, errchaintest.Endless(t))) {
 		t.Error("a value that wraps another without end: Unavailable = true, want false")
 	}
 	c := errchaintest.Cycle()

@@ -50,7 +50,7 @@ func (r *Reads) N() int64 { return r.n.Load() }
 func (r *Reads) read() bool {
 	n := r.n.Add(1)
 	if n == r.limit+1 {
-		r.t.Errorf("past %d reads of the joins of a DAG: a member read once per path", r.limit)
+		r.t.Errorf("past %d reads of its members: read once per path, or without a bound", r.limit)
 	}
 	return n <= r.limit
 }
@@ -115,11 +115,21 @@ func ValueDAG(t testing.TB, levels int, leaf error) (error, *Reads) {
 	return err, r
 }
 
-// Endless is a value that wraps another like it, without end.
-type Endless struct{}
+type endless struct{ reads *Reads }
 
-func (Endless) Error() string { return "endless" }
-func (Endless) Unwrap() error { return Endless{} }
+func (e endless) Error() string { return "endless" }
+func (e endless) Unwrap() error {
+	if !e.reads.read() {
+		return nil
+	}
+	return endless(e)
+}
+
+// Endless returns a value that wraps another like it, without end: only
+// errchain.MaxSteps ends a walk of it. The test fails past MaxSteps reads.
+func Endless(t testing.TB) error {
+	return endless{reads: &Reads{t: t, limit: errchain.MaxSteps}}
+}
 
 type cycle struct{ next *cycle }
 
