@@ -81,20 +81,29 @@ func (a Acks) waitMs() int64 {
 	return int64((a.Timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
-// waitArg is WAIT's timeout in milliseconds for a send under ctx, and
-// whether ctx's deadline cut it: what the deadline leaves after
-// ReplyMargin, at least a millisecond.
-func (a Acks) waitArg(ctx context.Context) (ms int64, cut bool) {
+// waitArg is WAIT's timeout in milliseconds for a send under ctx on
+// behalf of caller, and whether caller's deadline cut it: at most what
+// each deadline leaves after ReplyMargin, at least a millisecond. The
+// send's own deadline (idempotency's write of a result, which outlives the
+// caller's, ends with the lease) bounds the read of the WAIT's reply too: a
+// WAIT longer than it would time the whole pipeline out, and go-redis
+// would report the script, which ran, as failed.
+func (a Acks) waitArg(ctx, caller context.Context) (ms int64, cut bool) {
 	ms = a.waitMs()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return ms, false
+	left := func(c context.Context) (int64, bool) {
+		dl, ok := c.Deadline()
+		if !ok {
+			return 0, false
+		}
+		return int64((time.Until(dl) - ReplyMargin) / time.Millisecond), true
 	}
-	left := int64((time.Until(dl) - ReplyMargin) / time.Millisecond)
-	if left >= ms {
-		return ms, false
+	if l, ok := left(caller); ok && l < ms {
+		ms, cut = l, true
 	}
-	return max(left, 1), true
+	if l, ok := left(ctx); ok && l < ms {
+		ms, cut = l, false
+	}
+	return max(ms, 1), cut
 }
 
 // Reply is what the touch and the WAIT after a script said.
@@ -153,7 +162,7 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 // wait queues on pipe the WAIT for a send under ctx, its timeout cut to
 // caller's deadline.
 func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner) (wait *redis.IntCmd, ms int64, cut bool) {
-	ms, cut = a.waitArg(caller)
+	ms, cut = a.waitArg(ctx, caller)
 	wait = redis.NewIntCmd(ctx, "wait", a.N, ms)
 	_ = pipe.Process(ctx, wait)
 	return wait, ms, cut
