@@ -109,7 +109,9 @@
 // again. Single node and Sentinel (*redis.Client) only; the timeout must
 // leave 250ms under the client's ReadTimeout (Redis answers a WAIT that
 // timed out at its next timer tick), and the caller's deadline cuts it,
-// also for the completed record, whose write outlives that deadline.
+// also for the completed record, whose write outlives that deadline; that
+// write runs within the lease (WithLease), which cuts its WAIT too, to the
+// lease less 250ms.
 //
 // When fewer than n replicas acknowledge within the timeout, Do returns an
 // error holding a *NotReplicatedError (errors.Is: ErrNotReplicated; with

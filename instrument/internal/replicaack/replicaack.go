@@ -117,9 +117,10 @@ type Reply struct {
 // Run runs s on keys with args, then touch.lua on record, then WAIT, in one
 // pipeline sent under ctx, and returns the script's command (read it as
 // Script.Run's) and what the touch and WAIT said. The WAIT's timeout is cut
-// to caller's deadline: the caller's context, which is ctx unless the
-// write must outlive it (idempotency stores fn's result after the caller's
-// deadline). A script the server does not have (NOSCRIPT) is sent again
+// to caller's deadline (the caller's context, which is ctx unless the
+// write must outlive it: idempotency stores fn's result after the caller's
+// deadline, under one of the lease) and to ctx's, which bounds the read of
+// its reply. A script the server does not have (NOSCRIPT) is sent again
 // with EVAL, in a pipeline of its own with the touch and WAIT; a touch it
 // does not have alone is sent again with a WAIT, without the script, which
 // has run: a second run would be a replay, and a first deduction counted
