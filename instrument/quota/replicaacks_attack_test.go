@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,29 +67,7 @@ func TestReplicaAcks_NoAcknowledgedDeductionIsLostInAFailoverMidFlight(t *testin
 			}
 		})
 	}
-	flapDone := make(chan struct{})
-	go func() {
-		defer close(flapDone)
-		for {
-			select {
-			case <-enough:
-				return
-			case <-time.After(time.Duration(rand.IntN(150)) * time.Millisecond): // fault injection, not synchronisation
-			}
-			if err := rp.Replica.Pause(); err != nil {
-				t.Error(err)
-				return
-			}
-			select {
-			case <-enough:
-			case <-time.After(time.Duration(rand.IntN(400)) * time.Millisecond):
-			}
-			if err := rp.Replica.Resume(); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
+	flapDone := rp.FlapReplica(t, enough)
 	select {
 	case <-enough:
 	case <-ctx.Done():

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -100,4 +101,36 @@ func (rp *Replicated) CaughtUp(t testing.TB) {
 		})
 		return err == nil && wait.Val() == 1
 	})
+}
+
+// FlapReplica stops and resumes the replica (SIGSTOP, SIGCONT) at random,
+// up to 150 ms running and 400 ms stopped at a time, until until is
+// closed; the channel it returns is closed once the replica runs again
+// and the flapping has ended. A failure to signal fails t and ends it.
+// The random waits inject the fault; nothing waits on them to decide.
+func (rp *Replicated) FlapReplica(t testing.TB, until <-chan struct{}) (done <-chan struct{}) {
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-until:
+				return
+			case <-time.After(time.Duration(rand.IntN(150)) * time.Millisecond):
+			}
+			if err := rp.Replica.Pause(); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-until:
+			case <-time.After(time.Duration(rand.IntN(400)) * time.Millisecond):
+			}
+			if err := rp.Replica.Resume(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	return ended
 }
