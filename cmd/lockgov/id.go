@@ -51,7 +51,7 @@ func newIDCmd() *cobra.Command {
 		},
 	}
 	gf.register(gen.Flags())
-	gen.Flags().Int64Var(&worker, "worker", -1, "WorkerID (required)")
+	gen.Flags().Int64Var(&worker, "worker", 0, "WorkerID (required)") // required: gen checks Changed, so no default shows
 	gen.Flags().IntVarP(&n, "count", "n", 1, "number of IDs")
 	id.AddCommand(decode, gen)
 	return id

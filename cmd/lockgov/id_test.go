@@ -83,3 +83,22 @@ func TestRun_ExitCodes(t *testing.T) {
 		t.Fatalf("unknown flag: code %d, %q", code, stderr.String())
 	}
 }
+
+// TestIDCmd_GenHelpShowsNoDefaultForTheRequiredWorker holds that `id gen
+// --help` does not offer a default for --worker, which has none: it showed
+// "(default -1)", a value gen refuses.
+func TestIDCmd_GenHelpShowsNoDefaultForTheRequiredWorker(t *testing.T) {
+	var out bytes.Buffer
+	if err := idCmd([]string{"gen", "--help"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(out.String()) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--worker ") { // the flag's line, not the usage line
+			if strings.Contains(line, "default") {
+				t.Fatalf("--worker is required, yet its help line offers a default: %q", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no --worker line in the help:\n%s", out.String())
+}
