@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/internal/replicaack"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
 )
 
@@ -53,9 +54,7 @@ func (a replicaAcks) on() bool { return a.n > 0 }
 // (> 0) but under a millisecond must not truncate to it: it would wait out
 // the client's read timeout instead (and go-redis would resend the
 // pipeline), failing with a transport error rather than ErrNotReplicated.
-func (a replicaAcks) waitMs() int64 {
-	return int64((a.timeout + time.Millisecond - 1) / time.Millisecond)
-}
+func (a replicaAcks) waitMs() int64 { return a.shared().WaitMs() }
 
 // waitArg is WAIT's timeout in milliseconds for a send under ctx, and
 // whether ctx's deadline shortened it: the configured timeout (waitMs), or
@@ -64,19 +63,14 @@ func (a replicaAcks) waitMs() int64 {
 // deadline is cut by it: with ContextTimeoutEnabled the read deadline
 // fails the pipeline with an i/o timeout and go-redis drops the
 // connection; without it nothing but the WAIT's timeout bounds the read,
-// and the caller waited out the whole timeout past its deadline.
+// and the caller waited out the whole timeout past its deadline. The
+// arithmetic is quota's and idempotency's (instrument/internal/replicaack),
+// with the send's context the caller's.
 func (a replicaAcks) waitArg(ctx context.Context) (ms int64, cut bool) {
-	ms = a.waitMs()
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return ms, false
-	}
-	left := int64((time.Until(dl) - waitReplyMargin) / time.Millisecond)
-	if left >= ms {
-		return ms, false
-	}
-	return max(left, 1), true
+	return a.shared().WaitArg(ctx, ctx)
 }
+
+func (a replicaAcks) shared() replicaack.Acks { return replicaack.Acks{N: a.n, Timeout: a.timeout} }
 
 // ackReply is the answer of the WAIT that followed a command: how many
 // replicas acknowledged the connection's writes up to it, or why WAIT did
@@ -155,4 +149,5 @@ func (a replicaAcks) checkClient(c redis.UniversalClient) error {
 // read deadline: an i/o timeout, the connection dropped and the whole
 // pipeline resent (each WAIT waiting again), instead of ErrNotReplicated.
 // It assumes hz >= 10; a server run with a lower hz answers later still.
-const waitReplyMargin = 250 * time.Millisecond
+// quota and idempotency use the same one.
+const waitReplyMargin = replicaack.ReplyMargin

@@ -32,7 +32,7 @@ var (
 // ReplyMargin is how much later than its timeout a WAIT's reply may arrive:
 // Redis ends a WAIT that timed out at its next timer tick, every 1000/hz ms
 // (100ms at the default hz 10), and the reply must then reach the client on
-// a loaded machine (redislock measured it: see its waitReplyMargin).
+// a loaded machine (measured in redislock; its waitReplyMargin is this constant).
 const ReplyMargin = 250 * time.Millisecond
 
 // Acks is WithReplicaAcks(N, Timeout); the zero value asks for none.
@@ -70,26 +70,26 @@ func (a Acks) CheckClient(pkg string, c redis.UniversalClient) error {
 	if !ok {
 		return fmt.Errorf("%s: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not %T: WAIT must run on the connection and node that ran the script", pkg, c)
 	}
-	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.waitMs())*time.Millisecond > rt-ReplyMargin {
+	if rt := rc.Options().ReadTimeout; rt > 0 && time.Duration(a.WaitMs())*time.Millisecond > rt-ReplyMargin {
 		return fmt.Errorf("%s: WithReplicaAcks timeout %v must be at most %v: the client's ReadTimeout %v less %v for the WAIT's late reply (Redis answers a WAIT that timed out at its next timer tick)", pkg, a.Timeout, max(rt-ReplyMargin, 0), rt, ReplyMargin)
 	}
 	return nil
 }
 
-// waitMs is the timeout in whole milliseconds, rounded up: WAIT n 0 blocks.
-func (a Acks) waitMs() int64 {
+// WaitMs is the timeout in whole milliseconds, rounded up: WAIT n 0 blocks.
+func (a Acks) WaitMs() int64 {
 	return int64((a.Timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
-// waitArg is WAIT's timeout in milliseconds for a send under ctx on
+// WaitArg is WAIT's timeout in milliseconds for a send under ctx on
 // behalf of caller, and whether caller's deadline cut it: at most what
 // each deadline leaves after ReplyMargin, at least a millisecond. The
 // send's own deadline (idempotency's write of a result, which outlives the
 // caller's, ends with the lease) bounds the read of the WAIT's reply too: a
 // WAIT longer than it would time the whole pipeline out, and go-redis
 // would report the script, which ran, as failed.
-func (a Acks) waitArg(ctx, caller context.Context) (ms int64, cut bool) {
-	ms = a.waitMs()
+func (a Acks) WaitArg(ctx, caller context.Context) (ms int64, cut bool) {
+	ms = a.WaitMs()
 	left := func(c context.Context) (int64, bool) {
 		dl, ok := c.Deadline()
 		if !ok {
@@ -163,7 +163,7 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 // wait queues on pipe the WAIT for a send under ctx, its timeout cut to
 // caller's deadline.
 func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner) (wait *redis.IntCmd, ms int64, cut bool) {
-	ms, cut = a.waitArg(ctx, caller)
+	ms, cut = a.WaitArg(ctx, caller)
 	wait = redis.NewIntCmd(ctx, "wait", a.N, ms)
 	_ = pipe.Process(ctx, wait)
 	return wait, ms, cut
