@@ -38,6 +38,7 @@ func main() {
 	if isVetTool(os.Args[1:]) {
 		runVetTool() // does not return
 	}
+	routeRedisLog(os.Stderr)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
