@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +134,44 @@ func (rp *Replicated) FlapReplica(t testing.TB, until <-chan struct{}) (done <-c
 		}
 	}()
 	return ended
+}
+
+// KillBlockedIn waits until a client connection of r is blocked in cmd
+// (CLIENT LIST says flags=b and cmd=<cmd>, as for a WAIT that no replica
+// has answered yet)
+// and closes it (CLIENT KILL ID): the replies the server wrote before it
+// blocked reach the client, the blocked command's never does. It kills
+// one connection.
+func (r *Redis) KillBlockedIn(t testing.TB, cmd string) {
+	t.Helper()
+	c := NewRedisClient(t, r.Addr())
+	ctx := context.Background()
+	var id string
+	WaitFor(t, 30*time.Second, "a connection blocked in "+cmd, func() bool {
+		list, err := c.ClientList(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for line := range strings.Lines(list) {
+			fields := strings.Fields(line)
+			if slices.Contains(fields, "cmd="+cmd) && slices.ContainsFunc(fields, blocked) {
+				for _, f := range fields {
+					if v, ok := strings.CutPrefix(f, "id="); ok {
+						id = v
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	if err := c.Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatalf("testenv: kill the connection blocked in %s: %v", cmd, err)
+	}
+}
+
+// blocked says whether a CLIENT LIST field is flags with b (blocked).
+func blocked(field string) bool {
+	flags, ok := strings.CutPrefix(field, "flags=")
+	return ok && strings.Contains(flags, "b")
 }

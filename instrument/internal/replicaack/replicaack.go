@@ -146,6 +146,7 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 		wait, ms, cut = a.wait(ctx, caller, pipe)
 		_, _ = pipe.Exec(ctx)
 	}
+	heard(cmd)
 	r := Reply{Acked: wait.Val(), Timeout: time.Duration(ms) * time.Millisecond, Cut: cut}
 	switch touched, err := touch.Int(); {
 	case wait.Err() != nil:
@@ -167,6 +168,21 @@ func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner) (wait *red
 	wait = redis.NewIntCmd(ctx, "wait", a.N, ms)
 	_ = pipe.Process(ctx, wait)
 	return wait, ms, cut
+}
+
+// heard clears the error go-redis put on a script it had heard answer: a
+// pipeline whose later reply (the WAIT's) is lost fails as a whole, and
+// go-redis stamps that transport error on every command that had none, the
+// answered script's included, once it stops retrying (with retries off, at
+// once). The answer is still the command's value (a reply that was not read
+// leaves none). Without this, a script that ran on the primary read as
+// one that may not have: quota's WithFallback deducted it a second time and
+// idempotency's FailOpen ran fn beside a claim that held the key. The WAIT
+// keeps its error, so the caller hears ErrNotReplicated with it.
+func heard(cmd *redis.Cmd) {
+	if err := cmd.Err(); err != nil && cmd.Val() != nil {
+		cmd.SetErr(nil)
+	}
 }
 
 func noScript(err error) bool {

@@ -1,0 +1,94 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated: with
+// WithReplicaAcks, the replica stopped before the claim or while fn runs,
+// begin.lua or finish.lua runs on the primary and answers, and the
+// connection is killed (CLIENT KILL) while its WAIT blocks; the client has
+// retries off, so go-redis stamps the WAIT's EOF on the script's answer
+// too. The claim is on the primary: fn must not run (not even degraded,
+// under FailOpen), the key must be released (the next Do is attempt 2, at
+// once, not after the 30s lease). The completed record is on the primary:
+// Do must return fn's result with ErrNotReplicated, not Degraded with no
+// error (under FailOpen a success no replica has) nor a store error
+// without the result; the retry replays it. fn runs once in all.
+func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
+	for _, stopWhen := range []string{"claim", "completion"} {
+		for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
+			t.Run(fmt.Sprintf("%s/%v", stopWhen, policy), func(t *testing.T) {
+				ctx := timeout(t, 2*time.Minute)
+				rp := testenv.NewReplicated(t)
+				o := *testenv.NewRedisClient(t, rp.Primary.Addr()).Options()
+				o.MaxRetries = -1
+				c := redis.NewClient(&o)
+				t.Cleanup(func() { _ = c.Close() })
+				reg := prometheus.NewPedanticRegistry()
+				s := newStore(t, c, idempotency.WithReplicaAcks(1, healthyAckTimeout),
+					idempotency.WithStoreFailure(policy), idempotency.WithRegisterer(reg))
+				var runs atomic.Int32
+				// Load the scripts, so that the pipeline killed is the EVALSHA's.
+				if _, err := s.Do(ctx, "warm", nil, counted(&runs)); err != nil {
+					t.Fatal(err)
+				}
+				runs.Store(0)
+				var resume func()
+				if stopWhen == "claim" {
+					resume = rp.PauseReplica(t)
+				}
+				type result struct {
+					res idempotency.Result
+					err error
+				}
+				done := make(chan result, 1)
+				go func() {
+					res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+						if stopWhen == "completion" {
+							resume = rp.PauseReplica(t) // after the claim was acknowledged
+						}
+						return counted(&runs)(ctx, a)
+					})
+					done <- result{res, err}
+				}()
+				rp.Primary.KillBlockedIn(t, "wait")
+				r := <-done
+				if !errors.Is(r.err, idempotency.ErrNotReplicated) {
+					t.Errorf("Do whose WAIT reply was lost = %+v, %v; want ErrNotReplicated", r.res, r.err)
+				}
+				if n := degradedCount(t, reg, "idempotency"); n != 0 {
+					t.Errorf("lockgov_store_degraded_total = %v; a WAIT's lost reply is not a store failure", n)
+				}
+				wantRuns, wantState := map[string]int32{"claim": 0, "completion": 1}[stopWhen], map[string]string{"claim": "free", "completion": "done"}[stopWhen]
+				if runs.Load() != wantRuns {
+					t.Errorf("fn ran %d times, want %d", runs.Load(), wantRuns)
+				}
+				if stopWhen == "completion" && (string(r.res.Body) != "charged" || r.res.Degraded) {
+					t.Errorf("Do = %+v; want fn's result, not degraded", r.res)
+				}
+				if st := recordState(t, ctx, testenv.NewRedisClient(t, rp.Primary.Addr()), "pay:order-1"); st != wantState {
+					t.Errorf("the record is %q on the primary, want %q", st, wantState)
+				}
+				resume()
+				rp.CaughtUp(t)
+				res, err := s.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs), idempotency.NoWait())
+				if err != nil || string(res.Body) != "charged" || runs.Load() != 1 {
+					t.Fatalf("the retry = %+v, %v with fn run %d times; want the result and one run in all", res, err, runs.Load())
+				}
+			})
+		}
+	}
+}
