@@ -96,7 +96,12 @@
 // What it costs and leaves open: every Deduct and Refund pays the WAIT
 // (the replicas' round trip), and while fewer than n replicas answer each
 // waits the whole timeout; a sharded Deduct that falls back across shards
-// waits once per shard it visits. WAIT does not make Redis strongly
+// waits once per shard it visits, and a shard's refusal must be
+// acknowledged before the next shard is tried: the refusal's record is
+// what sends a retry past that shard, and a failover that lost it while
+// keeping the next shard's deduction would let the retry deduct on the
+// first shard too once a refund filled it. An unacknowledged refusal is
+// ErrNotReplicated with nothing deducted. WAIT does not make Redis strongly
 // consistent: a failover may still promote a replica that did not
 // acknowledge (Sentinel prefers the most up-to-date one), and the primary
 // does not count a replica for about a second after it (re)connects. Set,

@@ -204,7 +204,6 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 	n := q.cfg.shards
 	start := q.shardOf(requestID)
 	replayed := true
-	var unacked error // the last visit's, with WithReplicaAcks
 	// The order of the shards depends on the request id only, so a retry
 	// visits them in the first call's order and finds its records.
 	for j := range n {
@@ -222,21 +221,23 @@ func (q *Quota) deduct(ctx context.Context, key string, amount int64, requestID 
 			return 0, "error", fmt.Errorf("quota: deduct %q: %w", key, scriptErr(err))
 		}
 		replayed = replayed && res[0] == 1
-		// One replication stream: replicas that have this visit's record
-		// have the earlier visits' too, so the last visit decides.
-		unacked = ackErr
 		if res[1] >= 0 {
-			if unacked != nil {
-				return 0, "not_replicated", fmt.Errorf("quota: deduct %q: deducted on the primary, not yet on enough replicas (retry with the same request id): %w", key, unacked)
+			if ackErr != nil {
+				return 0, "not_replicated", fmt.Errorf("quota: deduct %q: deducted on the primary, not yet on enough replicas (retry with the same request id): %w", key, ackErr)
 			}
 			if replayed {
 				return res[1], "replay", nil
 			}
 			return res[1], "ok", nil
 		}
-	}
-	if unacked != nil {
-		return 0, "not_replicated", fmt.Errorf("quota: deduct %q: refused on the primary as insufficient, not yet on enough replicas (retry with the same request id): %w", key, unacked)
+		// A shard too short for the amount: its -1 record sends a retry
+		// on to the next shard, so the next visit waits until the replicas
+		// have it. A failover to a replica without it, after the next
+		// shard's deduction was acknowledged, would let a retry deduct
+		// here too once a refund filled this shard.
+		if ackErr != nil {
+			return 0, "not_replicated", fmt.Errorf("quota: deduct %q: refused by a shard on the primary as insufficient, not yet on enough replicas, no other shard tried (retry with the same request id): %w", key, ackErr)
+		}
 	}
 	result := "insufficient"
 	if replayed {

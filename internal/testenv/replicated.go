@@ -175,3 +175,31 @@ func blocked(field string) bool {
 	flags, ok := strings.CutPrefix(field, "flags=")
 	return ok && strings.Contains(flags, "b")
 }
+
+// Switchover promotes the replica (REPLICAOF NO ONE) and makes the old
+// primary, still running, its replica, as Sentinel does with an old
+// primary that comes back: the full sync replaces the old primary's data
+// with the promoted one's, so writes it never replicated are gone from
+// both. It returns once the new primary counts its replica for WAIT, with
+// Primary and Replica swapped. Clients of the old primary are the test's
+// to move; Link no longer carries the replication stream (the new replica
+// reads the new primary directly).
+func (rp *Replicated) Switchover(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	rp.Promote(t)
+	np, nr := NewRedisClient(t, rp.Replica.Addr()), NewRedisClient(t, rp.Primary.Addr())
+	if err := np.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatalf("testenv: switchover: %v", err)
+	}
+	host, port, _ := strings.Cut(rp.Replica.Addr(), ":")
+	if err := nr.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("testenv: switchover: make the old primary a replica: %v", err)
+	}
+	rp.Primary, rp.Replica = rp.Replica, rp.Primary
+	WaitFor(t, 30*time.Second, "the old primary to sync from the promoted replica", func() bool {
+		info, err := nr.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	rp.CaughtUp(t)
+}
