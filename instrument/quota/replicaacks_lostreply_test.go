@@ -79,3 +79,98 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *tes
 		})
 	}
 }
+
+// TestReplicaAcks_AWaitAnsweredAfterTheCallersDeadlineIsNotReplicated: the
+// client reaches the primary through a proxy that delays every chunk by
+// 500 ms, the replica is stopped, the caller's deadline is 3 s. WAIT is
+// cut to the deadline less the margin (2.75 s), but it starts half a
+// second late and its reply is half a second on the way back, after the
+// deadline: the script's reply (at about 1 s) was read, the WAIT's read
+// ends with the deadline. (Were the WAIT's reply in time, it would say 0
+// acknowledgements: the same answer.) Deduct must return by the caller's
+// deadline an error that says not replicated (the deduction is in Redis),
+// not a success, not the fallback's; the retry after the replica is back
+// replays it.
+func TestReplicaAcks_AWaitAnsweredAfterTheCallersDeadlineIsNotReplicated(t *testing.T) {
+	ctx := timeout(t, 2*time.Minute)
+	rp := replicatedStock(t, ctx)
+	px := testenv.NewProxy(t, rp.Primary.Addr())
+	var fallbacks atomic.Int32
+	q := newQuota(t, testenv.NewRedisClient(t, px.Addr()), quota.WithReplicaAcks(1, healthyAckTimeout),
+		quota.WithFallback(func(context.Context, string, int64, string) (int64, error) {
+			fallbacks.Add(1)
+			return 0, nil
+		}))
+	// Load the scripts and open the connection before the delay.
+	if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	resume := rp.PauseReplica(t)
+	px.SetLatency(500 * time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := q.Deduct(dctx, failoverKey, 2, "order-1")
+	if !errors.Is(err, quota.ErrNotReplicated) {
+		t.Errorf("Deduct whose WAIT answered after the deadline = %v; want ErrNotReplicated", err)
+	}
+	if n := fallbacks.Load(); n != 0 {
+		t.Errorf("the fallback decided %d deductions that Redis had applied", n)
+	}
+	px.SetLatency(0)
+	resume()
+	rp.CaughtUp(t)
+	if left, err := q.Deduct(ctx, failoverKey, 2, "order-1"); err != nil || left != 7 {
+		t.Fatalf("the retry of order-1 = %d, %v; want 7, nil (10 - 1 - 2, once)", left, err)
+	}
+}
+
+// TestReplicaAcks_AResentDeductWaitsAgainAndDeductsOnce: the reply of a
+// Deduct's whole pipeline (script, touch, WAIT) is lost after it ran on
+// the primary (the proxy drops it), and go-redis resends the pipeline on
+// another connection after its 2 s read timeout. The resend replays the
+// record: it must deduct nothing more, and it must itself wait for the
+// replica before Deduct reports success: with the replica stopped it is
+// ErrNotReplicated, not the replay's answer; with the replica running it
+// is the first answer, and the replica has the record.
+func TestReplicaAcks_AResentDeductWaitsAgainAndDeductsOnce(t *testing.T) {
+	for _, stopped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := replicatedStock(t, ctx)
+			px := testenv.NewProxy(t, rp.Primary.Addr())
+			o := *testenv.NewRedisClient(t, px.Addr()).Options()
+			o.ReadTimeout, o.MaxRetries = 2*time.Second, 2
+			c := redis.NewClient(&o)
+			t.Cleanup(func() { _ = c.Close() })
+			q := newQuota(t, c, quota.WithReplicaAcks(1, ackTimeout))
+			if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil { // loads the scripts
+				t.Fatal(err)
+			}
+			resume := func() {}
+			if stopped {
+				resume = rp.PauseReplica(t)
+			}
+			dropped := px.DropNextReply()
+			left, err := q.Deduct(ctx, failoverKey, 2, "order-1")
+			select {
+			case <-dropped:
+			default:
+				t.Fatal("no reply was dropped: the scenario did not happen")
+			}
+			switch {
+			case stopped && !errors.Is(err, quota.ErrNotReplicated):
+				t.Fatalf("the resent Deduct with the replica stopped = %d, %v; want ErrNotReplicated", left, err)
+			case !stopped && (err != nil || left != 7):
+				t.Fatalf("the resent Deduct = %d, %v; want 7, nil", left, err)
+			}
+			resume()
+			rp.CaughtUp(t)
+			rp.ReplicaHas(t, "one deduction of order-1", func(c *redis.Client) bool {
+				return c.HGet(ctx, quota.DefaultPrefix+"{"+failoverKey+"}", "remain").Val() == "7"
+			})
+			if left, err := q.Deduct(ctx, failoverKey, 2, "order-1"); err != nil || left != 7 {
+				t.Fatalf("the retry of order-1 = %d, %v; want 7, nil (10 - 1 - 2, once)", left, err)
+			}
+		})
+	}
+}
