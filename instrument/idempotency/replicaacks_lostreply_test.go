@@ -92,3 +92,58 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce: the reply of
+// the completed record's pipeline (finish.lua, touch, WAIT) is lost after
+// it ran on the primary (the proxy drops it), and go-redis resends it
+// after its 2 s read timeout. finish.lua finds its own finished record and
+// writes nothing: the touch must make the resend's WAIT count the
+// replicas that have the record. With the replica stopped Do returns fn's
+// result with ErrNotReplicated, not a success; with it running, fn's
+// result and the replica has the record. fn runs once in all.
+func TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce(t *testing.T) {
+	for _, stopped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			rp := testenv.NewReplicated(t)
+			px := testenv.NewProxy(t, rp.Primary.Addr())
+			o := *testenv.NewRedisClient(t, px.Addr()).Options()
+			o.ReadTimeout, o.MaxRetries = 2*time.Second, 2
+			c := redis.NewClient(&o)
+			t.Cleanup(func() { _ = c.Close() })
+			s := newStore(t, c, idempotency.WithReplicaAcks(1, ackTimeout))
+			var runs atomic.Int32
+			if _, err := s.Do(ctx, "warm", nil, counted(&runs)); err != nil { // loads the scripts
+				t.Fatal(err)
+			}
+			runs.Store(0)
+			resume := func() {}
+			var dropped <-chan struct{}
+			res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
+				if stopped {
+					resume = rp.PauseReplica(t) // after the claim was acknowledged
+				}
+				dropped = px.DropNextReply() // the completion's
+				return counted(&runs)(ctx, a)
+			})
+			select {
+			case <-dropped:
+			default:
+				t.Fatal("no reply was dropped: the scenario did not happen")
+			}
+			switch {
+			case stopped && (!errors.Is(err, idempotency.ErrNotReplicated) || string(res.Body) != "charged"):
+				t.Fatalf("the resent completion with the replica stopped = %+v, %v; want fn's result with ErrNotReplicated", res, err)
+			case !stopped && (err != nil || string(res.Body) != "charged" || res.Replayed):
+				t.Fatalf("the resent completion = %+v, %v; want fn's result, first run", res, err)
+			}
+			resume()
+			rp.CaughtUp(t)
+			rp.ReplicaHas(t, "the completed record", func(c *redis.Client) bool { return recordState(t, ctx, c, "pay:order-1") == "done" })
+			res, err = s.Do(ctx, "pay:order-1", []byte("fp"), counted(&runs))
+			if err != nil || !res.Replayed || string(res.Body) != "charged" || runs.Load() != 1 {
+				t.Fatalf("the retry = %+v, %v with fn run %d times; want the replay and one run", res, err, runs.Load())
+			}
+		})
+	}
+}
