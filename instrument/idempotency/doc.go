@@ -130,11 +130,15 @@
 // It is not a store failure: under WithStoreFailure(instrument.FailOpen)
 // Do neither runs fn without the check nor returns a degraded result for
 // it (the store answered; a retry replays). A WAIT that fails with a
-// transport error after its script answered is treated alike. Renewals and
-// releases do not wait: a renewal a failover loses shortens the lease on
-// the promoted replica to the previous renewal's (so an owner cut off
-// from the replica for about the lease is the slow owner below), a lost
-// release leaves the key to its lease.
+// transport error after its script answered is treated alike, also when
+// go-redis gave the whole pipeline up (the script's answer it read is
+// kept: a claim is released without running fn, a completed record's
+// result is returned with ErrNotReplicated). A go-redis resend whose own
+// script reply is lost is a transport error, as without the option.
+// Renewals and releases do not wait: a renewal a failover loses shortens
+// the lease on the promoted replica to the previous renewal's (so an owner
+// cut off from the replica for about the lease is the slow owner below), a
+// lost release leaves the key to its lease.
 //
 // What it costs and leaves open: every Do pays a WAIT per script (two for
 // a first run, one per replay and per poll of a busy key), and while fewer

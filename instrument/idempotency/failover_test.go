@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -14,11 +15,7 @@ import (
 // on the promoted replica: the client a failover points the caller at.
 func failOver(t *testing.T, rp *testenv.Replicated) *idempotency.Store {
 	t.Helper()
-	if err := rp.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	rp.Promote(t)
-	return newStore(t, testenv.NewRedisClient(t, rp.Replica.Addr()))
+	return newStore(t, replicaacktest.FailOver(t, rp))
 }
 
 // counted is an fn that counts its runs and returns "charged".

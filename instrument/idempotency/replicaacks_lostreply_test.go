@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -33,10 +34,7 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", stopWhen, policy), func(t *testing.T) {
 				ctx := timeout(t, 2*time.Minute)
 				rp := testenv.NewReplicated(t)
-				o := *testenv.NewRedisClient(t, rp.Primary.Addr()).Options()
-				o.MaxRetries = -1
-				c := redis.NewClient(&o)
-				t.Cleanup(func() { _ = c.Close() })
+				c := replicaacktest.ClientWith(t, rp.Primary.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
 				reg := prometheus.NewPedanticRegistry()
 				s := newStore(t, c, idempotency.WithReplicaAcks(1, healthyAckTimeout),
 					idempotency.WithStoreFailure(policy), idempotency.WithRegisterer(reg))
@@ -106,11 +104,7 @@ func TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce(t *testing.T) {
 		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
 			rp := testenv.NewReplicated(t)
-			px := testenv.NewProxy(t, rp.Primary.Addr())
-			o := *testenv.NewRedisClient(t, px.Addr()).Options()
-			o.ReadTimeout, o.MaxRetries = 2*time.Second, 2
-			c := redis.NewClient(&o)
-			t.Cleanup(func() { _ = c.Close() })
+			c, px := replicaacktest.ResendingClient(t, rp)
 			s := newStore(t, c, idempotency.WithReplicaAcks(1, ackTimeout))
 			var runs atomic.Int32
 			if _, err := s.Do(ctx, "warm", nil, counted(&runs)); err != nil { // loads the scripts
@@ -126,11 +120,7 @@ func TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce(t *testing.T) {
 				dropped = px.DropNextReply() // the completion's
 				return counted(&runs)(ctx, a)
 			})
-			select {
-			case <-dropped:
-			default:
-				t.Fatal("no reply was dropped: the scenario did not happen")
-			}
+			replicaacktest.WantDropped(t, dropped)
 			switch {
 			case stopped && (!errors.Is(err, idempotency.ErrNotReplicated) || string(res.Body) != "charged"):
 				t.Fatalf("the resent completion with the replica stopped = %+v, %v; want fn's result with ErrNotReplicated", res, err)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,18 +17,16 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// ackTimeout is the WAIT timeout where no replica acknowledges: short,
-// since a stopped replica costs every write the whole of it.
-// healthyAckTimeout is the WAIT timeout where a replica must acknowledge
-// through a link delayed by linkLatency each way: well under the 5 s read
-// timeout of testenv's clients less the 250 ms margin.
+// The WAIT timeouts of replicaacktest, where no replica acknowledges and
+// where one must through a link delayed by linkLatency.
 const (
-	ackTimeout        = 500 * time.Millisecond
-	healthyAckTimeout = 4 * time.Second
-	linkLatency       = 300 * time.Millisecond
+	ackTimeout        = replicaacktest.AckTimeout
+	healthyAckTimeout = replicaacktest.HealthyAckTimeout
+	linkLatency       = replicaacktest.LinkLatency
 )
 
 // wantNotReplicated fails the test unless err holds a *NotReplicatedError
@@ -40,9 +37,7 @@ func wantNotReplicated(t *testing.T, what string, err error) {
 	if !errors.As(err, &nr) || !errors.Is(err, idempotency.ErrNotReplicated) {
 		t.Fatalf("%s = %v; want a *NotReplicatedError", what, err)
 	}
-	if nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
-		t.Fatalf("%s: %+v; want 0 of 1 replicas within %v", what, *nr, ackTimeout)
-	}
+	replicaacktest.WantCounts(t, what, nr.Acked, nr.Wanted, nr.Timeout)
 }
 
 // recordState is the st field of key's record on c ("" when absent).
@@ -259,37 +254,6 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 	}
 }
 
-// commands records the commands a client sends alone and in pipelines.
-type commands struct {
-	mu    sync.Mutex
-	sent  []string
-	piped []string
-}
-
-func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.sent = append(h.sent, cmd.Name())
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		names := make([]string, len(cmds))
-		for i, c := range cmds {
-			names[i] = c.Name()
-		}
-		h.mu.Lock()
-		h.piped = append(h.piped, strings.Join(names, " "))
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks, a
 // first Do sends two EVALSHAs (begin, finish) and a replay one, each alone,
 // as before the option existed: no pipeline, no WAIT, no touch. With it,
@@ -315,19 +279,14 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 			if _, err := s.Do(ctx, "warm-"+tc.name, nil, counted(&runs)); err != nil {
 				t.Fatal(err)
 			}
-			h := &commands{}
+			h := &replicaacktest.Commands{}
 			c.AddHook(h)
 			for range 2 { // the first run, then a replay
 				if _, err := s.Do(ctx, "pay:"+tc.name, []byte("fp"), counted(&runs)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if got := strings.Join(h.sent, " "); got != tc.sent {
-				t.Errorf("commands sent alone: %q, want %q", got, tc.sent)
-			}
-			if got := strings.Join(h.piped, "|"); got != tc.piped {
-				t.Errorf("pipelines: %q, want %q", got, tc.piped)
-			}
+			h.WantSent(t, tc.sent, tc.piped)
 		})
 	}
 }
@@ -335,25 +294,13 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 // TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
 // refuses each bad use of WithReplicaAcks with an error naming it.
 func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
-	c := single(t) // testenv's client: ReadTimeout 5s
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Options().Addr}})
-	defer cluster.Close()
-	for _, tc := range []struct {
-		name string
-		c    redis.UniversalClient
-		opt  idempotency.Option
-		want string
-	}{
-		{"no replica", c, idempotency.WithReplicaAcks(0, time.Second), "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
-		{"negative timeout", c, idempotency.WithReplicaAcks(1, -time.Second), "timeout -1s must be > 0"},
-		{"timeout over the read timeout", c, idempotency.WithReplicaAcks(1, 4800*time.Millisecond), "timeout 4.8s must be at most 4.75s"},
-		{"cluster", cluster, idempotency.WithReplicaAcks(1, time.Second), "needs a *redis.Client"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := idempotency.New(tc.c, tc.opt)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
-			}
-		})
-	}
+	replicaacktest.WantRefusals(t, func(c redis.UniversalClient, opt idempotency.Option) error {
+		_, err := idempotency.New(c, opt)
+		return err
+	}, []replicaacktest.Refusal[idempotency.Option]{
+		{Name: "no replica", Opt: idempotency.WithReplicaAcks(0, time.Second), Want: "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
+		{Name: "negative timeout", Opt: idempotency.WithReplicaAcks(1, -time.Second), Want: "timeout -1s must be > 0"},
+		{Name: "timeout over the read timeout", Opt: idempotency.WithReplicaAcks(1, 4800*time.Millisecond), Want: "timeout 4.8s must be at most 4.75s"},
+		{Name: "cluster", Opt: idempotency.WithReplicaAcks(1, time.Second), Cluster: true, Want: "needs a *redis.Client"},
+	})
 }

@@ -91,7 +91,11 @@
 // is not a store failure: WithFallback never decides it (the deduction is
 // in Redis; a fallback's would be a second one). A WAIT that fails with a
 // transport error after the script answered is treated alike: the caller
-// gets ErrNotReplicated with that error, not the fallback.
+// gets ErrNotReplicated with that error, not the fallback, also when
+// go-redis gave the whole pipeline up (it marks every command with the
+// WAIT's error; the script's answer it read is kept). A go-redis resend
+// whose own script reply is lost is a transport error, as without the
+// option, even when an earlier try heard the script.
 //
 // What it costs and leaves open: every Deduct and Refund pays the WAIT
 // (the replicas' round trip), and while fewer than n replicas answer each

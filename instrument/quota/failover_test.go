@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -32,11 +33,7 @@ func replicatedStock(t *testing.T, ctx context.Context) *testenv.Replicated {
 // on the promoted replica: the client a failover points the caller at.
 func failOver(t *testing.T, rp *testenv.Replicated) *quota.Quota {
 	t.Helper()
-	if err := rp.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	rp.Promote(t)
-	return newQuota(t, testenv.NewRedisClient(t, rp.Replica.Addr()))
+	return newQuota(t, replicaacktest.FailOver(t, rp))
 }
 
 // TestFailover_DefaultLosesAnAcknowledgedDeduction is the failure mode the

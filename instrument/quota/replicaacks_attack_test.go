@@ -2,13 +2,10 @@ package quota_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -35,58 +32,15 @@ func TestReplicaAcks_NoAcknowledgedDeductionIsLostInAFailoverMidFlight(t *testin
 	}
 	rp.CaughtUp(t)
 	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithReplicaAcks(1, 300*time.Millisecond))
-	rp.Link.SetLatency(20 * time.Millisecond)
-
-	var mu sync.Mutex
-	var done []string // request ids whose Deduct returned nil
-	var refused int
-	enough := make(chan struct{})
-	var closeEnough sync.Once
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				id := fmt.Sprintf("order-%d-%d", w, i)
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := q.Deduct(cctx, key, 1, id)
-				cancel()
-				mu.Lock()
-				switch {
-				case err == nil:
-					done = append(done, id)
-					if len(done) == 40 {
-						closeEnough.Do(func() { close(enough) })
-					}
-				case errors.Is(err, quota.ErrNotReplicated):
-					refused++
-				default:
-					t.Errorf("Deduct %s: %v", id, err)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	flapDone := rp.FlapReplica(t, enough)
-	select {
-	case <-enough:
-	case <-ctx.Done():
-		t.Fatalf("40 deductions did not succeed: %v", ctx.Err())
-	}
-	<-flapDone
-	if err := rp.Link.Close(); err != nil { // with deductions in flight
-		t.Fatal(err)
-	}
-	stop.Store(true)
-	wg.Wait()
+	done := replicaacktest.MidFlight(t, ctx, rp, "order", quota.ErrNotReplicated, func(ctx context.Context, id string) error {
+		_, err := q.Deduct(ctx, key, 1, id)
+		return err
+	})
 	if t.Failed() {
 		return
 	}
-	promoted := newQuota(t, failOverTo(t, rp))
+	promoted := newQuota(t, replicaacktest.FailOver(t, rp))
 
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("%d deductions acknowledged, %d not replicated", len(done), refused)
 	left, err := promoted.Remaining(ctx, key)
 	if err != nil {
 		t.Fatal(err)

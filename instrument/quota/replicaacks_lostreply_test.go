@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -37,10 +38,7 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *tes
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
-			o := *testenv.NewRedisClient(t, rp.Primary.Addr()).Options()
-			tc.opts(&o)
-			c := redis.NewClient(&o)
-			t.Cleanup(func() { _ = c.Close() })
+			c := replicaacktest.ClientWith(t, rp.Primary.Addr(), tc.opts)
 			reg := prometheus.NewPedanticRegistry()
 			var fallbacks atomic.Int32
 			q := newQuota(t, c, quota.WithReplicaAcks(1, healthyAckTimeout), quota.WithRegisterer(reg),
@@ -137,11 +135,7 @@ func TestReplicaAcks_AResentDeductWaitsAgainAndDeductsOnce(t *testing.T) {
 		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
-			px := testenv.NewProxy(t, rp.Primary.Addr())
-			o := *testenv.NewRedisClient(t, px.Addr()).Options()
-			o.ReadTimeout, o.MaxRetries = 2*time.Second, 2
-			c := redis.NewClient(&o)
-			t.Cleanup(func() { _ = c.Close() })
+			c, px := replicaacktest.ResendingClient(t, rp)
 			q := newQuota(t, c, quota.WithReplicaAcks(1, ackTimeout))
 			if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil { // loads the scripts
 				t.Fatal(err)
@@ -152,11 +146,7 @@ func TestReplicaAcks_AResentDeductWaitsAgainAndDeductsOnce(t *testing.T) {
 			}
 			dropped := px.DropNextReply()
 			left, err := q.Deduct(ctx, failoverKey, 2, "order-1")
-			select {
-			case <-dropped:
-			default:
-				t.Fatal("no reply was dropped: the scenario did not happen")
-			}
+			replicaacktest.WantDropped(t, dropped)
 			switch {
 			case stopped && !errors.Is(err, quota.ErrNotReplicated):
 				t.Fatalf("the resent Deduct with the replica stopped = %d, %v; want ErrNotReplicated", left, err)

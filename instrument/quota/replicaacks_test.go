@@ -3,8 +3,6 @@ package quota_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,19 +10,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
-// ackTimeout is the WAIT timeout where no replica acknowledges: short,
-// since a stopped replica costs every write the whole of it.
-// healthyAckTimeout is the WAIT timeout where a replica must acknowledge
-// through a link delayed by linkLatency each way: well under the 5 s read
-// timeout of testenv's clients less the 250 ms margin.
+// The WAIT timeouts of replicaacktest, where no replica acknowledges and
+// where one must through a link delayed by linkLatency.
 const (
-	ackTimeout        = 500 * time.Millisecond
-	healthyAckTimeout = 4 * time.Second
-	linkLatency       = 300 * time.Millisecond
+	ackTimeout        = replicaacktest.AckTimeout
+	healthyAckTimeout = replicaacktest.HealthyAckTimeout
+	linkLatency       = replicaacktest.LinkLatency
 )
 
 // TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover: with
@@ -53,7 +49,7 @@ func TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover(t *testing.T) {
 			if err := rp.Link.Close(); err != nil { // replication ends here, in-flight chunks dropped
 				t.Fatal(err)
 			}
-			promotedConn := failOverTo(t, rp)
+			promotedConn := replicaacktest.FailOver(t, rp)
 			promoted := newQuota(t, promotedConn, quota.WithShards(shards))
 			if got, err := promoted.Remaining(ctx, failoverKey); err != nil || got != 8 {
 				t.Fatalf("the promoted replica has %d units, %v; want 8: the acknowledged deduction of 2 was lost", got, err)
@@ -67,17 +63,6 @@ func TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover(t *testing.T) {
 			}
 		})
 	}
-}
-
-// failOverTo kills the primary, promotes the replica and returns a client
-// of it.
-func failOverTo(t *testing.T, rp *testenv.Replicated) *redis.Client {
-	t.Helper()
-	if err := rp.Primary.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	rp.Promote(t)
-	return testenv.NewRedisClient(t, rp.Replica.Addr())
 }
 
 // TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce:
@@ -116,9 +101,7 @@ func TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce(t *t
 		if !errors.As(err, &nr) || !errors.Is(err, quota.ErrNotReplicated) {
 			t.Fatalf("%s = %v; want a *NotReplicatedError", what, err)
 		}
-		if nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
-			t.Fatalf("%s: %+v; want 0 of 1 replicas within %v", what, *nr, ackTimeout)
-		}
+		replicaacktest.WantCounts(t, what, nr.Acked, nr.Wanted, nr.Timeout)
 		if errors.Is(err, quota.ErrInsufficient) || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%s = %v; want neither ErrInsufficient nor a deadline", what, err)
 		}
@@ -187,37 +170,6 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 	}
 }
 
-// commands records, per client, the commands sent alone and in pipelines.
-type commands struct {
-	mu    sync.Mutex
-	sent  []string
-	piped [][]string
-}
-
-func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		h.sent = append(h.sent, cmd.Name())
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		names := make([]string, len(cmds))
-		for i, c := range cmds {
-			names[i] = c.Name()
-		}
-		h.mu.Lock()
-		h.piped = append(h.piped, names)
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks,
 // Deduct, a replayed Deduct and Refund each send one EVALSHA, alone, as
 // before the option existed: no pipeline, no WAIT, no touch. With it,
@@ -245,7 +197,7 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 			if _, err := q.Refund(ctx, failoverKey, 1, "warm-refund-"+tc.name); err != nil {
 				t.Fatal(err)
 			}
-			h := &commands{}
+			h := &replicaacktest.Commands{}
 			c.AddHook(h)
 			for _, id := range []string{"order-" + tc.name, "order-" + tc.name} {
 				if _, err := q.Deduct(ctx, failoverKey, 1, id); err != nil {
@@ -255,16 +207,7 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 			if _, err := q.Refund(ctx, failoverKey, 1, "refund-"+tc.name); err != nil {
 				t.Fatal(err)
 			}
-			piped := make([]string, len(h.piped))
-			for i, p := range h.piped {
-				piped[i] = strings.Join(p, " ")
-			}
-			if got := strings.Join(h.sent, " "); got != tc.sent {
-				t.Errorf("commands sent alone: %q, want %q", got, tc.sent)
-			}
-			if got := strings.Join(piped, "|"); got != tc.piped {
-				t.Errorf("pipelines: %q, want %q", got, tc.piped)
-			}
+			h.WantSent(t, tc.sent, tc.piped)
 		})
 	}
 }
@@ -272,28 +215,16 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 // TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
 // refuses each bad use of WithReplicaAcks with an error naming it.
 func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
-	c := single(t) // testenv's client: ReadTimeout 5s
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{c.Options().Addr}})
-	defer cluster.Close()
-	for _, tc := range []struct {
-		name string
-		c    redis.UniversalClient
-		opt  quota.Option
-		want string
-	}{
-		{"no replica", c, quota.WithReplicaAcks(0, time.Second), "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
-		{"negative count", c, quota.WithReplicaAcks(-1, time.Second), "replica count -1 must be >= 1"},
-		{"zero timeout", c, quota.WithReplicaAcks(1, 0), "timeout 0s must be > 0"},
-		{"timeout at the read timeout", c, quota.WithReplicaAcks(1, 5*time.Second), "timeout 5s must be at most 4.75s"},
-		{"cluster", cluster, quota.WithReplicaAcks(1, time.Second), "needs a *redis.Client"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := quota.New(tc.c, tc.opt)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New = %v; want an error containing %q", err, tc.want)
-			}
-		})
-	}
+	c := replicaacktest.WantRefusals(t, func(c redis.UniversalClient, opt quota.Option) error {
+		_, err := quota.New(c, opt)
+		return err
+	}, []replicaacktest.Refusal[quota.Option]{
+		{Name: "no replica", Opt: quota.WithReplicaAcks(0, time.Second), Want: "WithReplicaAcks(0, 1s): replica count 0 must be >= 1"},
+		{Name: "negative count", Opt: quota.WithReplicaAcks(-1, time.Second), Want: "replica count -1 must be >= 1"},
+		{Name: "zero timeout", Opt: quota.WithReplicaAcks(1, 0), Want: "timeout 0s must be > 0"},
+		{Name: "timeout at the read timeout", Opt: quota.WithReplicaAcks(1, 5*time.Second), Want: "timeout 5s must be at most 4.75s"},
+		{Name: "cluster", Opt: quota.WithReplicaAcks(1, time.Second), Cluster: true, Want: "needs a *redis.Client"},
+	})
 	if _, err := quota.New(c, quota.WithReplicaAcks(1, 4750*time.Millisecond)); err != nil {
 		t.Fatalf("New refused a timeout of ReadTimeout less the margin: %v", err)
 	}
@@ -313,7 +244,7 @@ func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 	c := testenv.NewRedisClient(t, rp.Primary.Addr())
 	reg := prometheus.NewPedanticRegistry()
 	q := newQuota(t, c, quota.WithReplicaAcks(1, ackTimeout), quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)))
-	h := &commands{}
+	h := &replicaacktest.Commands{}
 	c.AddHook(h)
 	flush := func() {
 		t.Helper()
@@ -344,16 +275,8 @@ func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 	if !errors.As(err, &nr) {
 		t.Fatalf("Deduct after SCRIPT FLUSH with the replica stopped = %v; want a *NotReplicatedError", err)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var piped []string
-	for _, p := range h.piped {
-		if p[0] != "client" && p[0] != "hello" { // a new connection's handshake
-			piped = append(piped, strings.Join(p, " "))
-		}
-	}
 	want := "evalsha evalsha wait|eval wait|evalsha evalsha wait|eval eval wait|evalsha evalsha wait|eval eval wait"
-	if got := strings.Join(piped, "|"); got != want {
+	if got := h.Piped(); got != want { // without a new connection's handshake
 		t.Fatalf("pipelines: %q, want %q", got, want)
 	}
 }
