@@ -45,8 +45,10 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
 				}
 				runs.Store(0)
 				var resume func()
+				paused := make(chan struct{}) // closed once the replica is stopped
 				if stopWhen == "claim" {
 					resume = rp.PauseReplica(t)
+					close(paused)
 				}
 				type result struct {
 					res idempotency.Result
@@ -57,11 +59,17 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
 					res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
 						if stopWhen == "completion" {
 							resume = rp.PauseReplica(t) // after the claim was acknowledged
+							close(paused)
 						}
 						return counted(&runs)(ctx, a)
 					})
 					done <- result{res, err}
 				}()
+				select { // the WAIT killed is the one after the replica stopped
+				case <-paused:
+				case r := <-done:
+					t.Fatalf("Do returned before the replica stopped: %+v, %v", r.res, r.err)
+				}
 				rp.Primary.KillBlockedIn(t, "wait")
 				r := <-done
 				if !errors.Is(r.err, idempotency.ErrNotReplicated) {
