@@ -15,6 +15,25 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
+// warmAckedQuota is a Quota on c with WithReplicaAcks(1,
+// healthyAckTimeout), opts and a fallback that counts its calls. A first
+// Deduct of 1 from failoverKey (9 left) has loaded its scripts, so that
+// the pipelines the tests break are the EVALSHAs', and opened a
+// connection.
+func warmAckedQuota(t *testing.T, ctx context.Context, c *redis.Client, opts ...quota.Option) (*quota.Quota, *atomic.Int32) {
+	t.Helper()
+	var fallbacks atomic.Int32
+	q := newQuota(t, c, append(opts, quota.WithReplicaAcks(1, healthyAckTimeout),
+		quota.WithFallback(func(context.Context, string, int64, string) (int64, error) {
+			fallbacks.Add(1)
+			return 0, nil
+		}))...)
+	if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	return q, &fallbacks
+}
+
 // TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback:
 // with WithReplicaAcks and WithFallback, the replica stopped, a Deduct's
 // script runs on the primary and answers, and the connection is killed
@@ -40,16 +59,7 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *tes
 			rp := replicatedStock(t, ctx)
 			c := replicaacktest.ClientWith(t, rp.Primary.Addr(), tc.opts)
 			reg := prometheus.NewPedanticRegistry()
-			var fallbacks atomic.Int32
-			q := newQuota(t, c, quota.WithReplicaAcks(1, healthyAckTimeout), quota.WithRegisterer(reg),
-				quota.WithFallback(func(context.Context, string, int64, string) (int64, error) {
-					fallbacks.Add(1)
-					return 0, nil
-				}))
-			// Load the scripts, so that the pipeline killed is the EVALSHA's.
-			if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil {
-				t.Fatal(err)
-			}
+			q, fallbacks := warmAckedQuota(t, ctx, c, quota.WithRegisterer(reg))
 			resume := rp.PauseReplica(t)
 			errc := make(chan error, 1)
 			go func() {
@@ -93,16 +103,7 @@ func TestReplicaAcks_AWaitAnsweredAfterTheCallersDeadlineIsNotReplicated(t *test
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	px := testenv.NewProxy(t, rp.Primary.Addr())
-	var fallbacks atomic.Int32
-	q := newQuota(t, testenv.NewRedisClient(t, px.Addr()), quota.WithReplicaAcks(1, healthyAckTimeout),
-		quota.WithFallback(func(context.Context, string, int64, string) (int64, error) {
-			fallbacks.Add(1)
-			return 0, nil
-		}))
-	// Load the scripts and open the connection before the delay.
-	if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil {
-		t.Fatal(err)
-	}
+	q, fallbacks := warmAckedQuota(t, ctx, testenv.NewRedisClient(t, px.Addr())) // connected before the delay
 	resume := rp.PauseReplica(t)
 	px.SetLatency(500 * time.Millisecond)
 	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
