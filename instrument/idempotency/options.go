@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgov/lockgov/instrument"
-	"github.com/lockgov/lockgov/instrument/internal/replicaack"
+	"github.com/lockgov/lockgov/internal/replicaack"
 )
 
 // Defaults of the options and limits of the input.

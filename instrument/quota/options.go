@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/lockgov/lockgov/instrument/internal/replicaack"
+	"github.com/lockgov/lockgov/internal/replicaack"
 	"github.com/lockgov/lockgov/policy"
 )
 

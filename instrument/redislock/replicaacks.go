@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
-	"github.com/lockgov/lockgov/instrument/internal/replicaack"
 	"github.com/lockgov/lockgov/instrument/internal/storefail"
+	"github.com/lockgov/lockgov/internal/replicaack"
 )
 
 // ErrNotReplicated says that fewer replicas than WithReplicaAcks asks for
