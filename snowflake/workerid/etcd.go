@@ -25,6 +25,10 @@ func NewEtcd(c *clientv3.Client, opts ...Option) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.acksSet {
+		// Refused rather than ignored: a caller who asked for it expects a guarantee.
+		return nil, fmt.Errorf("%w: WithReplicaAcks is for Redis: etcd acknowledges a write only once a quorum of its members has it, and a newly elected leader has every acknowledged write", ErrInvalid)
+	}
 	return &Registry{b: &etcdBackend{c: c, cfg: cfg}, cfg: cfg}, nil
 }
 

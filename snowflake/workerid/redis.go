@@ -34,6 +34,9 @@ func NewRedis(c redis.UniversalClient, opts ...Option) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.acks.CheckClient("workerid", c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	return &Registry{b: &redisBackend{c: c, cfg: cfg}, cfg: cfg}, nil
 }
 
@@ -47,9 +50,10 @@ func (*redisBackend) name() string { return "redis" }
 func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, error) {
 	open := l.value[:len(l.value)-1] // the script appends the floor and the closing brace
 	space := b.cfg.space()
-	res, err := claimScript.Run(ctx, b.c, []string{l.key, l.hwKey, l.spaceKey},
+	cmd, notAcked := b.run(ctx, claimScript, l,
 		open, l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(),
-		b.cfg.longestTTL().Milliseconds(), space).Slice()
+		b.cfg.longestTTL().Milliseconds(), space)
+	res, err := cmd.Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, err)
 	}
@@ -64,6 +68,11 @@ func (b *redisBackend) claim(ctx context.Context, l *leaseState) (int64, int64, 
 		return 0, 0, &SpaceMismatchError{Service: l.claim.Service, WorkerID: l.claim.WorkerID, Key: l.key, Slot: found, Registry: space}
 	case code != 1 || len(res) != 3:
 		return 0, 0, fmt.Errorf("workerid: redis claim: unexpected reply %v", res)
+	}
+	if notAcked != nil {
+		// The caller (Registry.claim) abandons the slot, as any claim that may have
+		// taken it and failed.
+		return 0, 0, fmt.Errorf("workerid: redis claim worker id %d: %w", l.claim.WorkerID, notAcked)
 	}
 	floor, _ := res[1].(int64)
 	reserve, _ := res[2].(int64)
@@ -89,8 +98,9 @@ func (b *redisBackend) abandon(ctx context.Context, l *leaseState, reclaim bool)
 }
 
 func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, int64, int64, time.Duration, error) {
-	res, err := renewScript.Run(ctx, b.c, []string{l.key, l.hwKey, l.spaceKey},
-		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(), b.cfg.space()).Slice()
+	cmd, notAcked := b.run(ctx, renewScript, l,
+		l.token, b.cfg.ttl.Milliseconds(), b.cfg.wall().UnixMilli(), b.cfg.hwTTL.Milliseconds(), b.cfg.space())
+	res, err := cmd.Slice()
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
@@ -98,6 +108,11 @@ func (b *redisBackend) renew(ctx context.Context, l *leaseState) (renewStatus, i
 	case 1:
 		if len(res) != 3 {
 			return 0, 0, 0, 0, fmt.Errorf("workerid: redis renew: unexpected reply %v", res)
+		}
+		if notAcked != nil {
+			// A failed renewal: the lease keeps the last acknowledged one's deadline and
+			// reservation, which a replica promoted now has.
+			return 0, 0, 0, 0, fmt.Errorf("workerid: redis renew worker id %d: %w", l.claim.WorkerID, notAcked)
 		}
 		reserve, _ := res[1].(int64)
 		floor, _ := res[2].(int64)

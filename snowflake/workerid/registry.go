@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/replicaack"
 	"github.com/lockgov/lockgov/snowflake"
 )
 
@@ -88,8 +89,10 @@ type config struct {
 	clock        snowflake.Clock
 	logger       *slog.Logger
 	onLeaked     func(Claim)
-	noBeat       bool           // WithoutHeartbeat
-	beatOpts     []fleet.Option // WithHeartbeat
+	noBeat       bool            // WithoutHeartbeat
+	beatOpts     []fleet.Option  // WithHeartbeat
+	acks         replicaack.Acks // WithReplicaAcks (Redis only)
+	acksSet      bool            // WithReplicaAcks given, whatever its values
 }
 
 // longestTTL is the longest lease TTL of any Registry on the store and key prefix, as far
@@ -250,6 +253,9 @@ func newConfig(opts []Option) (config, error) {
 		c.podIP = os.Getenv("POD_IP")
 	}
 	c.renewTimeout = c.ttl / 3
+	if err := c.checkAcks(); err != nil {
+		return c, err
+	}
 	return c, checkBeatOptions(&c)
 }
 

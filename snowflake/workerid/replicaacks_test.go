@@ -118,6 +118,8 @@ func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
 			return true
 		case errors.Is(err, workerid.ErrCollision):
 			return false
+		case errors.Is(err, workerid.ErrNotReplicated):
+			return false // the chained replica reconnects to the promoted one
 		default:
 			t.Fatalf("B's claim: %v", err)
 			return false
@@ -171,5 +173,17 @@ func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
 func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
 	if r := laggingFailover(t); r.dups == 0 {
 		t.Fatalf("no ID issued by both A and B: the default's renewals now wait for replicas?")
+	}
+}
+
+// TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted: laggingFailover with
+// WithReplicaAcks(1, ...): A's renewals after the cut are not acknowledged, so its lease
+// and reservation stay those of the last one the replica has, and its generator stops
+// before the slot can expire there. B's claim on the promoted replica starts above every
+// ID A issued.
+func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
+	r := laggingFailover(t, workerid.WithReplicaAcks(1, 300*time.Millisecond))
+	if r.dups != 0 {
+		t.Fatalf("%d IDs issued by both A and B", r.dups)
 	}
 }
