@@ -34,7 +34,7 @@ func NewRedis(c redis.UniversalClient, opts ...Option) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.acks.CheckClient("workerid", c); err != nil {
+	if err := cfg.acks.CheckClient("NewRedis", c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return &Registry{b: &redisBackend{c: c, cfg: cfg}, cfg: cfg}, nil

@@ -82,7 +82,7 @@ func (c *config) checkAcks() error {
 	}
 	if limit := c.renewTimeout - replicaack.ReplyMargin; time.Duration(c.acks.WaitMs())*time.Millisecond > limit {
 		return fmt.Errorf("%w: WithReplicaAcks(%d, %v): timeout must be at most %v: a renewal ends within TTL/3 (%v), less %v for the WAIT's late reply",
-			ErrInvalid, n, timeout, max(limit, 0), c.renewTimeout, replicaack.ReplyMargin)
+			ErrInvalid, n, timeout, max(limit, 0).Truncate(time.Millisecond), c.renewTimeout.Round(time.Millisecond), replicaack.ReplyMargin)
 	}
 	return nil
 }

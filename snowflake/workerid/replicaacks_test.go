@@ -83,6 +83,7 @@ func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
 	if err := cp.Set(ctx, slot+":hw", time.Now().Add(-time.Second).UnixMilli(), time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
+	rp.CaughtUp(t) // a replica just synced may not acknowledge a write at once
 	a := claim(t, regA, "auth")
 	stop := make(chan struct{})
 	stopIssuing := sync.OnceFunc(func() { close(stop) })
@@ -185,5 +186,158 @@ func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) 
 	r := laggingFailover(t, workerid.WithReplicaAcks(1, 300*time.Millisecond))
 	if r.dups != 0 {
 		t.Fatalf("%d IDs issued by both A and B", r.dups)
+	}
+}
+
+// ackTimeout is the WithReplicaAcks timeout of the tests with testTTL: at most TTL/3 less
+// 250ms.
+const ackTimeout = 300 * time.Millisecond
+
+// ackedRegistry returns a Registry on the primary of rp, built WithReplicaAcks(1,
+// ackTimeout), with the slot WorkerID 6's high-water mark set as a holder's that released
+// it a second ago (so a claim need not wait out an unknown mark), and that mark.
+func ackedRegistry(t *testing.T, rp *testenv.Replicated) (reg *workerid.Registry, cp *redis.Client, mark int64) {
+	t.Helper()
+	c, _ := failoverClient(t, rp.Primary.Addr())
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-6", "a"),
+		workerid.WithoutHeartbeat(), workerid.WithReplicaAcks(1, ackTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp = testenv.NewRedisClient(t, rp.Primary.Addr())
+	mark = time.Now().Add(-time.Second).UnixMilli()
+	if err := cp.Set(context.Background(), slot6+":hw", mark, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A replica just synced may not acknowledge a write at once: wait until it does.
+	rp.CaughtUp(t)
+	return reg, cp, mark
+}
+
+var slot6 = workerid.SlotKey(workerid.DefaultKeyPrefix, 6)
+
+// TestReplicaAcks_AnUnacknowledgedClaimIsReleasedAndIsNotReplicated: with the only replica
+// stopped, a Claim takes the slot on the primary, hears from WAIT that no replica has it,
+// releases it (owner-checked, the mark put back where the claim found it) and returns
+// *NotReplicatedError{0, 1, 300ms}. Once the replica is back, the same Registry claims the
+// slot, from the same floor.
+func TestReplicaAcks_AnUnacknowledgedClaimIsReleasedAndIsNotReplicated(t *testing.T) {
+	rp := testenv.NewReplicated(t)
+	reg, cp, mark := ackedRegistry(t, rp)
+	ctx := ctxT(t, time.Minute)
+	resume := rp.PauseReplica(t)
+	l, err := reg.Claim(ctxT(t, 5*time.Second), "auth")
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatal("Claim with the replica stopped succeeded, want NotReplicatedError")
+	}
+	var nr *workerid.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, workerid.ErrNotReplicated) || nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
+		t.Fatalf("Claim with the replica stopped: %v, want NotReplicatedError{0, 1, %v}", err, ackTimeout)
+	}
+	if n, err := cp.Exists(ctx, slot6).Result(); err != nil || n != 0 {
+		t.Fatalf("the unacknowledged claim's slot: exists %d, %v; want it released", n, err)
+	}
+	if got, err := cp.Get(ctx, slot6+":hw").Int64(); err != nil || got != mark {
+		t.Fatalf("the mark after the unacknowledged claim: %d, %v; want it put back to %d", got, err, mark)
+	}
+	resume()
+	rp.CaughtUp(t)
+	if got := claim(t, reg, "auth").State().FloorUnixMilli; got != mark {
+		t.Fatalf("the claim after the replica came back has floor %d, want %d", got, mark)
+	}
+}
+
+// TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne: A holds WorkerID 6 and issues; the
+// only replica is stopped. A's renewals (or, with the slot deleted, its re-claim of the
+// vanished slot) run on the primary, which raises the mark, but no replica acknowledges
+// them: the lease keeps the deadline and reservation of the last acknowledged renewal, the
+// generator stops at that deadline with ErrWorkerLeaseLost, no ID it issued is above that
+// reservation, and the lease goes on retrying. Once the replica is back a renewal gets
+// through and the generator issues again.
+func TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		vanish bool // the slot deleted on the primary: the renewal re-claims it
+	}{{"renewal", false}, {"re-claim of a vanished slot", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := testenv.NewReplicated(t)
+			reg, cp, _ := ackedRegistry(t, rp)
+			ctx := ctxT(t, time.Minute)
+			a := claim(t, reg, "auth")
+			g := bound(t, a)
+			stop := make(chan struct{})
+			stopIssuing := sync.OnceFunc(func() { close(stop) })
+			t.Cleanup(stopIssuing)
+			ia := issue(t, g, stop)
+			select {
+			case <-ia.got:
+			case <-ia.done:
+				t.Fatalf("A issued nothing: %v", ia.err)
+			}
+
+			resume := rp.PauseReplica(t)
+			h0, err := cp.Get(ctx, slot6+":hw").Int64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.vanish {
+				if err := cp.Del(ctx, slot6).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A renewal whose script ran after the replica stopped: no replica can
+			// acknowledge it, and the renewals before it have been decided (one at a time).
+			testenv.WaitFor(t, 3*testTTL, "a renewal on the primary while the replica is stopped", func() bool {
+				if tc.vanish {
+					n, err := cp.Exists(ctx, slot6).Result()
+					return err == nil && n == 1
+				}
+				h, err := cp.Get(ctx, slot6+":hw").Int64()
+				return err == nil && h > h0
+			})
+			acked, expires := a.State(), a.ExpiresAt()
+			select {
+			case <-ia.done:
+			case <-time.After(3 * testTTL):
+				t.Fatalf("A's generator still issues %v after the replica stopped", 3*testTTL)
+			}
+			if !errors.Is(ia.err, snowflake.ErrWorkerLeaseLost) {
+				t.Fatalf("A's generator stopped with %v, want ErrWorkerLeaseLost", ia.err)
+			}
+			if err := a.Err(); err != nil {
+				t.Fatalf("A's lease ended with %v; want it retrying", err)
+			}
+			if now := a.State(); !a.ExpiresAt().Equal(expires) || now.LimitUnixMilli != acked.LimitUnixMilli {
+				t.Fatalf("an unacknowledged renewal moved the lease: expiry %v -> %v, reservation %d -> %d",
+					expires, a.ExpiresAt(), acked.LimitUnixMilli, now.LimitUnixMilli)
+			}
+			if h, err := cp.Get(ctx, slot6+":hw").Int64(); err != nil || h <= acked.LimitUnixMilli {
+				t.Fatalf("the primary's mark %d, %v: want it raised past the acknowledged %d by the unacknowledged renewals", h, err, acked.LimitUnixMilli)
+			}
+			ia.mu.Lock()
+			for _, id := range ia.ids {
+				if p, _ := snowflake.Decode(id); p.Time.UnixMilli() > acked.LimitUnixMilli {
+					t.Errorf("ID %d issued at %d, above the acknowledged reservation %d", id, p.Time.UnixMilli(), acked.LimitUnixMilli)
+					break
+				}
+			}
+			ia.mu.Unlock()
+
+			resume()
+			rp.CaughtUp(t)
+			testenv.WaitFor(t, 3*testTTL, "an acknowledged renewal after the replica came back", func() bool {
+				return a.ExpiresAt().After(expires)
+			})
+			ib := issue(t, g, stop)
+			select {
+			case <-ib.got:
+			case <-ib.done:
+				t.Fatalf("A issued nothing after the replica came back: %v", ib.err)
+			case <-time.After(3 * testTTL):
+				t.Fatalf("A never issued after the replica came back (lease error %v)", a.Err())
+			}
+			stopIssuing()
+		})
 	}
 }
