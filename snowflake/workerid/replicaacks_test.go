@@ -3,7 +3,9 @@ package workerid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -339,5 +341,172 @@ func TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne(t *testing.T) {
 			}
 			stopIssuing()
 		})
+	}
+}
+
+// commands records what a client sends, alone and in pipelines, each command as its name,
+// the script it runs (by file name) and its keys, with the count of its other arguments:
+// the values (times, the token) differ from run to run, the shape of the traffic does not.
+type commands struct {
+	scripts map[string]string // SHA: file name
+	mu      sync.Mutex
+	sent    []string
+	piped   []string
+}
+
+func (h *commands) describe(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if cmd.Name() != "evalsha" || len(args) < 3 {
+		return strings.TrimSpace(fmt.Sprintln(args...))
+	}
+	name, ok := h.scripts[fmt.Sprint(args[1])]
+	if !ok {
+		name = "?"
+	}
+	nkeys, _ := args[2].(int)
+	keys := make([]string, 0, nkeys)
+	for _, k := range args[3 : 3+nkeys] {
+		keys = append(keys, strings.TrimPrefix(fmt.Sprint(k), workerid.DefaultKeyPrefix))
+	}
+	return fmt.Sprintf("evalsha %s %s +%d", name, strings.Join(keys, ","), len(args)-3-nkeys)
+}
+
+// add appends d to *to unless it repeats the last entry: the renewals' count varies.
+func (h *commands) add(to *[]string, d string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := len(*to); n == 0 || (*to)[n-1] != d {
+		*to = append(*to, d)
+	}
+}
+
+func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.add(&h.sent, h.describe(cmd))
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		d := make([]string, len(cmds))
+		for i, c := range cmds {
+			d[i] = h.describe(c)
+		}
+		h.add(&h.piped, strings.Join(d, "; "))
+		return next(ctx, cmds)
+	}
+}
+
+// TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks, a claim, its
+// renewals and its release each send one EVALSHA, alone, with the keys and argument count
+// of before the option (this test passes unchanged on the commit before it): no pipeline,
+// no WAIT, no touch. With it (the control: the hook sees pipelines), the claim and the
+// renewals are each one pipeline of the script, the touch of the mark and WAIT; the release
+// is sent alone.
+func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	rp := testenv.NewReplicated(t)
+	rp.CaughtUp(t)
+	scripts := map[string]string{}
+	for f, sha := range loadScripts(t, testenv.NewRedisClient(t, rp.Primary.Addr())) {
+		scripts[sha] = f
+	}
+	touch, err := os.ReadFile("../../internal/replicaack/touch.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts[testenv.ScriptSHA(string(touch))] = "touch.lua"
+	const (
+		claimed  = "evalsha claim.lua {6},{6}:hw,{6}:space +7"
+		renewed  = "evalsha renew.lua {6},{6}:hw,{6}:space +5"
+		released = "evalsha release.lua {6},{6}:hw,{6}:space +4"
+		touched  = "evalsha touch.lua {6}:hw +0"
+		wait     = "wait 1 300"
+	)
+	for _, tc := range []struct {
+		name  string
+		opts  []workerid.Option
+		sent  []string
+		piped []string
+	}{
+		{"default", nil, []string{claimed, renewed, released}, nil},
+		{"acks", []workerid.Option{workerid.WithReplicaAcks(1, ackTimeout)}, []string{released},
+			[]string{claimed + "; " + touched + "; " + wait, renewed + "; " + touched + "; " + wait}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := failoverClient(t, rp.Primary.Addr())
+			reg, err := workerid.NewRedis(c, append([]workerid.Option{workerid.WithTTL(testTTL),
+				workerid.WithIdentity("auth-6", "a"), workerid.WithoutHeartbeat()}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Load the touch first, so that no NOSCRIPT fallback shows.
+			if err := claim(t, reg, "auth").Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			h := &commands{scripts: scripts}
+			c.AddHook(h)
+			l := claim(t, reg, "auth")
+			e0 := l.ExpiresAt()
+			testenv.WaitFor(t, 2*testTTL, "a renewal", func() bool { return l.ExpiresAt().After(e0) })
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !slices.Equal(h.sent, tc.sent) {
+				t.Errorf("commands sent alone:\n%s\nwant\n%s", strings.Join(h.sent, "\n"), strings.Join(tc.sent, "\n"))
+			}
+			if !slices.Equal(h.piped, tc.piped) {
+				t.Errorf("pipelines:\n%s\nwant\n%s", strings.Join(h.piped, "\n"), strings.Join(tc.piped, "\n"))
+			}
+		})
+	}
+}
+
+// TestWithReplicaAcks_RefusesBadValuesClientsWithoutOneConnectionAndEtcd: each bad use of
+// WithReplicaAcks is refused by the constructor with ErrInvalid and an error naming it.
+func TestWithReplicaAcks_RefusesBadValuesClientsWithoutOneConnectionAndEtcd(t *testing.T) {
+	s := redisStore(t)
+	c := redisClient(s.addr) // ReadTimeout 300ms
+	t.Cleanup(func() { _ = c.Close() })
+	long, _ := failoverClient(t, s.addr) // ReadTimeout 1s
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{s.addr}})
+	t.Cleanup(func() { _ = cluster.Close() })
+	nineSeconds := workerid.WithTTL(9 * time.Second) // renewals within 3s
+	for _, tc := range []struct {
+		name string
+		c    redis.UniversalClient
+		opts []workerid.Option
+		want string
+	}{
+		{"no replica", long, []workerid.Option{workerid.WithReplicaAcks(0, ackTimeout)}, "WithReplicaAcks(0, 300ms): replica count 0 must be >= 1"},
+		{"negative count", long, []workerid.Option{workerid.WithReplicaAcks(-1, ackTimeout)}, "replica count -1 must be >= 1"},
+		{"zero timeout", long, []workerid.Option{workerid.WithReplicaAcks(1, 0)}, "WithReplicaAcks(1, 0s): timeout 0s must be > 0"},
+		{"negative timeout", long, []workerid.Option{workerid.WithReplicaAcks(1, -time.Second)}, "timeout -1s must be > 0"},
+		{"longer than a renewal", long, []workerid.Option{workerid.WithTTL(testTTL), workerid.WithReplicaAcks(1, 500*time.Millisecond)},
+			"WithReplicaAcks(1, 500ms): timeout must be at most 416ms: a renewal ends within TTL/3 (667ms), less 250ms"},
+		{"longer than the read timeout", c, []workerid.Option{nineSeconds, workerid.WithReplicaAcks(1, 100*time.Millisecond)},
+			"NewRedis: WithReplicaAcks timeout 100ms must be at most 50ms: the client's ReadTimeout 300ms less 250ms"},
+		{"a cluster client", cluster, []workerid.Option{workerid.WithReplicaAcks(1, ackTimeout)},
+			"NewRedis: WithReplicaAcks needs a *redis.Client (one node, or Sentinel through NewFailoverClient), not *redis.ClusterClient"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := workerid.NewRedis(tc.c, tc.opts...)
+			if !errors.Is(err, workerid.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewRedis: %v, want ErrInvalid with %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("etcd", func(t *testing.T) {
+		_, err := workerid.NewEtcd(testenv.NewEtcd(t).Client(t), workerid.WithReplicaAcks(1, ackTimeout))
+		if !errors.Is(err, workerid.ErrInvalid) || !strings.Contains(err.Error(), "WithReplicaAcks is for Redis") {
+			t.Fatalf("NewEtcd: %v, want ErrInvalid: WithReplicaAcks is for Redis", err)
+		}
+	})
+	if _, err := workerid.NewRedis(long, workerid.WithTTL(testTTL), workerid.WithReplicaAcks(1, 416*time.Millisecond)); err != nil {
+		t.Fatalf("NewRedis with the longest timeout TTL/3 allows: %v", err)
 	}
 }
