@@ -307,7 +307,8 @@ func (r *Registry) Preferred(service string) (slot int64, ok bool, err error) {
 // A Claim that fails after the store may have given it the slot (a reply lost or late, ctx
 // ended, or waiting for the floor) releases the slot by its own token, so that a retry does
 // not collide with it; if that release fails too, the Registry's next Claim sends it again
-// first.
+// first. So does a claim fewer replicas acknowledged than WithReplicaAcks asks for, which
+// returns an error holding a *NotReplicatedError.
 func (r *Registry) Claim(ctx context.Context, service string) (*Lease, error) {
 	if service == "" {
 		return nil, fmt.Errorf("%w: empty service name", ErrInvalid)
