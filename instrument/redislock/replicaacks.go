@@ -64,7 +64,7 @@ func (a replicaAcks) waitMs() int64 { return a.shared().WaitMs() }
 // fails the pipeline with an i/o timeout and go-redis drops the
 // connection; without it nothing but the WAIT's timeout bounds the read,
 // and the caller waited out the whole timeout past its deadline. The
-// arithmetic is quota's and idempotency's (instrument/internal/replicaack),
+// arithmetic is quota's, idempotency's and workerid's (internal/replicaack),
 // with the send's context the caller's.
 func (a replicaAcks) waitArg(ctx context.Context) (ms int64, cut bool) {
 	return a.shared().WaitArg(ctx, ctx)
