@@ -55,8 +55,11 @@ type failoverResult struct {
 // second replica, chained behind it, acknowledges writes there). B, pointed at the
 // promoted replica at once, claims WorkerID 6 and issues; A, whose client finds the new
 // primary only after its lease ran out on its side (Sentinel's discovery delay), issues
-// until then. Both are built with opts.
-func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
+// until then. Both are built with opts. With flap, the replica is stopped and resumed at
+// random (SIGSTOP/SIGCONT) and the link delays every chunk by 20ms while A renews three
+// times; the link is then closed at once, with a renewal perhaps in flight and its chunks
+// dropped.
+func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) failoverResult {
 	rp := testenv.NewReplicated(t)
 	// A replica of the replica: still lagging with it while the link is cut, then the
 	// replica that the promoted one's writes are acknowledged by.
@@ -98,6 +101,17 @@ func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
 	}
 	rp.CaughtUp(t) // the replica has A's claim
 
+	if flap {
+		rp.Link.SetLatency(20 * time.Millisecond)
+		renewed := make(chan struct{})
+		flapped := rp.FlapReplica(t, renewed)
+		for range 3 {
+			e := a.ExpiresAt()
+			testenv.WaitFor(t, 5*failoverTTL, "a renewal of A's lease while the replica flaps", func() bool { return a.ExpiresAt().After(e) })
+		}
+		close(renewed)
+		<-flapped
+	}
 	if err := rp.Link.Close(); err != nil { // nothing A writes from now on reaches the replica
 		t.Fatal(err)
 	}
@@ -174,7 +188,7 @@ func laggingFailover(t *testing.T, opts ...workerid.Option) failoverResult {
 // stale mark, and both issue the same IDs for as long as A's lease runs on its side
 // (measured: about 70,000 of them).
 func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
-	if r := laggingFailover(t); r.dups == 0 {
+	if r := laggingFailover(t, false); r.dups == 0 {
 		t.Fatalf("no ID issued by both A and B: the default's renewals now wait for replicas?")
 	}
 }
@@ -183,11 +197,18 @@ func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *tes
 // WithReplicaAcks(1, ...): A's renewals after the cut are not acknowledged, so its lease
 // and reservation stay those of the last one the replica has, and its generator stops
 // before the slot can expire there. B's claim on the promoted replica starts above every
-// ID A issued.
+// ID A issued; also when the link is cut while the replica flaps, a renewal perhaps in
+// flight.
 func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
-	r := laggingFailover(t, workerid.WithReplicaAcks(1, 300*time.Millisecond))
-	if r.dups != 0 {
-		t.Fatalf("%d IDs issued by both A and B", r.dups)
+	for _, tc := range []struct {
+		name string
+		flap bool
+	}{{"cut while quiet", false}, {"cut mid-flight while the replica flaps", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := laggingFailover(t, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); r.dups != 0 {
+				t.Fatalf("%d IDs issued by both A and B", r.dups)
+			}
+		})
 	}
 }
 
