@@ -41,14 +41,6 @@ func failoverClient(t *testing.T, addr string) (c *redis.Client, point func(addr
 	return c, func(addr string) { to.Store(&addr) }
 }
 
-// failoverResult is what laggingFailover saw.
-type failoverResult struct {
-	a, b   *issuer
-	dups   int   // IDs both issued
-	aErr   error // why A's lease ended
-	bFloor int64
-}
-
 // laggingFailover plays the failover the package doc names: A holds WorkerID 6 and issues
 // IDs; the replication link is cut; A goes on renewing on the primary alone until the
 // slot has expired on the replica; the primary is killed and the replica promoted (a
@@ -58,8 +50,8 @@ type failoverResult struct {
 // until then. Both are built with opts. With flap, the replica is stopped and resumed at
 // random (SIGSTOP/SIGCONT) and the link delays every chunk by 20ms while A renews three
 // times; the link is then closed at once, with a renewal perhaps in flight and its chunks
-// dropped.
-func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) failoverResult {
+// dropped. It returns how many IDs both A and B issued.
+func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	rp := testenv.NewReplicated(t)
 	// A replica of the replica: still lagging with it while the link is cut, then the
 	// replica that the promoted one's writes are acknowledged by.
@@ -84,21 +76,12 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) failoverR
 	}
 	regA, regB := registry(ca, "a"), registry(cb, "b")
 	slot := workerid.SlotKey(workerid.DefaultKeyPrefix, 6)
-	// A previous holder released the slot a second ago: A need not wait out an unknown mark.
-	if err := cp.Set(ctx, slot+":hw", time.Now().Add(-time.Second).UnixMilli(), time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
+	releasedASecondAgo(t, cp, 6)
 	rp.CaughtUp(t) // a replica just synced may not acknowledge a write at once
 	a := claim(t, regA, "auth")
-	stop := make(chan struct{})
-	stopIssuing := sync.OnceFunc(func() { close(stop) })
-	t.Cleanup(stopIssuing)
+	stop, stopIssuing := stopper(t)
 	ia := issue(t, bound(t, a), stop)
-	select {
-	case <-ia.got:
-	case <-ia.done:
-		t.Fatalf("A issued nothing: %v", ia.err)
-	}
+	ia.issued(t, "A", a, 3*failoverTTL)
 	rp.CaughtUp(t) // the replica has A's claim
 
 	if flap {
@@ -158,27 +141,19 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) failoverR
 	case <-time.After(2 * failoverTTL):
 		t.Fatalf("A's lease did not end after B claimed its slot (lease error %v)", a.Err())
 	}
-	select {
-	case <-ib.got:
-	case <-ib.done:
-		t.Fatalf("B issued nothing: %v", ib.err)
-	case <-time.After(2 * failoverTTL):
-		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
-	}
+	ib.issued(t, "B", b, 2*failoverTTL)
 	stopIssuing()
 	<-ib.done
-	all := append(slices.Clone(ia.ids), ib.ids...)
-	slices.Sort(all)
-	r := failoverResult{a: ia, b: ib, dups: len(all) - len(slices.Compact(slices.Clone(all))), aErr: a.Err(), bFloor: b.State().FloorUnixMilli}
+	dups := issuedByBoth(ia, ib)
 	t.Logf("A issued %d IDs, stopped with %v, lease %v; B %d from floor %d: %d issued by both",
-		len(ia.ids), ia.err, r.aErr, len(ib.ids), r.bFloor, r.dups)
+		len(ia.ids), ia.err, a.Err(), len(ib.ids), b.State().FloorUnixMilli, dups)
 	if ia.err == nil || !errors.Is(ia.err, snowflake.ErrWorkerLeaseLost) {
 		t.Errorf("A's generator stopped with %v, want ErrWorkerLeaseLost", ia.err)
 	}
-	if !errors.Is(r.aErr, workerid.ErrTakenOver) {
-		t.Errorf("A's lease ended with %v, want ErrTakenOver", r.aErr)
+	if !errors.Is(a.Err(), workerid.ErrTakenOver) {
+		t.Errorf("A's lease ended with %v, want ErrTakenOver", a.Err())
 	}
-	return r
+	return dups
 }
 
 // TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted: the hole the
@@ -188,7 +163,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) failoverR
 // stale mark, and both issue the same IDs for as long as A's lease runs on its side
 // (measured: about 70,000 of them).
 func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
-	if r := laggingFailover(t, false); r.dups == 0 {
+	if laggingFailover(t, false) == 0 {
 		t.Fatalf("no ID issued by both A and B: the default's renewals now wait for replicas?")
 	}
 }
@@ -205,8 +180,8 @@ func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) 
 		flap bool
 	}{{"cut while quiet", false}, {"cut mid-flight while the replica flaps", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if r := laggingFailover(t, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); r.dups != 0 {
-				t.Fatalf("%d IDs issued by both A and B", r.dups)
+			if dups := laggingFailover(t, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); dups != 0 {
+				t.Fatalf("%d IDs issued by both A and B", dups)
 			}
 		})
 	}
@@ -228,10 +203,7 @@ func ackedRegistry(t *testing.T, rp *testenv.Replicated) (reg *workerid.Registry
 		t.Fatal(err)
 	}
 	cp = testenv.NewRedisClient(t, rp.Primary.Addr())
-	mark = time.Now().Add(-time.Second).UnixMilli()
-	if err := cp.Set(context.Background(), slot6+":hw", mark, time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
+	mark = releasedASecondAgo(t, cp, 6)
 	// A replica just synced may not acknowledge a write at once: wait until it does.
 	rp.CaughtUp(t)
 	return reg, cp, mark
@@ -289,15 +261,9 @@ func TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne(t *testing.T) {
 			ctx := ctxT(t, time.Minute)
 			a := claim(t, reg, "auth")
 			g := bound(t, a)
-			stop := make(chan struct{})
-			stopIssuing := sync.OnceFunc(func() { close(stop) })
-			t.Cleanup(stopIssuing)
+			stop, stopIssuing := stopper(t)
 			ia := issue(t, g, stop)
-			select {
-			case <-ia.got:
-			case <-ia.done:
-				t.Fatalf("A issued nothing: %v", ia.err)
-			}
+			ia.issued(t, "A", a, 3*testTTL)
 
 			resume := rp.PauseReplica(t)
 			h0, err := cp.Get(ctx, slot6+":hw").Int64()
@@ -353,13 +319,7 @@ func TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne(t *testing.T) {
 				return a.ExpiresAt().After(expires)
 			})
 			ib := issue(t, g, stop)
-			select {
-			case <-ib.got:
-			case <-ib.done:
-				t.Fatalf("A issued nothing after the replica came back: %v", ib.err)
-			case <-time.After(3 * testTTL):
-				t.Fatalf("A never issued after the replica came back (lease error %v)", a.Err())
-			}
+			ib.issued(t, "A, the replica back,", a, 3*testTTL)
 			stopIssuing()
 		})
 	}

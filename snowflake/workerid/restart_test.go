@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/snowflake"
 	"github.com/lockgov/lockgov/snowflake/workerid"
@@ -62,6 +64,46 @@ func issue(t *testing.T, g *snowflake.Generator, stop <-chan struct{}) *issuer {
 	return is
 }
 
+// stopper returns the stop channel of issuers and the func that closes it, also called
+// when the test ends.
+func stopper(t *testing.T) (stop <-chan struct{}, stopIssuing func()) {
+	c := make(chan struct{})
+	stopIssuing = sync.OnceFunc(func() { close(c) })
+	t.Cleanup(stopIssuing)
+	return c, stopIssuing
+}
+
+// releasedASecondAgo sets the high-water mark of WorkerID id as a holder's that released
+// it a second ago, so that a claim need not wait out an unknown mark, and returns it.
+func releasedASecondAgo(t *testing.T, c redis.Cmdable, id int64) int64 {
+	t.Helper()
+	mark := time.Now().Add(-time.Second).UnixMilli()
+	if err := c.Set(context.Background(), workerid.SlotKey(workerid.DefaultKeyPrefix, id)+":hw", mark, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return mark
+}
+
+// issued waits for is's first batch, failing t if is stops first or none comes within
+// the bound; who names the issuer, l is its lease (for the error).
+func (is *issuer) issued(t *testing.T, who string, l *workerid.Lease, within time.Duration) {
+	t.Helper()
+	select {
+	case <-is.got:
+	case <-is.done:
+		t.Fatalf("%s issued nothing: %v", who, is.err)
+	case <-time.After(within):
+		t.Fatalf("%s never issued an ID (lease error %v)", who, l.Err())
+	}
+}
+
+// issuedByBoth counts the IDs that both a and b issued; neither may still be issuing.
+func issuedByBoth(a, b *issuer) int {
+	all := append(slices.Clone(a.ids), b.ids...)
+	slices.Sort(all)
+	return len(all) - len(slices.Compact(slices.Clone(all)))
+}
+
 func (is *issuer) count() int {
 	is.mu.Lock()
 	defer is.mu.Unlock()
@@ -88,15 +130,9 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := claim(t, regA, "auth")
-	stop := make(chan struct{})
-	stopIssuing := sync.OnceFunc(func() { close(stop) })
-	t.Cleanup(stopIssuing)
+	stop, stopIssuing := stopper(t)
 	ia := issue(t, bound(t, a), stop)
-	select {
-	case <-ia.got:
-	case <-ia.done:
-		t.Fatalf("A issued nothing: %v", ia.err)
-	}
+	ia.issued(t, "A", a, 3*testTTL)
 
 	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
 	e0 := a.ExpiresAt()
@@ -151,22 +187,14 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	case <-time.After(testTTL):
 		t.Fatal("A's generator still issues after its lease ended")
 	}
-	select {
-	case <-ib.got:
-	case <-ib.done:
-		t.Fatalf("B issued nothing: %v", ib.err)
-	case <-time.After(3 * testTTL):
-		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
-	}
+	ib.issued(t, "B", b, 3*testTTL)
 	stopIssuing()
 	<-ib.done
 	if ia.err == nil || !errors.Is(ia.err, snowflake.ErrWorkerLeaseLost) {
 		t.Fatalf("A's generator stopped with %v, want ErrWorkerLeaseLost", ia.err)
 	}
 
-	all := append(slices.Clone(ia.ids), ib.ids...)
-	slices.Sort(all)
-	dups := len(all) - len(slices.Compact(slices.Clone(all)))
+	dups := issuedByBoth(ia, ib)
 	t.Logf("A issued %d IDs (%d after the restart began), B %d; B's floor %d, A stopped: %v",
 		len(ia.ids), len(ia.ids)-beforeRestart, len(ib.ids), b.State().FloorUnixMilli, ia.err)
 	if dups != 0 {
@@ -194,20 +222,11 @@ func TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A previous holder released the slot a second ago: A need not wait out an unknown mark.
-	if err := cc.Set(context.Background(), "lockgov:workerid:{6}:hw", time.Now().Add(-time.Second).UnixMilli(), time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
+	releasedASecondAgo(t, cc, 6)
 	a := claim(t, regA, "auth")
-	stop := make(chan struct{})
-	stopIssuing := sync.OnceFunc(func() { close(stop) })
-	t.Cleanup(stopIssuing)
+	stop, stopIssuing := stopper(t)
 	ia := issue(t, bound(t, a), stop)
-	select {
-	case <-ia.got:
-	case <-ia.done:
-		t.Fatalf("A issued nothing: %v", ia.err)
-	}
+	ia.issued(t, "A", a, 3*testTTL)
 
 	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
 	e0 := a.ExpiresAt()
@@ -232,18 +251,10 @@ func TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL(t *testing.T) 
 	case <-time.After(2 * ttlA):
 		t.Fatal("A's generator still issues long after B claimed its slot")
 	}
-	select {
-	case <-ib.got:
-	case <-ib.done:
-		t.Fatalf("B issued nothing: %v", ib.err)
-	case <-time.After(2 * ttlA):
-		t.Fatalf("B never issued an ID (lease error %v)", b.Err())
-	}
+	ib.issued(t, "B", b, 2*ttlA)
 	stopIssuing()
 	<-ib.done
-	all := append(slices.Clone(ia.ids), ib.ids...)
-	slices.Sort(all)
-	dups := len(all) - len(slices.Compact(slices.Clone(all)))
+	dups := issuedByBoth(ia, ib)
 	t.Logf("A issued %d IDs, stopped with %v; B %d, floor %d", len(ia.ids), ia.err, len(ib.ids), b.State().FloorUnixMilli)
 	if dups != 0 {
 		t.Fatalf("%d IDs issued by both A and B", dups)
