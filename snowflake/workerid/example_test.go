@@ -77,3 +77,38 @@ func ExampleWithEpoch() {
 	}
 	log.Println(id)
 }
+
+// WorkerIDs that survive a failover to a replica: a claim or renewal counts only once one
+// replica has it, so a claimant on a promoted replica never gets this WorkerID while the
+// generator still issues, nor a floor below its IDs. A claim too few replicas acknowledged
+// was released: claim again. (Not run: it needs a Sentinel deployment.)
+func ExampleWithReplicaAcks() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "ids",
+		SentinelAddrs: []string{"sentinel-0:26379", "sentinel-1:26379", "sentinel-2:26379"},
+		ReadTimeout:   3 * time.Second, // at least the ack timeout + 250ms
+	})
+	defer rdb.Close()
+	// The ack timeout is at most TTL/3 - 250ms: a renewal ends within TTL/3.
+	reg, err := workerid.NewRedis(rdb, workerid.WithTTL(10*time.Second), workerid.WithReplicaAcks(1, time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := reg.Claim(ctx, "auth")
+	var nr *workerid.NotReplicatedError
+	switch {
+	case errors.As(err, &nr):
+		log.Fatalf("on %d of %d replicas within %v: claim again", nr.Acked, nr.Wanted, nr.Timeout)
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	// The generator stops at the last acknowledged renewal's ValidUntil while no replica answers.
+	gen, err := snowflake.New(lease.WorkerID(), snowflake.WithLease(lease))
+	if err != nil {
+		log.Fatal(err)
+	}
+	log.Println(gen.NextID(ctx))
+}
