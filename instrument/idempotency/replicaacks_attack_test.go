@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/idempotency"
-	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
+	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/idempotency"
-	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
+	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgov/lockgov/instrument/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/instrument/quota"
+	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 

@@ -1,7 +1,11 @@
-// Package replicaack is WithReplicaAcks of quota and idempotency: a script
-// followed, in one pipeline on one connection, by a write of the record it
-// read or wrote (touch.lua) and WAIT n timeout, so that a write the caller
-// is told succeeded has reached n replicas.
+// Package replicaack is WithReplicaAcks of quota, idempotency and
+// snowflake/workerid: a script followed, in one pipeline on one connection,
+// by a write of the record it read or wrote (touch.lua) and WAIT n timeout,
+// so that a write the caller is told succeeded has reached n replicas.
+// redislock's WithReplicaAcks batches its own WAITs and takes only the
+// timeout arithmetic from here (WaitMs, WaitArg, ReplyMargin). It lives in
+// the root internal/ (not instrument/internal/) so that snowflake/ can
+// import it.
 //
 // The pitfalls are redislock's (docs/RELIABILITY.md, "replica
 // acknowledgements"): WAIT counts the replicas that have the last write of
