@@ -20,9 +20,12 @@ import (
 	"github.com/lockgov/lockgov/snowflake/workerid"
 )
 
-// failoverTTL is the lease TTL of the failover tests: long enough that the old holder,
-// whose last renewal reached only the primary, issues for over a second after the
-// primary is killed, on a loaded machine too.
+// failoverTTL is the lease TTL of the failover tests with WithReplicaAcks, where nothing
+// has to happen within the old holder's lease. The test of the default's hole needs B to
+// claim and issue while A, whose last renewal reached only the primary, still issues: A
+// does for at least two thirds of a TTL after the kill, so that test runs with twice this
+// TTL, leaving B about four seconds (a kill, a REPLICAOF and one claim) on a loaded
+// machine too.
 const failoverTTL = 3 * time.Second
 
 // failoverClient is a client whose connections go where point last sent them, as a
@@ -51,7 +54,7 @@ func failoverClient(t *testing.T, addr string) (c *redis.Client, point func(addr
 // random (SIGSTOP/SIGCONT) and the link delays every chunk by 20ms while A renews three
 // times; the link is then closed at once, with a renewal perhaps in flight and its chunks
 // dropped. It returns how many IDs both A and B issued.
-func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
+func laggingFailover(t *testing.T, ttl time.Duration, flap bool, opts ...workerid.Option) int {
 	rp := testenv.NewReplicated(t)
 	// A replica of the replica: still lagging with it while the link is cut, then the
 	// replica that the promoted one's writes are acknowledged by.
@@ -67,7 +70,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	ca, pointA := failoverClient(t, rp.Primary.Addr())
 	cb, pointB := failoverClient(t, rp.Primary.Addr())
 	registry := func(c *redis.Client, podIP string) *workerid.Registry {
-		reg, err := workerid.NewRedis(c, append([]workerid.Option{workerid.WithTTL(failoverTTL),
+		reg, err := workerid.NewRedis(c, append([]workerid.Option{workerid.WithTTL(ttl),
 			workerid.WithIdentity("auth-6", podIP), workerid.WithoutHeartbeat()}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +84,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	a := claim(t, regA, "auth")
 	stop, stopIssuing := stopper(t)
 	ia := issue(t, bound(t, a), stop)
-	ia.issued(t, "A", a, 3*failoverTTL)
+	ia.issued(t, "A", a, 3*ttl)
 	rp.CaughtUp(t) // the replica has A's claim
 
 	if flap {
@@ -90,7 +93,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 		flapped := rp.FlapReplica(t, renewed)
 		for range 3 {
 			e := a.ExpiresAt()
-			testenv.WaitFor(t, 5*failoverTTL, "a renewal of A's lease while the replica flaps", func() bool { return a.ExpiresAt().After(e) })
+			testenv.WaitFor(t, 5*ttl, "a renewal of A's lease while the replica flaps", func() bool { return a.ExpiresAt().After(e) })
 		}
 		close(renewed)
 		<-flapped
@@ -100,7 +103,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	}
 	// A renews on the primary alone until the slot has expired on the replica (which
 	// answers reads of an expired key with nothing, deleting nothing).
-	testenv.WaitFor(t, 3*failoverTTL, "A's slot to expire on the lagging replica", func() bool {
+	testenv.WaitFor(t, 3*ttl, "A's slot to expire on the lagging replica", func() bool {
 		n, err := cr.Exists(ctx, slot).Result()
 		return err == nil && n == 0
 	})
@@ -110,8 +113,8 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	rp.Promote(t)
 	pointB(rp.Replica.Addr())
 	var b *workerid.Lease
-	testenv.WaitFor(t, 3*failoverTTL, "B's claim on the promoted replica", func() bool {
-		l, err := regB.Claim(ctxT(t, failoverTTL), "auth")
+	testenv.WaitFor(t, 3*ttl, "B's claim on the promoted replica", func() bool {
+		l, err := regB.Claim(ctxT(t, ttl), "auth")
 		switch {
 		case err == nil:
 			b = l
@@ -132,16 +135,16 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 	// the new primary, where its renewal finds B's claim.
 	select {
 	case <-ia.done:
-	case <-time.After(2 * failoverTTL):
+	case <-time.After(2 * ttl):
 		t.Fatal("A's generator still issues two TTLs after the failover")
 	}
 	pointA(rp.Replica.Addr())
 	select {
 	case <-a.Done():
-	case <-time.After(2 * failoverTTL):
+	case <-time.After(2 * ttl):
 		t.Fatalf("A's lease did not end after B claimed its slot (lease error %v)", a.Err())
 	}
-	ib.issued(t, "B", b, 2*failoverTTL)
+	ib.issued(t, "B", b, 2*ttl)
 	stopIssuing()
 	<-ib.done
 	dups := issuedByBoth(ia, ib)
@@ -163,7 +166,7 @@ func laggingFailover(t *testing.T, flap bool, opts ...workerid.Option) int {
 // stale mark, and both issue the same IDs for as long as A's lease runs on its side
 // (measured: about 70,000 of them).
 func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
-	if laggingFailover(t, false) == 0 {
+	if laggingFailover(t, 2*failoverTTL, false) == 0 {
 		t.Fatalf("no ID issued by both A and B: the default's renewals now wait for replicas?")
 	}
 }
@@ -180,7 +183,7 @@ func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) 
 		flap bool
 	}{{"cut while quiet", false}, {"cut mid-flight while the replica flaps", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if dups := laggingFailover(t, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); dups != 0 {
+			if dups := laggingFailover(t, failoverTTL, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); dups != 0 {
 				t.Fatalf("%d IDs issued by both A and B", dups)
 			}
 		})
