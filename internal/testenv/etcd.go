@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 )
 
 const (
@@ -50,6 +51,7 @@ type Etcd struct {
 	mu       sync.Mutex
 	e        *embed.Etcd  // nil while stopped
 	stopping *atomic.Bool // set by Stop: the running server's logger drops its shutdown errors
+	grpc     *grpcServers // the running server's client gRPC servers, stopped hard by Stop
 	closed   bool
 }
 
@@ -165,6 +167,12 @@ func (e *Etcd) startLocked() error {
 	stopping := new(atomic.Bool)
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.ErrorLevel)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(untilStopped{Core: core, stopping: stopping}))
+	// embed's Close stops its client gRPC servers gracefully: it waits for
+	// every open stream (a watch, a lease keepalive) until etcd's request
+	// timeout, 5 s plus two election timeouts, and serves them meanwhile.
+	// Stop stops them hard first (see Stop), so it registers them here.
+	servers := new(grpcServers)
+	cfg.ServiceRegister = servers.add
 	if e.certs != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{
 			CertFile:       e.certs.ServerCertFile,
@@ -177,8 +185,30 @@ func (e *Etcd) startLocked() error {
 	if err != nil {
 		return fmt.Errorf("testenv: etcd member %s: %w", e.name, err)
 	}
-	e.e, e.stopping = srv, stopping
+	e.e, e.stopping, e.grpc = srv, stopping, servers
 	return nil
+}
+
+// grpcServers are the client gRPC servers of one embedded etcd run.
+type grpcServers struct {
+	mu sync.Mutex
+	s  []*grpc.Server
+}
+
+func (g *grpcServers) add(s *grpc.Server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.s = append(g.s, s)
+}
+
+// stop closes every server's listeners and connections at once, ending
+// their open streams, as a member that crashes does.
+func (g *grpcServers) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.s {
+		s.Stop()
+	}
 }
 
 // untilStopped is a zap core that logs nothing once stopping is set.
@@ -251,15 +281,20 @@ func (e *Etcd) IsLeader() bool {
 }
 
 // Stop shuts the member down, keeping its data directory and ports for
-// Restart. Clients see their connections closed. It is a no-op when the
-// member is already stopped.
+// Restart. Clients see their connections closed at once, open watches and
+// lease keepalives included: the client gRPC servers are stopped hard
+// before embed's Close, whose graceful stop would wait for open streams
+// (and serve them) for etcd's request timeout, about 6 s, so that no
+// outage a test makes could be shorter than a client's request timeout.
+// It is a no-op when the member is already stopped.
 func (e *Etcd) Stop() {
 	e.mu.Lock()
-	srv, stopping := e.e, e.stopping
-	e.e = nil
+	srv, stopping, servers := e.e, e.stopping, e.grpc
+	e.e, e.grpc = nil, nil
 	e.mu.Unlock()
 	if srv != nil {
 		stopping.Store(true)
+		servers.stop()
 		srv.Close()
 	}
 }
