@@ -152,7 +152,12 @@
 // keepalive by up to about two TTLs across an election, and no lease
 // expires while there is no leader. While no leader is reachable keepalives
 // fail; the holder's context ends at its local deadline, before etcd could
-// expire the lease and hand the lock to someone else. Watches use
+// expire the lease and hand the lock to someone else. A holder whose lease
+// ends so (or whose key was deleted, or whose keepalive found the lease
+// gone) gives the lease back without waiting for its Release: it is
+// revoked in the background like an Acquire's that gave up (below), since
+// etcd gives it its whole TTL again once a leader is back, and its entry
+// would keep the lock from every waiter for that long. Watches use
 // WithRequireLeader, so a member cut off from the leader does not leave them
 // silently stalled.
 //

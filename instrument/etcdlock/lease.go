@@ -68,9 +68,30 @@ func newLeaseState(l *Locker, key string, id clientv3.LeaseID, ttl time.Duration
 		Renew:    func(ctx context.Context) (time.Duration, error) { return keepAliveOnce(ctx, l.c, id) },
 		Refresh:  func(ctx context.Context) (time.Duration, error) { return renewOwned(ctx, l.c, st.own, st.fence, id) },
 		Release:  st.release,
+		OnLost:   st.lost,
 	})
 	st.bg, st.bgStop = context.WithCancel(st.core.Context())
 	return st
+}
+
+// lost gives the lease of a held lock that ended without Release (its local
+// deadline passed in an outage, a renewal found it gone, its key was
+// deleted) back to etcd, in the background (revoker): nobody renews it any
+// more, but etcd may still have it, and with it our entry ahead of every
+// waiter. After a restart or a leader election etcd gives it its whole TTL
+// again, so without a revoke the lock stays taken by nobody for up to one
+// more TTL after etcd is back, unless the caller gets round to Release. A
+// lease etcd has expired already answers ErrLeaseNotFound to the revoke,
+// which ends the retries. The lease is this Acquire's own (the pool hands a
+// lease to one Acquire at a time, and only after a Release), so the revoke
+// ends nothing else. Not once Release has begun: Release deletes or
+// revokes the lease itself, or hands it to the pool for the next Acquire,
+// whose lease it then is.
+func (st *leaseState) lost(error) {
+	if st.releasing.Load() {
+		return
+	}
+	st.l.revokeLater(st.id)
 }
 
 // checkLive refuses to hand out a lease that has already ended, or whose

@@ -77,6 +77,13 @@ type Config struct {
 	// context is cancelled (stop the backend's goroutines, hand the local
 	// turn on). It must not block for long.
 	OnEnd func()
+	// OnLost runs once, before OnEnd, when a held lease ends by Lose (its
+	// local deadline passed, a renewal or its Release found it not owned,
+	// the backend saw its key go), when Events.Lost is called: not when
+	// it ends by Release, by End or while still waiting. A backend whose
+	// store keeps the lease (etcd gives it its whole TTL again after a
+	// restart) gives it back here. It must not block for long.
+	OnLost func(cause error)
 }
 
 // Store renews and releases one lease (see Config.Store); the methods are
@@ -349,6 +356,9 @@ func (c *Lease) end(cause error, lost bool) bool {
 	c.mu.Unlock()
 	if stop != nil {
 		stop(cause)
+	}
+	if lost && held && c.cfg.OnLost != nil {
+		c.cfg.OnLost(cause)
 	}
 	if c.cfg.OnEnd != nil {
 		c.cfg.OnEnd()

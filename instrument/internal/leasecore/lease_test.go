@@ -494,3 +494,64 @@ func TestCause_IsSetWhileAnotherEndIsStillUnderWay(t *testing.T) {
 		t.Errorf("Cause after the end: %v, want %v", got, first)
 	}
 }
+
+// TestLease_OnLostRunsOnlyWhenAHeldLeaseIsLost: OnLost is how a backend
+// tells a loss from the other ends of a lease (etcdlock revokes a lost
+// lease there, which a released one may not be: it is pooled for the next
+// Acquire). It runs once for a held lease that Lose ends, before OnEnd
+// and with the context already ended; never for a Release, an End or a
+// waiting lease's loss.
+func TestLease_OnLostRunsOnlyWhenAHeldLeaseIsLost(t *testing.T) {
+	cases := []struct {
+		name    string
+		ttl     time.Duration
+		waiting bool
+		end     func(c *Lease)
+		want    int32
+	}{
+		{"lose while held", time.Minute, false, func(c *Lease) { c.Lose(ErrLockLost); c.Lose(ErrLockLost) }, 1},
+		{"local deadline while held", 30 * time.Millisecond, false, func(*Lease) {}, 1},
+		{"release", time.Minute, false, func(c *Lease) { _ = c.Release(context.Background()) }, 0},
+		{"end", time.Minute, false, func(c *Lease) { c.End(errors.New("gave up")) }, 0},
+		{"lose while waiting", time.Minute, true, func(c *Lease) { c.Lose(ErrLockLost) }, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				lost  atomic.Int32
+				lease atomic.Pointer[Lease] // the timer may fire before New has returned
+				mu    sync.Mutex
+				order []string
+				ended = make(chan struct{})
+			)
+			c := New(Config{Name: "test", Key: "k", TTL: tc.ttl, Start: time.Now(), Waiting: tc.waiting,
+				Release: func(context.Context) error { return nil },
+				OnLost: func(cause error) {
+					if l := lease.Load(); !errors.Is(cause, ErrLockLost) || (l != nil && l.Context().Err() == nil) {
+						t.Errorf("OnLost(%v) with the context live", cause)
+					}
+					lost.Add(1)
+					mu.Lock()
+					order = append(order, "lost")
+					mu.Unlock()
+				},
+				OnEnd: func() { mu.Lock(); order = append(order, "end"); mu.Unlock(); close(ended) },
+			})
+			lease.Store(c)
+			tc.end(c)
+			select {
+			case <-ended:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the lease did not end")
+			}
+			if n := lost.Load(); n != tc.want {
+				t.Fatalf("OnLost ran %d times, want %d", n, tc.want)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.want == 1 && (len(order) != 2 || order[0] != "lost") {
+				t.Fatalf("order %v, want OnLost before OnEnd", order)
+			}
+		})
+	}
+}
