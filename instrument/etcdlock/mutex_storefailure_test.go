@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
@@ -184,12 +186,20 @@ func TestGovern_FromMutexOverASlowEtcdWithinTheRequestTimeoutWaitsForTheHolder(t
 	}
 }
 
-// countGets counts count-only range reads (a FromMutex waiter's probes).
-type countGets struct{ n atomic.Int64 }
+// countGets counts count-only range reads (a FromMutex waiter's probes),
+// and those etcd answered codes.Unavailable (no leader, request timed out,
+// leader changed: clientv3 sends such a read again within its context).
+type countGets struct{ n, unavailable atomic.Int64 }
 
 func (c *countGets) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if r, ok := req.(*etcdserverpb.RangeRequest); ok && r.CountOnly {
-		c.n.Add(1)
+	r, ok := req.(*etcdserverpb.RangeRequest)
+	if !ok || !r.CountOnly {
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	c.n.Add(1)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if status.Code(err) == codes.Unavailable {
+		c.unavailable.Add(1)
+	}
+	return err
 }

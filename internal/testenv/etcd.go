@@ -280,6 +280,15 @@ func (e *Etcd) IsLeader() bool {
 	return e.e != nil && e.e.Server.Leader() == e.e.Server.MemberID()
 }
 
+// HasLeader reports whether the member is running and knows a raft leader
+// (itself or another member): a member without one answers no
+// linearizable request, and etcd expires no lease.
+func (e *Etcd) HasLeader() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.e != nil && e.e.Server.Leader() != 0
+}
+
 // Stop shuts the member down, keeping its data directory and ports for
 // Restart. Clients see their connections closed at once, open watches and
 // lease keepalives included: the client gRPC servers are stopped hard
