@@ -100,23 +100,11 @@ func TestGovern_FromMutexKeepsItsPlaceThroughANoLeaderPhaseShorterThanTheRequest
 		t.Fatal(err)
 	}
 	mustRelease(t, q.holder)
-	r := waitAcquired(t, q.got, callerTime, "the waiter after the no-leader phase")
-	if r.err != nil {
-		t.Fatalf("the waiter after the no-leader phase: %v", r.err)
-	}
-	if r.lease.Fence() <= q.holder.Fence() {
-		t.Errorf("fence %d, want above the holder's %d: a lease from etcd", r.lease.Fence(), q.holder.Fence())
-	}
+	r := acquiredAbove(t, q.got, q.holder.Fence(), "the waiter after the no-leader phase")
 	stillWaiting(t, "behind the waiter that kept its place", q.behind)
-	mustRelease(t, r.lease)
-	next := waitAcquired(t, q.behind, callerTime, "the session queued behind the waiter")
-	if next.err != nil {
-		t.Fatalf("the session queued behind the waiter: %v", next.err)
-	}
-	if next.lease.Fence() <= r.lease.Fence() {
-		t.Errorf("the next fence %d is not above the waiter's %d: the waiter lost its place", next.lease.Fence(), r.lease.Fence())
-	}
-	mustRelease(t, next.lease)
+	mustRelease(t, r)
+	next := acquiredAbove(t, q.behind, r.Fence(), "the session queued behind the waiter")
+	mustRelease(t, next)
 	if n := q.g.degraded(t); n != 0 {
 		t.Errorf("degraded = %v through a no-leader phase shorter than the request timeout, want 0", n)
 	}
@@ -161,4 +149,18 @@ func TestGovern_FromMutexEndsTheWaitWithAStoreFailureWhenNoLeaderOutlastsTheRequ
 			mustRelease(t, next.lease)
 		})
 	}
+}
+
+// acquiredAbove waits for got, an Acquire that must get the lock from etcd
+// with a fence above fence (its predecessor's: it kept its place).
+func acquiredAbove(t *testing.T, got <-chan acquired, fence uint64, what string) instrument.Lease {
+	t.Helper()
+	r := waitAcquired(t, got, callerTime, what)
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	if r.lease.Fence() <= fence {
+		t.Errorf("%s: fence %d, want above its predecessor's %d: a lease from etcd, in queue order", what, r.lease.Fence(), fence)
+	}
+	return r.lease
 }

@@ -3,12 +3,12 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -140,50 +140,25 @@ func TestFromMutex_TakesOnlyARequestTimeout(t *testing.T) {
 // bound), and gets the lock with a fence when the holder releases, under
 // FailOpen and FailClosed, without degrading.
 func TestGovern_FromMutexOverASlowEtcdWithinTheRequestTimeoutWaitsForTheHolder(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	admin := e.Client(t)
-	const (
-		latency = 20 * time.Millisecond
-		bound   = 2 * time.Second
-		poll    = bound / 2
-	)
-	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
-		t.Run(policy.String(), func(t *testing.T) {
-			pfx := "/mutex-slow/" + policy.String() + "/"
-			const key = "k"
-			probes := &countGets{}
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			c := interceptedClient(t, []string{"http://" + p.Addr()}, probes.intercept)
-			s := newSession(t, c, 600)
-			t.Cleanup(func() { p.SetLatency(0) })
-			m, err := etcdlock.FromMutex(s, pfx, etcdlock.WithRequestTimeout(bound))
+	waitsOnASlowEtcd(t, slowWaiter{
+		what:    "probe etcd",
+		counted: isProbe,
+		lockers: func(t *testing.T, c, admin *clientv3.Client, name string, bound time.Duration) (instrument.Locker, instrument.Locker, func()) {
+			pfx := "/mutex-slow/" + name + "/"
+			m, err := etcdlock.FromMutex(newSession(t, c, 600), pfx, etcdlock.WithRequestTimeout(bound))
 			if err != nil {
 				t.Fatal(err)
 			}
-			other := fromMutex(t, newSession(t, admin, 600), pfx)
-			g := governEtcd(t, m, policy)
-			holder := mustAcquire(t, other, key)
-			p.SetLatency(latency)
-			start := probes.n.Load()
-			got := acquireInBackground(t, g, key, time.Minute, instrument.WithPollInterval(poll))
-			testenv.WaitFor(t, time.Minute, "the waiter to probe etcd three times, or to return", func() bool {
-				return probes.n.Load() >= start+3 || len(got) > 0
-			})
-			stillWaiting(t, "behind the holder on a slow etcd", got)
-			mustRelease(t, holder)
-			r := waitAcquired(t, got, time.Minute, "the waiter on a slow etcd")
-			if r.err != nil {
-				t.Fatalf("the waiter on a slow etcd: %v", r.err)
-			}
-			if r.lease.Fence() <= holder.Fence() {
-				t.Errorf("fence %d, want above the holder's %d: a lease from etcd", r.lease.Fence(), holder.Fence())
-			}
-			mustRelease(t, r.lease)
-			if n := g.degraded(t); n != 0 {
-				t.Errorf("degraded = %v on a slow etcd, want 0", n)
-			}
-		})
-	}
+			return m, fromMutex(t, newSession(t, admin, 600), pfx), func() {}
+		},
+	})
+}
+
+// isProbe says a request is a count-only range read (a FromMutex waiter's
+// probe).
+func isProbe(_ string, req any) bool {
+	r, ok := req.(*etcdserverpb.RangeRequest)
+	return ok && r.CountOnly
 }
 
 // countGets counts count-only range reads (a FromMutex waiter's probes),
@@ -192,8 +167,7 @@ func TestGovern_FromMutexOverASlowEtcdWithinTheRequestTimeoutWaitsForTheHolder(t
 type countGets struct{ n, unavailable atomic.Int64 }
 
 func (c *countGets) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	r, ok := req.(*etcdserverpb.RangeRequest)
-	if !ok || !r.CountOnly {
+	if !isProbe(method, req) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	c.n.Add(1)

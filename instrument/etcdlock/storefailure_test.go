@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
@@ -302,32 +303,65 @@ func acquiredNow(lease instrument.Lease, err error) acquired { return acquired{l
 // waiter gets the lock from etcd when the holder releases, with a fence,
 // and nothing degrades, under FailOpen and FailClosed alike.
 func TestGovern_OverASlowEtcdWithinTheRequestTimeoutDoesNotDegrade(t *testing.T) {
+	ttl := instrument.WithTTL(time.Minute)
+	waitsOnASlowEtcd(t, slowWaiter{
+		what:    "read the queue",
+		counted: isQueueRead,
+		lockers: func(t *testing.T, c, admin *clientv3.Client, _ string, bound time.Duration) (instrument.Locker, instrument.Locker, func()) {
+			l := newLocker(t, c, etcdlock.WithRequestTimeout(bound))
+			return l, newLocker(t, admin), func() { waitWatching(t, l, 1) }
+		},
+		opts: []instrument.AcquireOption{ttl},
+	})
+}
+
+// slowWaiter is one kind of Locker in waitsOnASlowEtcd.
+type slowWaiter struct {
+	// what the waiter does in the requests counted says.
+	what string
+	// counted says a request is one the waiter sends while it waits (a
+	// Locker's read of the queue, a MutexLocker's probe).
+	counted func(method string, req any) bool
+	// lockers returns the waiter's Locker on c (its round trips slowed),
+	// with request timeout bound, the holder's on admin (another process),
+	// and what returns once the waiter's wait is in place. name tells the
+	// policies' subtests apart.
+	lockers func(t *testing.T, c, admin *clientv3.Client, name string, bound time.Duration) (waiter, holder instrument.Locker, waiting func())
+	// opts are the holder's and the waiter's (besides the poll interval).
+	opts []instrument.AcquireOption
+}
+
+// waitsOnASlowEtcd: under FailClosed and FailOpen, a waiter of kind w, every
+// round trip of which takes 40 ms or more (50 times less than the request
+// timeout, 2 s), waits behind another process's holder for three of its
+// counted requests, each a poll interval (half the bound) apart: longer
+// than the bound. It must still be waiting then, get the lock from etcd
+// when the holder releases (a fence above the holder's) and degrade
+// nothing.
+func waitsOnASlowEtcd(t *testing.T, w slowWaiter) {
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	const (
-		// A round trip costs at least twice the latency, 50 times less
-		// than the bound.
 		latency = 20 * time.Millisecond
 		bound   = 2 * time.Second
 		poll    = bound / 2
 	)
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
-			key := "lock:slow:" + policy.String()
-			reads := &countReads{}
+			counted := &countRequests{match: w.counted}
 			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
-			c := interceptedClient(t, []string{"http://" + p.Addr()}, reads.intercept)
-			l := newLocker(t, c, etcdlock.WithRequestTimeout(bound))
+			c := interceptedClient(t, []string{"http://" + p.Addr()}, counted.intercept)
+			t.Cleanup(func() { p.SetLatency(0) })
+			l, other, waiting := w.lockers(t, c, admin, policy.String(), bound)
 			g := governEtcd(t, l, policy)
-			ttl := instrument.WithTTL(time.Minute)
-			holder := mustAcquire(t, newLocker(t, admin), key, ttl)
+			holder := mustAcquire(t, other, "lock:slow:"+policy.String(), w.opts...)
 			p.SetLatency(latency)
-			got := acquireInBackground(t, g, key, time.Minute, ttl, instrument.WithPollInterval(poll))
-			waitWatching(t, l, 1)
-			// Three polls, each poll interval (half the bound) apart: the
-			// waiter has waited longer than the bound.
-			start := reads.n.Load()
-			testenv.WaitFor(t, time.Minute, "the waiter to read the queue three times", func() bool { return reads.n.Load() >= start+3 })
+			got := acquireInBackground(t, g, holder.Key(), time.Minute, append(w.opts, instrument.WithPollInterval(poll))...)
+			waiting()
+			start := counted.n.Load()
+			testenv.WaitFor(t, time.Minute, "the waiter to "+w.what+" three times, or to return", func() bool {
+				return counted.n.Load() >= start+3 || len(got) > 0
+			})
 			stillWaiting(t, "behind the holder on a slow etcd", got)
 			mustRelease(t, holder)
 			r := waitAcquired(t, got, time.Minute, "the waiter on a slow etcd")
@@ -345,14 +379,23 @@ func TestGovern_OverASlowEtcdWithinTheRequestTimeoutDoesNotDegrade(t *testing.T)
 	}
 }
 
-// countReads counts read-only transactions (a waiter's reads of the queue).
-type countReads struct{ n atomic.Int64 }
+// countRequests counts the unary requests that match.
+type countRequests struct {
+	match func(method string, req any) bool
+	n     atomic.Int64
+}
 
-func (c *countReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method == "/etcdserverpb.KV/Txn" && !putTxn(method, req) && !deleteTxn(method, req) {
+func (c *countRequests) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if c.match(method, req) {
 		c.n.Add(1)
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// isQueueRead says a request is a read-only transaction (a waiter's read
+// of the queue).
+func isQueueRead(method string, req any) bool {
+	return method == "/etcdserverpb.KV/Txn" && !putTxn(method, req) && !deleteTxn(method, req)
 }
 
 // TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost: the
