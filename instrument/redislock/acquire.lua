@@ -13,13 +13,17 @@
 -- ARGV[5]  waiting only: this waiter's queue entry, "<token> <ttl> <locker id> <metadata>"
 -- ARGV[6]  waiting only: waiter timeout in milliseconds
 --
--- Returns {1, fence} when acquired (also when this token already holds it,
--- so a retried call whose reply was lost is idempotent, and a waiter a
--- release handed the lock to finds it here if it missed the notification;
--- the TTL is then re-armed), or {0, pttl, fence} with the holder's
--- remaining TTL in milliseconds and the fence this attempt consumed (quorum
--- mode takes the largest over all nodes; a waiter ignores a handoff
--- notification whose fence is not above it: it is older than this attempt).
+-- Returns the fence, a bare integer, when acquired (also when this token
+-- already holds it, so a retried call whose reply was lost is idempotent,
+-- and a waiter a release handed the lock to finds it here if it missed the
+-- notification; the TTL is then re-armed), or {0, pttl, fence} with the
+-- holder's remaining TTL in milliseconds and the fence this attempt
+-- consumed (quorum mode takes the largest over all nodes; a waiter ignores
+-- a handoff notification whose fence is not above it: it is older than this
+-- attempt). A fence is at least 1 (server microseconds), so the two never
+-- read alike; the common reply is the bare integer because a table costs
+-- redis-server about 4.8k instructions more per acquire (building it, its
+-- conversion to a reply, its garbage; measured: docs/RELIABILITY.md, h92).
 --
 -- A waiter (ARGV[5] given) that does not get the lock joins the queue
 -- release.lua hands the lock over from, or refreshes its deadline there;
@@ -41,12 +45,12 @@ if redis.call('SET', KEYS[1], lock_value(ARGV[1], f, ARGV[3]), 'NX', 'PX', ARGV[
 	if entry and redis.call('ZREM', KEYS[4], entry) == 1 then
 		redis.call('LREM', KEYS[3], 0, entry)
 	end
-	return {1, fence}
+	return fence
 end
 
 local mine, earlier = owned_fence(KEYS[1], redis.call('GET', KEYS[1]), ARGV[1], ARGV[2])
 if mine then
-	return {1, earlier}
+	return earlier or 0
 end
 if entry then
 	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -18,7 +18,8 @@
 -- ARGV[7]  this waiter's queue entry, "<token> <ttl> <locker id> <metadata>" (see
 --          handoff_lib.lua: a release hands the lock to the head entry)
 --
--- Returns {1, fence} when acquired, or {0, pttl, position, floor} where
+-- Returns the fence, a bare integer, when acquired (as acquire.lua does),
+-- or {0, pttl, position, floor} where
 -- position is this caller's 0-based place in the queue (0: next in line)
 -- and floor is at least every fence issued before this attempt, and below
 -- every fence issued after it: a waiter ignores a handoff notification
@@ -50,7 +51,7 @@ end
 local cur = redis.call('GET', KEYS[1])
 local mine, earlier = owned_fence(KEYS[1], cur, ARGV[1], ARGV[2])
 if mine then
-	return {1, earlier}
+	return earlier or 0
 end
 
 local queueTTL = tonumber(ARGV[5]) * 2 + tonumber(ARGV[2])
@@ -66,7 +67,7 @@ if not cur then
 			redis.call('PEXPIRE', KEYS[3], queueTTL)
 			redis.call('PEXPIRE', KEYS[4], queueTTL)
 		end
-		return {1, fence}
+		return fence
 	end
 end
 

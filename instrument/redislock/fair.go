@@ -29,10 +29,11 @@ func (s fairNode) attempt(ctx context.Context, r *request) (attempt, error) {
 	a[2], a[3], a[4], a[5], a[6] = 4, &r.keys.lock, &r.keys.fence, &r.keys.queue, &r.keys.waiters
 	a[7], a[8], a[9], a[10] = &r.tok, &r.ttlMs, &r.meta, &r.fenceTTLMs
 	a[11], a[12], a[13] = &r.waiterTTLMs, once, &r.entry
-	res, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireFairCall, a[:14], redis.NewIntSliceCmd).Result()
+	v, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireFairCall, a[:14], redis.NewCmd).Result()
 	var att attempt
+	var res []int64
 	if err == nil {
-		att, err = decodeAcquire(res)
+		att, res, err = decodeAcquire(v)
 	}
 	if err == nil && att.acquired {
 		err = s.checkAcquired(r, &att)

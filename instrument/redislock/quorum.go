@@ -98,8 +98,10 @@ func (q *quorum) drift(ttl time.Duration) time.Duration {
 // reply is one node's answer: yes or no, and the acquire script's reply.
 type reply struct {
 	ok  bool
-	v   []int64
+	v   []int64 // not ok: an acquire script's reply (decodeAcquire)
 	err error
+	// fence is an acquire's fence when ok.
+	fence int64
 }
 
 // fanOut runs call on every node in parallel, each bounded by the node
@@ -160,7 +162,7 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 	kk, args := r.scriptArgs()
 	replies := q.fanOut(ctx, r.ttl, func(ctx context.Context, n node) reply {
 		a, v, err := runAcquire(ctx, n.c, acquireScript, kk, args)
-		return reply{ok: a.acquired, v: v, err: err}
+		return reply{ok: a.acquired, v: v, err: err, fence: int64(a.fence)}
 	})
 	var granted, answered int
 	var fence, pttl int64 = 0, -1
@@ -188,7 +190,7 @@ func (q *quorum) attempt(ctx context.Context, r *request) (attempt, error) {
 		answered++
 		if rep.ok {
 			granted++
-			fence = max(fence, rep.v[1])
+			fence = max(fence, rep.fence)
 		} else {
 			if pttl < 0 || (rep.v[1] >= 0 && rep.v[1] < pttl) {
 				pttl = rep.v[1]

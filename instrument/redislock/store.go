@@ -161,10 +161,11 @@ func (s node) attempt(ctx context.Context, r *request) (attempt, error) {
 		a[11], a[12] = &r.entry, &r.waiterTTLMs
 		n = 13
 	}
-	res, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireCall, a[:n], redis.NewIntSliceCmd).Result()
+	v, err := evalsha(ctx, s.send, nil, s.ackOf(r), &acquireCall, a[:n], redis.NewCmd).Result()
 	var att attempt
+	var res []int64
 	if err == nil {
-		att, err = decodeAcquire(res)
+		att, res, err = decodeAcquire(v)
 	}
 	if err == nil && att.acquired {
 		err = s.checkAcquired(r, &att)
@@ -199,27 +200,45 @@ func evalsha[C redis.Cmder](ctx context.Context, c *combiner, window *int64, ack
 	return cmd
 }
 
-// runAcquire runs an acquire script on one node and decodes its reply,
-// {1, fence} or {0, pttl, ...}; the whole reply is returned for the rest.
+// runAcquire runs an acquire script on one node and decodes its reply (see
+// decodeAcquire); the array of one that did not acquire is returned for
+// the rest.
 func runAcquire(ctx context.Context, c redis.UniversalClient, script *redis.Script, kk []string, args []any) (attempt, []int64, error) {
-	res, err := script.Run(ctx, c, kk, args...).Int64Slice()
+	v, err := script.Run(ctx, c, kk, args...).Result()
 	if err != nil {
 		return attempt{}, nil, err
 	}
-	a, err := decodeAcquire(res)
-	return a, res, err
+	return decodeAcquire(v)
 }
 
-// decodeAcquire decodes an acquire script's reply, {1, fence} or
-// {0, pttl, ...}.
-func decodeAcquire(res []int64) (attempt, error) {
-	if len(res) < 2 {
-		return attempt{}, fmt.Errorf("unexpected script reply %v", res)
+// decodeAcquire decodes an acquire script's reply: the fence, a bare
+// integer of at least 1, when acquired, or {0, pttl, ...} when not, whose
+// integers it returns for the caller to read the rest from (nil when
+// acquired). The acquired reply is not an array because redis-server
+// builds, converts and collects a Lua table for an array reply, about a
+// twentieth of its work for an uncontended pair.
+func decodeAcquire(v any) (attempt, []int64, error) {
+	switch x := v.(type) {
+	case int64:
+		if x < 1 {
+			return attempt{}, nil, fmt.Errorf("unexpected script reply %d: a fence is at least 1", x)
+		}
+		return attempt{acquired: true, fence: uint64(x)}, nil, nil
+	case []any:
+		res := make([]int64, len(x))
+		for i, e := range x {
+			n, ok := e.(int64)
+			if !ok {
+				return attempt{}, nil, fmt.Errorf("unexpected script reply %v: element %d is not an integer", x, i)
+			}
+			res[i] = n
+		}
+		if len(res) < 2 || res[0] != 0 {
+			return attempt{}, nil, fmt.Errorf("unexpected script reply %v", res)
+		}
+		return attempt{holderTTL: time.Duration(res[1]) * time.Millisecond}, res, nil
 	}
-	if res[0] == 1 {
-		return attempt{acquired: true, fence: uint64(res[1])}, nil
-	}
-	return attempt{holderTTL: time.Duration(res[1]) * time.Millisecond}, nil
+	return attempt{}, nil, fmt.Errorf("unexpected script reply %v (%T)", v, v)
 }
 
 func (s node) leave(ctx context.Context, r *request) error { return leave(ctx, s.c, r, false) }
