@@ -47,21 +47,7 @@ func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
 			const key = "lock:fence-reply"
 			var last uint64
 			for _, resent := range []bool{false, true} {
-				var dropped <-chan struct{}
-				if resent {
-					dropped = p.DropNextReply()
-				}
-				lease, err := l.Acquire(ctx, key, ttl, instrument.FailFast())
-				if err != nil {
-					t.Fatalf("resent %v: %v", resent, err)
-				}
-				if resent {
-					select {
-					case <-dropped:
-					default:
-						t.Fatal("no reply was dropped: the attempt was not resent")
-					}
-				}
+				lease := acquireResent(t, ctx, l, key, ttl, p, resent)
 				if got, want := lease.Fence(), lockFence(t, ctx, admin, key); got != want || got == 0 {
 					t.Errorf("resent %v: the lease's fence is %d, the lock's %d", resent, got, want)
 				}
@@ -87,21 +73,7 @@ func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, resent := range []bool{false, true} {
-			var dropped <-chan struct{}
-			if resent {
-				dropped = proxies[0].DropNextReply()
-			}
-			lease, err := l.Acquire(ctx, key, ttl, instrument.FailFast())
-			if err != nil {
-				t.Fatalf("resent %v: %v", resent, err)
-			}
-			if resent {
-				select {
-				case <-dropped:
-				default:
-					t.Fatal("no reply was dropped: the attempt was not resent")
-				}
-			}
+			lease := acquireResent(t, ctx, l, key, ttl, proxies[0], resent)
 			var want uint64
 			for _, c := range admins {
 				want = max(want, lockFence(t, ctx, c, key))
@@ -114,4 +86,26 @@ func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
 			}
 		}
 	})
+}
+
+// acquireResent takes key (FailFast) through l; when resent, the reply
+// of its first try through p is dropped, and go-redis resends the attempt.
+func acquireResent(t *testing.T, ctx context.Context, l instrument.Locker, key string, ttl instrument.AcquireOption, p *testenv.Proxy, resent bool) instrument.Lease {
+	t.Helper()
+	var dropped <-chan struct{}
+	if resent {
+		dropped = p.DropNextReply()
+	}
+	lease, err := l.Acquire(ctx, key, ttl, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("resent %v: %v", resent, err)
+	}
+	if resent {
+		select {
+		case <-dropped:
+		default:
+			t.Fatal("no reply was dropped: the attempt was not resent")
+		}
+	}
+	return lease
 }
