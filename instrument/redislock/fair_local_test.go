@@ -25,9 +25,13 @@ func TestFair_AWaiterOfTheHoldersLockerKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, firstDone := startWaiter(t, a, key) // asks first, on the holder's Locker
+	// Each waiter says it holds the lock before it releases it: the order
+	// they finish in is not the order they got it in (the first's release
+	// hands the lock to the second, who may finish before the first has).
+	order := make(chan string, 2)
+	first, firstDone := startWaiter(t, a, key, func() { order <- "first" }) // asks first, on the holder's Locker
 	awaitWaiting(t, first, firstDone)
-	second, secondDone := startWaiter(t, b, key)
+	second, secondDone := startWaiter(t, b, key, func() { order <- "second" })
 	// A Fair waiter is waiting once its first attempt failed, and that
 	// attempt queued it in Redis: the second is queued here, and so is the
 	// first unless it is held back in-process.
@@ -36,22 +40,12 @@ func TestFair_AWaiterOfTheHoldersLockerKeepsItsPlace(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// startWaiter's waiters release at once; the first to finish got it first.
-	select {
-	case err := <-firstDone:
-		if err != nil {
+	for _, done := range []<-chan error{firstDone, secondDone} {
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if err := <-secondDone; err != nil {
-			t.Fatal(err)
-		}
-	case err := <-secondDone:
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := <-firstDone; err != nil {
-			t.Fatal(err)
-		}
+	}
+	if got := <-order; got != "first" {
 		t.Fatal("Fair: the waiter that asked second (another Locker) got the lock before the one that asked first (the holder's Locker)")
 	}
 }

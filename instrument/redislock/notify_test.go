@@ -107,8 +107,9 @@ func TestContention_NoConnectionPerAcquisition(t *testing.T) {
 // startWaiter runs a WaitUntilDeadline Acquire of key on l in the background,
 // polling only once a minute, so that within its 20 s deadline only a release
 // notification (or the notifier's own wake-up) can let it in. waiting closes
-// when it waits; done gets its result after it released.
-func startWaiter(t *testing.T, l *redislock.Locker, key string) (waiting <-chan struct{}, done <-chan error) {
+// when it waits; done gets its result after it released. Each of held,
+// if any, runs while it holds the lock, before its release.
+func startWaiter(t *testing.T, l *redislock.Locker, key string, held ...func()) (waiting <-chan struct{}, done <-chan error) {
 	t.Helper()
 	w := make(chan struct{})
 	d := make(chan error, 1)
@@ -127,6 +128,9 @@ func startWaiter(t *testing.T, l *redislock.Locker, key string) (waiting <-chan 
 		defer cancel()
 		lease, err := l.Acquire(ctx, key, instrument.WithConfig(cfg))
 		if err == nil {
+			for _, h := range held {
+				h()
+			}
 			err = lease.Release(ctx)
 		}
 		d <- err
