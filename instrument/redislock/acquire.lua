@@ -22,7 +22,7 @@
 -- a handoff notification whose fence is not above it: it is older than this
 -- attempt). A fence is at least 1 (server microseconds), so the two never
 -- read alike; the common reply is the bare integer because a table costs
--- redis-server about 4.8k instructions more per acquire (building it, its
+-- redis-server about 4.5k instructions more per acquire (building it, its
 -- conversion to a reply, its garbage; measured: docs/RELIABILITY.md, h92).
 --
 -- A waiter (ARGV[5] given) that does not get the lock joins the queue
