@@ -87,7 +87,8 @@
 // WithReplicaAcks(n, timeout), a Registry sends WAIT n timeout after each claim and renewal
 // script, in one pipeline on the script's connection, and a lease counts only what n
 // replicas acknowledged: an unacknowledged Claim releases the slot (owner-checked, the mark
-// put back) and returns *NotReplicatedError (errors.Is: ErrNotReplicated); an
+// put back) and returns *NotReplicatedError (errors.Is: ErrNotReplicated; a WAIT whose
+// reply was lost matches ErrNotReplicated with its transport error, counts unknown); an
 // unacknowledged renewal, or re-claim of a vanished slot, is a failed renewal, retried,
 // and ValidUntil and the reservation stay those of the last acknowledged one. So each of
 // those replicas, promoted, holds the slot until the generator has stopped and a mark at

@@ -47,7 +47,10 @@ func notReplicated(acked, wanted int, timeout time.Duration) error {
 //
 //   - A Claim whose write fewer than n replicas acknowledged releases the slot
 //     (owner-checked, as any failed claim) and returns an error holding a
-//     *NotReplicatedError (errors.Is: ErrNotReplicated).
+//     *NotReplicatedError (errors.Is: ErrNotReplicated). A claim whose script answered
+//     and whose WAIT's reply was lost (a broken connection) is released alike and
+//     matches ErrNotReplicated with the transport error, without a *NotReplicatedError:
+//     the counts are unknown.
 //   - A renewal (or the re-claim of a vanished slot) that fewer acknowledged is a failed
 //     renewal: the lease retries it, and its ValidUntil and reservation stay those of the
 //     last acknowledged one, so the generator stops at that ValidUntil if none gets

@@ -200,8 +200,15 @@ const ackTimeout = 300 * time.Millisecond
 func ackedRegistry(t *testing.T, rp *testenv.Replicated) (reg *workerid.Registry, cp *redis.Client, mark int64) {
 	t.Helper()
 	c, _ := failoverClient(t, rp.Primary.Addr())
-	reg, err := workerid.NewRedis(c, workerid.WithTTL(testTTL), workerid.WithIdentity("auth-6", "a"),
-		workerid.WithoutHeartbeat(), workerid.WithReplicaAcks(1, ackTimeout))
+	return ackedRegistryOn(t, rp, c, testTTL, ackTimeout)
+}
+
+// ackedRegistryOn is ackedRegistry on the client c of rp's primary, with lease TTL ttl and
+// WithReplicaAcks(1, timeout).
+func ackedRegistryOn(t *testing.T, rp *testenv.Replicated, c *redis.Client, ttl, timeout time.Duration) (reg *workerid.Registry, cp *redis.Client, mark int64) {
+	t.Helper()
+	reg, err := workerid.NewRedis(c, workerid.WithTTL(ttl), workerid.WithIdentity("auth-6", "a"),
+		workerid.WithoutHeartbeat(), workerid.WithReplicaAcks(1, timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
