@@ -56,6 +56,10 @@ type Locker struct {
 	// has left (watchKey). cleanupTimeout; tests raise it past anything
 	// they wait for, so that only the caller's end can cut a cleanup short.
 	cleanupBound time.Duration
+	// afterPool is a test seam: it runs in a Release once the lease is
+	// back in the pool, before the lease core ends it (lose ends it lost,
+	// as the expiry timer would there).
+	afterPool func(lose func())
 	// requestTimeout bounds each round trip of an Acquire (0: the caller's
 	// context only): WithRequestTimeout.
 	requestTimeout time.Duration

@@ -53,3 +53,8 @@ func SetCleanupBound(l *Locker, d time.Duration) { l.cleanupBound = d }
 // SetMutexCleanupBound is SetCleanupBound for m: its withdraw, its
 // Release's delete on an ended context and its key watch.
 func SetMutexCleanupBound(m *MutexLocker, d time.Duration) { m.cleanupBound = d }
+
+// SetAfterPool makes every Release of l that pools its lease call f before
+// the lease ends; f's lose ends the lease lost, as its expiry timer firing
+// at that moment would.
+func SetAfterPool(l *Locker, f func(lose func())) { l.afterPool = f }

@@ -293,6 +293,10 @@ func (st *leaseState) release(ctx context.Context) error {
 		expires := st.core.Deadline().Add(leasecore.Drift(st.ttl))
 		if !st.l.pool.put(int64(st.ttl/time.Second), st.id, expires) {
 			_, _ = st.l.c.Revoke(ctx, st.id)
+		} else if st.l.afterPool != nil {
+			st.l.afterPool(func() {
+				st.core.Lose(fmt.Errorf("%w: %q: lost as its lease was pooled (test)", instrument.ErrLockLost, st.key))
+			})
 		}
 	} else {
 		// Revoking also deletes the key if the delete did not go through

@@ -147,3 +147,42 @@ func TestAcquire_AHolderWhoseKeyIsDeletedRevokesItsLeaseButFromMutexKeepsItsSess
 		t.Errorf("the lost holder's Release: %v, want ErrNotHeld", err)
 	}
 }
+
+// TestRelease_ALossAsTheLeaseIsPooledDoesNotRevokeItUnderTheNextHolder: a
+// holder's lease is lost (its expiry timer firing, say) just as its Release
+// has put the lease back into the pool. The loss must not give the lease
+// back to etcd: the pool hands it to the next Acquire, whose lock would end
+// under it with a revoke meant for the previous holder. The next Acquire
+// gets that very lease, and once the background revoker has nothing left
+// to do the lease, and the new holder's entry, are still there.
+func TestRelease_ALossAsTheLeaseIsPooledDoesNotRevokeItUnderTheNextHolder(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	admin := e.Client(t)
+	l := newLocker(t, e.Client(t))
+	const key = "lock:lost-as-pooled"
+	first := mustAcquire(t, l, key, instrument.WithTTL(time.Minute))
+	id := newestEntry(t, admin, l, key, 1).Lease
+	lost := false
+	etcdlock.SetAfterPool(l, func(lose func()) { lost = true; lose() })
+	if err := first.Release(timeout(t, callerTime)); err != nil {
+		t.Fatal(err)
+	}
+	etcdlock.SetAfterPool(l, nil)
+	if !lost {
+		t.Fatal("the lease was not pooled: the scenario did not happen")
+	}
+	next := mustAcquire(t, l, key, instrument.WithTTL(time.Minute))
+	if got := newestEntry(t, admin, l, key, 1).Lease; got != id {
+		t.Fatalf("the next Acquire's lease %x is not the pooled %x: the scenario did not happen", got, id)
+	}
+	testenv.WaitFor(t, callerTime, "the background revoker to be idle", func() bool { return etcdlock.RevokesPending(l) == 0 })
+	if leaseGone(t, admin, id) {
+		t.Fatal("the previous holder's loss revoked the lease the next holder acquired with")
+	}
+	select {
+	case <-next.Context().Done():
+		t.Fatalf("the next holder's lock ended: %v", context.Cause(next.Context()))
+	default:
+	}
+	mustRelease(t, next)
+}
