@@ -46,18 +46,11 @@ func warmAckedQuota(t *testing.T, ctx context.Context, c *redis.Client, opts ...
 // and not count it degraded; the retry after the replica is back replays
 // it (7 left: one deduction).
 func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		kills int
-		opts  func(o *redis.Options)
-	}{
-		{"no retries", 1, func(o *redis.Options) { o.MaxRetries = -1 }},
-		{"the retry killed too", 2, func(*redis.Options) {}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range replicaacktest.LostWaits {
+		t.Run(tc.Name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
-			c := replicaacktest.ClientWith(t, rp.Primary.Addr(), tc.opts)
+			c := replicaacktest.ClientWith(t, rp.Primary.Addr(), tc.Set)
 			reg := prometheus.NewPedanticRegistry()
 			q, fallbacks := warmAckedQuota(t, ctx, c, quota.WithRegisterer(reg))
 			resume := rp.PauseReplica(t)
@@ -66,7 +59,7 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *tes
 				_, err := q.Deduct(ctx, failoverKey, 2, "order-1")
 				errc <- err
 			}()
-			for range tc.kills {
+			for range tc.Kills {
 				rp.Primary.KillBlockedIn(t, "wait")
 			}
 			err := <-errc

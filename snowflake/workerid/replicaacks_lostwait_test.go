@@ -43,17 +43,10 @@ func lostWaitRegistry(t *testing.T, rp *testenv.Replicated, set func(o *redis.Op
 // Claim must say ErrNotReplicated, not a store failure; once the replica is back the same
 // Registry claims the slot from the same floor, not colliding with its own claim.
 func TestReplicaAcks_AClaimWhoseWaitReplyIsLostIsReleasedAndIsNotReplicated(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		kills int
-		set   func(o *redis.Options)
-	}{
-		{"no retries", 1, func(o *redis.Options) { o.MaxRetries = -1 }},
-		{"the resend killed too", 2, func(o *redis.Options) { o.MaxRetries = 1 }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range replicaacktest.LostWaits {
+		t.Run(tc.Name, func(t *testing.T) {
 			rp := testenv.NewReplicated(t)
-			reg, cp, mark := lostWaitRegistry(t, rp, tc.set)
+			reg, cp, mark := lostWaitRegistry(t, rp, tc.Set)
 			ctx := ctxT(t, time.Minute)
 			resume := rp.PauseReplica(t)
 			errc := make(chan error, 1)
@@ -64,23 +57,13 @@ func TestReplicaAcks_AClaimWhoseWaitReplyIsLostIsReleasedAndIsNotReplicated(t *t
 				}
 				errc <- err
 			}()
-			for range tc.kills {
+			for range tc.Kills {
 				rp.Primary.KillBlockedIn(t, "wait")
 			}
 			if err := <-errc; !errors.Is(err, workerid.ErrNotReplicated) {
 				t.Errorf("Claim whose WAIT reply was lost = %v; want ErrNotReplicated", err)
 			}
-			if n, err := cp.Exists(ctx, slot6).Result(); err != nil || n != 0 {
-				t.Errorf("the slot after the lost WAIT: exists %d, %v; want it released", n, err)
-			}
-			if got, err := cp.Get(ctx, slot6+":hw").Int64(); err != nil || got != mark {
-				t.Errorf("the mark after the lost WAIT: %d, %v; want it put back to %d", got, err, mark)
-			}
-			resume()
-			rp.CaughtUp(t)
-			if got := claim(t, reg, "auth").State().FloorUnixMilli; got != mark {
-				t.Errorf("the claim after the replica came back has floor %d, want %d", got, mark)
-			}
+			releasedThenClaimed(t, rp, reg, cp, mark, resume)
 		})
 	}
 }

@@ -240,6 +240,15 @@ func TestReplicaAcks_AnUnacknowledgedClaimIsReleasedAndIsNotReplicated(t *testin
 	if !errors.As(err, &nr) || !errors.Is(err, workerid.ErrNotReplicated) || nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != ackTimeout {
 		t.Fatalf("Claim with the replica stopped: %v, want NotReplicatedError{0, 1, %v}", err, ackTimeout)
 	}
+	releasedThenClaimed(t, rp, reg, cp, mark, resume)
+}
+
+// releasedThenClaimed checks that a Claim that failed unacknowledged released slot 6 and
+// put its mark back to mark, then resumes the replica and checks that reg claims the slot
+// again from that floor.
+func releasedThenClaimed(t *testing.T, rp *testenv.Replicated, reg *workerid.Registry, cp *redis.Client, mark int64, resume func()) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
 	if n, err := cp.Exists(ctx, slot6).Result(); err != nil || n != 0 {
 		t.Fatalf("the unacknowledged claim's slot: exists %d, %v; want it released", n, err)
 	}

@@ -185,6 +185,22 @@ func ClientWith(t testing.TB, addr string, set func(o *redis.Options)) *redis.Cl
 	return c
 }
 
+// LostWait is a way a WAIT's reply is lost when the connection blocked in
+// it is killed (testenv's Redis.KillBlockedIn, Kills times): Set makes
+// ClientWith's client retry the pipeline or not.
+type LostWait struct {
+	Name  string
+	Kills int
+	Set   func(o *redis.Options)
+}
+
+// LostWaits: with retries off, one kill; with testenv's one retry, its
+// resent pipeline killed too.
+var LostWaits = []LostWait{
+	{"no retries", 1, func(o *redis.Options) { o.MaxRetries = -1 }},
+	{"the retry killed too", 2, func(*redis.Options) {}},
+}
+
 // ResendingClient is a client of rp's primary through a proxy, with a 2 s
 // read timeout and two retries: armed with DropNextReply, the proxy loses
 // a reply after its commands ran and go-redis resends them on another
