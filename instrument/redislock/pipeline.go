@@ -179,11 +179,48 @@ func (b *combiner) finish() bool {
 	for _, q := range batch {
 		q.taken = true
 	}
+	var alone []*queued
+	if b.acks.on() && n > 1 {
+		batch, alone = b.apart(batch)
+	}
+	if len(batch) == 0 {
+		batch, alone = alone[:1], alone[1:]
+	}
 	lead := batch[0]
 	lead.batch = batch
+	// Each call sent alone is one send more, which its finish ends.
+	b.inFlight += len(alone)
+	for _, q := range alone {
+		q.batch = []*queued{q}
+	}
 	b.mu.Unlock()
 	lead.done <- struct{}{}
+	for _, q := range alone {
+		q.done <- struct{}{}
+	}
 	return true
+}
+
+// apart splits the calls of a batch of a Locker with WithReplicaAcks into
+// those that stay in it and those sent alone: the calls whose deadline
+// would cut the batch's WAIT (it leaves less than the ack timeout plus
+// waitReplyMargin). Every call of a batch reads its reply after the
+// batch's one WAIT, and that WAIT is given the ack timeout when the calls
+// that stay leave it that: a call with an earlier deadline would wait for
+// it up to the timeout past its own. Sent alone, its WAIT (if it asks for
+// one) is cut to its own deadline, as a call that finds no send under way;
+// one that asks for none waits for no WAIT. The order of the calls is kept
+// (under mu).
+func (b *combiner) apart(batch []*queued) (stay, alone []*queued) {
+	stay = batch[:0:len(batch)]
+	for _, q := range batch {
+		if _, cut := b.acks.waitArg(q.ctx); cut {
+			alone = append(alone, q)
+		} else {
+			stay = append(stay, q)
+		}
+	}
+	return stay, alone
 }
 
 // send runs a batch's commands: one alone as a plain command under its own
@@ -220,15 +257,9 @@ func (b *combiner) send(batch []*queued) {
 		}
 		_ = pipe.Process(ctx, q.cmd)
 	}
-	var wait *redis.IntCmd
-	var ms int64
-	var cut bool
-	for _, q := range batch {
-		if q.ack != nil {
-			wait, ms, cut = b.waitCmd(ctx)
-			_ = pipe.Process(ctx, wait)
-			break
-		}
+	wait, ms := b.batchWait(ctx, batch)
+	if wait != nil {
+		_ = pipe.Process(ctx, wait)
 	}
 	// Exec sets every command's result and error, a transport error on each
 	// of them when the pipeline failed.
@@ -236,15 +267,43 @@ func (b *combiner) send(batch []*queued) {
 	if wait != nil {
 		for _, q := range batch {
 			if q.ack != nil {
-				*q.ack = ackReply{n: wait.Val(), err: wait.Err(), ms: ms, cut: cut}
+				q.ack.n, q.ack.err, q.ack.ms = wait.Val(), wait.Err(), ms
 			}
 		}
 	}
 }
 
-// waitCmd is the WAIT for a send under ctx (a batch's: the latest deadline
-// of its calls), its timeout cut to what ctx's deadline leaves
-// (replicaAcks.waitArg).
+// batchWait is the WAIT that ends a batch, nil when none of its calls asks
+// for one, and its timeout: the ack timeout, cut to what the EARLIEST
+// deadline of the batch's calls leaves (waitArg), since every one of them
+// reads its reply after the WAIT's. apart sent alone the calls whose
+// deadline would cut it when the batch was formed, so a cut here is the
+// time the batch took to go out since. Each call's ack is marked cut when
+// its own deadline cuts the WAIT: that call's failure is its context's
+// (checkAcquire), another's is the store's, its replicas given nearly the
+// whole timeout.
+func (b *combiner) batchWait(ctx context.Context, batch []*queued) (*redis.IntCmd, int64) {
+	asked := false
+	ms := b.acks.waitMs()
+	for _, q := range batch {
+		m, cut := b.acks.waitArg(q.ctx)
+		if q.ack != nil {
+			asked = true
+			*q.ack = ackReply{cut: cut}
+		}
+		ms = min(ms, m)
+	}
+	if !asked {
+		return nil, 0
+	}
+	if ms == b.acks.waitMs() {
+		return redis.NewIntCmd(ctx, b.wait...), ms
+	}
+	return redis.NewIntCmd(ctx, "wait", b.acks.n, ms), ms
+}
+
+// waitCmd is the WAIT for a call sent alone under ctx, its timeout cut to
+// what ctx's deadline leaves (replicaAcks.waitArg).
 func (b *combiner) waitCmd(ctx context.Context) (cmd *redis.IntCmd, ms int64, cut bool) {
 	ms, cut = b.acks.waitArg(ctx)
 	if !cut {
