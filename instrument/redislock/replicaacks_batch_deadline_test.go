@@ -176,3 +176,45 @@ func TestReplicaAcks_ABatchedCallWithAnEarlierDeadlineDoesNotWaitForTheBatchsWai
 		}
 	}
 }
+
+// TestReplicaAcks_ABatchsWaitIsCutToItsEarliestDeadline: the batch's WAIT
+// is computed when the batch goes out, which may be later than when it was
+// formed (apart sent alone the calls whose deadline cut it then): its
+// timeout is what the earliest deadline of its calls leaves, a call that
+// asks for no WAIT included (it reads its reply after the WAIT's too), and
+// only the acks of the calls whose own deadline cuts it are marked cut.
+func TestReplicaAcks_ABatchsWaitIsCutToItsEarliestDeadline(t *testing.T) {
+	const ackTimeout = 4 * time.Second
+	b := newCombiner(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), replicaAcks{n: 1, timeout: ackTimeout, set: true})
+	t.Cleanup(func() { _ = b.c.Close() })
+	long, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	short, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	var longAck, shortAck ackReply
+	for _, tc := range []struct {
+		name  string
+		batch []*queued
+	}{
+		{"the short call asks for a WAIT", []*queued{{ctx: long, ack: &longAck}, {ctx: short, ack: &shortAck}}},
+		{"the short call asks for none", []*queued{{ctx: long, ack: &longAck}, {ctx: short}}},
+	} {
+		longAck, shortAck = ackReply{}, ackReply{}
+		wait, ms := b.batchWait(long, tc.batch)
+		if wait == nil {
+			t.Fatalf("%s: no WAIT", tc.name)
+		}
+		if limit := int64((2*time.Second - waitReplyMargin) / time.Millisecond); ms > limit || wait.Args()[2] != ms {
+			t.Errorf("%s: WAIT %v (timeout %dms), want at most what the earliest deadline leaves, %dms", tc.name, wait.Args(), ms, limit)
+		}
+		if longAck.cut {
+			t.Errorf("%s: the long call's ack marked cut: its own deadline did not cut the WAIT", tc.name)
+		}
+		if tc.batch[1].ack != nil && !shortAck.cut {
+			t.Errorf("%s: the short call's ack not marked cut", tc.name)
+		}
+	}
+	if wait, _ := b.batchWait(long, []*queued{{ctx: long}, {ctx: short}}); wait != nil {
+		t.Errorf("a batch none of whose calls asks for a WAIT sends %v", wait.Args())
+	}
+}
