@@ -57,7 +57,9 @@
 // queued when its context ends returns the context's error and its command
 // is never sent; a call whose command is in a batch waits for the batch (the
 // client's read and write timeouts bound it, and the batch runs under the
-// latest deadline of its calls) and its result stands; a failed pipeline
+// latest deadline of its calls; with WithReplicaAcks its WAIT is cut to
+// the earliest, and a call whose deadline would cut it is sent alone) and
+// its result stands; a failed pipeline
 // fails each of its calls with the transport error; go-redis's hooks see a
 // pipeline (ProcessPipelineHook) for batched calls, a plain command
 // (ProcessHook) otherwise (with WithReplicaAcks, a pipeline of the script
@@ -306,10 +308,15 @@
 //     the reply when that is less (at least 1ms), so that its reply, not
 //     the deadline, ends the pipeline (a read cut by the deadline drops the
 //     connection, and without ContextTimeoutEnabled nothing would cut it).
-//     A call sent in a combiner batch (more than three sends of the Locker
-//     in flight) shares the batch's one WAIT, cut to the latest deadline of
-//     the batch's calls: one with an earlier deadline waits for it, up to
-//     that WAIT's timeout past its own deadline. Decided: an
+//     Nor does a call sent in a combiner batch (more than three sends of
+//     the Locker in flight), whose reply comes after the batch's one WAIT:
+//     a call whose deadline leaves less than the timeout plus 250ms when
+//     the batch is formed is not put in it but sent on its own (its WAIT,
+//     if it asks for one, cut to its own deadline), and the batch's WAIT is
+//     cut to what the earliest deadline of the calls left in it leaves
+//     when it goes out (less than the timeout only by the time it took to
+//     go out; a call whose own deadline did not cut it and too few
+//     replicas answered fails as a store failure). Decided: an
 //     Acquire whose WAIT was so shortened and too few replicas answered
 //     fails as any Acquire whose context ended (ErrNotAcquired and
 //     context.DeadlineExceeded; errors.Is ErrNotReplicated too), not as a

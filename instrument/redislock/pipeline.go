@@ -43,7 +43,10 @@ import (
 // for its command on the wire; its result then stands, which is better than
 // an error for a lock that was in fact taken. The batch runs under the
 // latest deadline of its calls, detached from their cancellation, so that
-// one caller giving up does not fail the others' commands.
+// one caller giving up does not fail the others' commands. Its WAIT
+// (WithReplicaAcks), which every call of the batch waits for, is cut to
+// the earliest, and a call whose deadline would cut it is sent alone
+// instead (apart): no caller waits for a WAIT past its own deadline.
 type combiner struct {
 	c redis.UniversalClient
 	// acks, when on, is the WAIT that follows the commands that ask for it
