@@ -91,6 +91,18 @@ func gatedCombiner(t *testing.T) (*testenv.Redis, *redis.Client, *combiner, *gat
 	return r, c, newCombiner(c, replicaAcks{}), h
 }
 
+// combinedLocker is a Locker on c (closed when t ends) and the combiner
+// of its one node.
+func combinedLocker(t *testing.T, c redis.UniversalClient, opts ...Option) (*Locker, *combiner) {
+	t.Helper()
+	l, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, l.store.(node).send
+}
+
 // waitState polls the combiner until cond holds (under its lock).
 func waitState(t *testing.T, ctx context.Context, b *combiner, what string, cond func() bool) {
 	t.Helper()
@@ -305,12 +317,7 @@ func TestLocker_PipelineWhoseRepliesAreLostIsRetriedSafely(t *testing.T) {
 		},
 	}
 	c.AddHook(h)
-	l, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	b := l.store.(node).send
+	l, b := combinedLocker(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

@@ -51,12 +51,7 @@ func TestRelease_BatchedWithALaterDeadlineAndItsReplyLostIsNotALoss(t *testing.T
 		},
 	}
 	c.AddHook(h)
-	l, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	b := l.store.(node).send
+	l, b := combinedLocker(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	warm, err := l.Acquire(ctx, "lock:warm", instrument.FailFast())

@@ -68,12 +68,7 @@ func TestReplicaAcks_ABatchedCallWithAnEarlierDeadlineDoesNotWaitForTheBatchsWai
 	replica, c, _, h, recorded := ackedGatedCombiner(t, ackTimeout)
 	hold := &holdBatchReply{release: make(chan struct{}), guard: 20 * time.Second}
 	c.AddHook(hold)
-	l, err := New(c, WithReplicaAcks(1, ackTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	b := l.store.(node).send
+	l, b := combinedLocker(t, c, WithReplicaAcks(1, ackTimeout))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// The lock the short release gives back, taken while the replica
