@@ -1,5 +1,5 @@
-// Package replicaack is WithReplicaAcks of quota, idempotency and
-// snowflake/workerid: a script followed, in one pipeline on one connection,
+// Package replicaack is WithReplicaAcks of quota, idempotency,
+// fence/redisfence and snowflake/workerid: a script followed, in one pipeline on one connection,
 // by a write of the record it read or wrote (touch.lua) and WAIT n timeout,
 // so that a write the caller is told succeeded has reached n replicas.
 // redislock's WithReplicaAcks batches its own WAITs and takes only the

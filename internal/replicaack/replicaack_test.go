@@ -85,3 +85,38 @@ func TestRun_AResendThatFindsNoScriptAnswersItsOwnRunNotTheFirstTrys(t *testing.
 		t.Fatalf("Run answered %v, %v with the script run %d times; want 2, its second run's answer", res.v, res.err, runs)
 	}
 }
+
+// TestRun_ARecordWithoutATTLIsTouchedAndKeepsNoTTL: a script that wrote a
+// record kept until overwritten (no TTL: redisfence's value written with
+// TTL 0) is acknowledged like one with a TTL: the touch rewrites it
+// (PEXPIRE then PERSIST, both replicated), WAIT counts the replica, and the
+// record has no TTL afterwards on the primary and on the replica. The old
+// touch wrote nothing on such a record and every write read as not
+// replicated. A missing record is still not touched (0 acknowledgements).
+func TestRun_ARecordWithoutATTLIsTouchedAndKeepsNoTTL(t *testing.T) {
+	rp := testenv.NewReplicated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := testenv.NewRedisClient(t, rp.Primary.Addr())
+	set := redis.NewScript(`redis.call('SET', KEYS[1], ARGV[1]); return 1`)
+	read := redis.NewScript(`return redis.call('GET', KEYS[1])`)
+	acks := replicaack.Acks{N: 1, Timeout: 4 * time.Second}
+	for _, s := range []*redis.Script{set, read} { // a write, then a script that wrote nothing
+		cmd, r := acks.Run(ctx, ctx, c, s, []string{"kept"}, "kept", "v")
+		if cmd.Err() != nil || r.Err != nil || r.Acked != 1 {
+			t.Fatalf("Run on a record without a TTL = %v, %+v; want 1 acknowledgement", cmd.Err(), r)
+		}
+	}
+	rc := testenv.NewRedisClient(t, rp.Replica.Addr())
+	for name, cl := range map[string]*redis.Client{"primary": c, "replica": rc} {
+		if ttl, err := cl.PTTL(ctx, "kept").Result(); err != nil || ttl != -1 {
+			t.Fatalf("the %s's record has PTTL %v, %v after the touch; want -1 (no TTL)", name, ttl, err)
+		}
+		if v, err := cl.Get(ctx, "kept").Result(); err != nil || v != "v" {
+			t.Fatalf("the %s's record = %q, %v; want v", name, v, err)
+		}
+	}
+	if _, r := acks.Run(ctx, ctx, c, read, []string{"missing"}, "missing"); r.Err != nil || r.Acked != 0 {
+		t.Fatalf("Run on a missing record = %+v; want 0 acknowledgements (nothing touched)", r)
+	}
+}
