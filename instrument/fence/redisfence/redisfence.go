@@ -46,6 +46,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument/fence"
+	"github.com/lockgov/lockgov/internal/replicaack"
 )
 
 var (
@@ -61,15 +62,28 @@ var (
 // Writer writes fenced values to one Redis (single node, Sentinel or
 // Cluster). It is safe for concurrent use.
 type Writer struct {
-	c redis.UniversalClient
+	c    redis.UniversalClient
+	acks replicaack.Acks
 }
 
 // New returns a Writer on c.
-func New(c redis.UniversalClient) (*Writer, error) {
+func New(c redis.UniversalClient, opts ...Option) (*Writer, error) {
 	if c == nil {
 		return nil, errors.New("redisfence: nil Redis client")
 	}
-	return &Writer{c: c}, nil
+	var cfg config
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.acks.CheckClient("redisfence", c); err != nil {
+		return nil, err
+	}
+	return &Writer{c: c, acks: cfg.acks}, nil
 }
 
 // FenceKey is the key that holds the fence of value key, in key's hash slot.
@@ -112,7 +126,19 @@ func (w *Writer) Set(ctx context.Context, key string, value string, f uint64, tt
 		return err
 	}
 	offered := strconv.FormatUint(f, 10)
-	res, err := setScript.Run(ctx, w.c, []string{key, fk}, value, offered, ttl.Milliseconds()).Slice()
+	keys, args := []string{key, fk}, []any{value, offered, ttl.Milliseconds()}
+	var cmd *redis.Cmd
+	var acked error // whether the replicas have the write; nil without WithReplicaAcks
+	if w.acks.On() {
+		// The touch rewrites the fence key: a resend that found this write
+		// stored wrote nothing for WAIT to count.
+		var r replicaack.Reply
+		cmd, r = w.acks.Run(ctx, ctx, w.c, setScript, keys, fk, args...)
+		acked = w.acks.Check(r, ErrNotReplicated, notReplicated)
+	} else {
+		cmd = setScript.Run(ctx, w.c, keys, args...)
+	}
+	res, err := cmd.Slice()
 	if err != nil {
 		return fmt.Errorf("redisfence: set %q: %w", key, err)
 	}
@@ -120,8 +146,13 @@ func (w *Writer) Set(ctx context.Context, key string, value string, f uint64, tt
 		return fmt.Errorf("redisfence: set %q: unexpected reply %v", key, res)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
+		if acked != nil {
+			return fmt.Errorf("redisfence: set %q: written on the primary: %w", key, acked)
+		}
 		return nil
 	}
+	// A refusal is not waited for: a stored fence above the offered one
+	// says a newer lease exists, which no failover undoes.
 	s, _ := res[1].(string)
 	stored, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
