@@ -58,6 +58,10 @@
 // the transport error; it may or may not have been applied, and the fence
 // makes a retry safe: a retry either applies, or reports written (Redis,
 // same value) or Stored == Offered (SQL).
+// A Redis failover to a replica that missed a write loses its stored fence
+// too, and a stale holder can write once more there: redisfence's
+// WithReplicaAcks makes a Set that returns nil one that survives a
+// failover to a replica that acknowledged it.
 // Fences beyond math.MaxInt64 cannot be stored in a BIGINT column and are
 // refused by SQL. Fence 0 means a lease without a fence and is refused
 // everywhere.

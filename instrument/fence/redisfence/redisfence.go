@@ -1,37 +1,3 @@
-// Package redisfence writes Redis values guarded by a lock's fence: a SET
-// that applies only when the fence offered is above the fence stored with
-// the value, checked and written by one Lua script (set.lua).
-//
-//	w, _ := redisfence.New(rdb)
-//	lease, err := locker.Acquire(ctx, "lock:stock:{sku-1}", instrument.WithTTL(5*time.Second))
-//	...
-//	err = w.Set(ctx, "stock:{sku-1}", "41", lease.Fence(), 0)
-//	if errors.Is(err, fence.ErrStaleFence) { /* a newer holder wrote */ }
-//
-// # Keys
-//
-// The fence of value key K is stored in FenceKey(K): K+":fenced" when K
-// carries a Redis hash tag ("stock:{sku-1}"), "{K}:fenced" otherwise, so it
-// hashes to K's slot and the script runs on Redis Cluster. Value and fence
-// share one TTL. The ":fenced" suffix differs from redislock's ":fence"
-// counter, so a value may even live under the lock key's hash tag.
-//
-// # Failure modes
-//
-// go-redis resends a Set whose reply was lost (a read timeout, a reset
-// connection) on another connection, after it may have run: a resend finds
-// its own fence and value stored and reports written, so Set returns nil
-// for a write that was applied. A resend that comes after a newer holder
-// wrote is refused (StaleFenceError, Stored the newer fence) and leaves the
-// newer value: the first run applied, and the lease has moved on since. A
-// Set that still fails returns the transport error; retrying it with the
-// same fence and value either writes or reports written, the same fence
-// with another value is refused (StaleFenceError with Stored == Offered),
-// and after a newer holder's write it is refused as above. A Redis that lost writes (a
-// failover to a replica that missed them, a restart without persistence)
-// lost the stored fence with them: a stale holder can then write once more
-// until a newer holder writes again. Keep fenced data where writes are not
-// lost (replicated with WAIT, or persistent), or in SQL (fence.SQL).
 package redisfence
 
 import (
@@ -110,7 +76,9 @@ func FenceKey(key string) (string, error) {
 // writing when f and value are the ones stored (the same write again). ttl > 0 expires the value
 // and its fence together; 0 keeps both. It returns nil when written, a
 // *fence.StaleFenceError when refused, and the transport error when the
-// outcome is unknown.
+// outcome is unknown. With WithReplicaAcks, a write that fewer replicas
+// acknowledged is an error matching ErrNotReplicated: it is on the
+// primary.
 func (w *Writer) Set(ctx context.Context, key string, value string, f uint64, ttl time.Duration) error {
 	if f == 0 {
 		return fence.ErrNoFence
