@@ -3,6 +3,7 @@ package detectors
 import (
 	"context"
 	"encoding/json"
+	"sort"
 	"time"
 
 	"github.com/lockgov/lockgov/instrument/fleet"
@@ -39,6 +40,34 @@ func readFleet(ctx context.Context, stores []Store) ([]beat, []unreadableBeat, e
 		unreadable = append(unreadable, bad...)
 	}
 	return out, unreadable, nil
+}
+
+// recheckFleet adds to beats and unreadable the heartbeats, read key by key
+// (RedisStore.lookupBeats, on a Cluster), of the instances seen earlier
+// that the scans did not return: a heartbeat moved by a resharding while
+// the primaries were scanned one by one is missed by the scan, and its
+// process's locks would be reported holder_dead. A lookup that fails
+// fails the read, as a scan that fails does.
+func recheckFleet(ctx context.Context, stores []Store, seen *seenSet, beats []beat, unreadable []unreadableBeat) ([]beat, []unreadableBeat, error) {
+	missing := seen.missing(beats, unreadable)
+	if len(missing) == 0 {
+		return beats, unreadable, nil
+	}
+	for _, s := range stores {
+		rs, ok := s.(*RedisStore)
+		if !ok {
+			continue
+		}
+		hbs, bad, err := rs.lookupBeats(ctx, missing)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, hb := range hbs {
+			beats = append(beats, beat{s, hb})
+		}
+		unreadable = append(unreadable, bad...)
+	}
+	return beats, unreadable, nil
 }
 
 // unreadableBeat is a heartbeat key, under a TTL, whose value does not
@@ -247,6 +276,29 @@ func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, now time.Tim
 			delete(s.names, inst)
 		}
 	}
+}
+
+// missing returns the instances seen within the retention that neither
+// beats nor unreadable name, sorted.
+func (s *seenSet) missing(beats []beat, unreadable []unreadableBeat) []string {
+	if len(s.names) == 0 {
+		return nil
+	}
+	present := make(map[string]bool, len(beats)+len(unreadable))
+	for _, b := range beats {
+		present[b.hb.Instance] = true
+	}
+	for _, u := range unreadable {
+		present[u.instance] = true
+	}
+	var out []string
+	for inst := range s.names {
+		if !present[inst] {
+			out = append(out, inst)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // gone reports whether h's process published heartbeats earlier (within

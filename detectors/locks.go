@@ -60,6 +60,9 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	beats, unreadable, err := readFleet(ctx, d.beats)
+	if err == nil {
+		beats, unreadable, err = recheckFleet(ctx, d.beats, &d.seen, beats, unreadable)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -359,6 +359,54 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 	return out, unreadable, nil
 }
 
+// lookupBeats reads, key by key through the Cluster client, the heartbeats
+// of instances a scan did not return (Locks.Detect asks for those seen
+// earlier, whose locks would otherwise be holder_dead). A scan reads each
+// Cluster primary in turn: a heartbeat key that a resharding moves from a
+// primary not yet scanned to one already scanned is on neither when each
+// is read. GET and PTTL by key follow the move (MOVED, ASK), so the key is
+// found wherever it is. A single node's SCAN returns every key present for
+// the whole scan, so only a Cluster asks.
+func (s *RedisStore) lookupBeats(ctx context.Context, instances []string) ([]*fleet.Heartbeat, []unreadableBeat, error) {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok || len(instances) == 0 {
+		return nil, nil, nil
+	}
+	pipe := cc.Pipeline()
+	gets := make([]*redis.StringCmd, len(instances))
+	ttls := make([]*redis.DurationCmd, len(instances))
+	for i, inst := range instances {
+		k := fleet.RedisKey(inst)
+		gets[i], ttls[i] = pipe.Get(ctx, k), pipe.PTTL(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	var hbs []*fleet.Heartbeat
+	var alive []unreadableBeat
+	for i, cmd := range gets {
+		v, err := cmd.Bytes()
+		switch {
+		case err == nil:
+		case errors.Is(err, redis.Nil) || isWrongType(err):
+			continue
+		default:
+			return nil, nil, fmt.Errorf("detectors: read heartbeats on %s: %w", s.addr, err)
+		}
+		d, err := ttls[i].Result()
+		if err != nil {
+			return nil, nil, fmt.Errorf("detectors: read the TTLs of heartbeats on %s: %w", s.addr, err)
+		}
+		if d <= 0 {
+			continue
+		}
+		if hb, err := fleet.Decode(v); err == nil {
+			hbs = append(hbs, hb)
+		} else {
+			alive = append(alive, parseUnreadable(instances[i], v))
+		}
+	}
+	return hbs, alive, nil
+}
+
 func sortBeats(hbs []*fleet.Heartbeat) {
 	sort.Slice(hbs, func(i, j int) bool { return hbs[i].Instance < hbs[j].Instance })
 }
