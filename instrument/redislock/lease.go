@@ -45,6 +45,18 @@ func newLease(s store, key string, r *request, fence uint64, sent time.Time, cfg
 	return h
 }
 
+// releaseDeadline is the context key under which lease.Release passes the
+// lease's local deadline to request.Release.
+type releaseDeadline struct{}
+
+// Release releases the lease (leasecore.Lease.Release), telling
+// request.Release how long it may retry a release refused while the
+// lock's slot moves between Cluster primaries. A lease released by the
+// garbage-collection net passes no deadline and is not retried.
+func (h *lease) Release(ctx context.Context) error {
+	return h.Lease.Release(context.WithValue(ctx, releaseDeadline{}, h.Lease.Deadline()))
+}
+
 // Renew is the lease's owner-checked extension (leasecore.Store).
 func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 	ok, err := r.st.refresh(ctx, r.keys, r.tok, r.ttl)
@@ -79,8 +91,24 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // background try to a dead node after every Release); for the same reason
 // the give-back ends once the nodes it has not reached are a minority
 // (quorum.leave).
+//
+// While the lock's slot is being moved to another Cluster primary, Redis
+// refuses release.lua (resharding): its tombstone key does not exist
+// yet, so its keys are never all on one node. The release is tried again,
+// with back-off, until Redis runs it, ctx ends or the next try would go
+// past the lease's local deadline (lease.Release passes it: past it the lock may
+// have expired, and a release that then found it gone would report it
+// lost although it was held until this call). Giving up at once would end
+// the lease as lost though it was still held, and free it only through
+// the give-back, after the migration anyway.
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
+	if _, isQuorum := r.st.(*quorum); !isQuorum && resharding(err) {
+		until, _ := ctx.Value(releaseDeadline{}).(time.Time)
+		for n := 1; resharding(err) && time.Now().Add(reshardPause(n)).Before(until) && sleepCtx(ctx, reshardPause(n)); n++ {
+			ok, err = r.st.release(ctx, r)
+		}
+	}
 	var left error // after Close: what the give-back could not do
 	if r.owner != nil && r.mayHold(ok, err) {
 		r.releasing = true

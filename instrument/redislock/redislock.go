@@ -181,6 +181,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 	}
 	var sent time.Time // when the last attempt was sent
 	var seen uint64    // a fence floor from the last attempt that failed (attempt.seen)
+	moving := 0        // attempts in a row answered as resharding (see resharding)
+	_, isQuorum := l.store.(*quorum)
 	for n := 1; ; n++ {
 		// Close may have come while this waiter waited for its turn or its
 		// subscription; nothing is acquired through a closed Locker.
@@ -197,8 +199,31 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			if cerr := storefail.Ended(ctx); cerr != nil {
 				return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, cerr)
 			}
+			// The lock's slot is being moved to another primary: Redis
+			// runs no script of this lock until its keys are on one
+			// node. A caller that waits keeps waiting, within its
+			// deadline (Retry: its attempts), as it would for a holder;
+			// FailFast gets the error.
+			if resharding(err) && !isQuorum && cfg.Wait != instrument.WaitFailFast {
+				var sleep time.Duration
+				if cfg.Wait == instrument.WaitRetry {
+					if n >= cfg.MaxAttempts {
+						return nil, fmt.Errorf("redislock: acquire %q after %d attempts: %w", key, n, err)
+					}
+					sleep = cfg.Backoff.Delay(n)
+				} else {
+					moving++
+					sleep = min(cfg.PollInterval, reshardPause(moving))
+				}
+				startWaiting()
+				if err := l.pause(ctx, w, sleep); err != nil {
+					return nil, fmt.Errorf("redislock: acquire %q: %w: %w", key, instrument.ErrNotAcquired, err)
+				}
+				continue
+			}
 			return nil, fmt.Errorf("redislock: acquire %q: %w", key, err)
 		}
+		moving = 0
 		cfg.Observer.Attempt(a.acquired)
 		if a.acquired && a.unconfirmed {
 			// Taken by an attempt sent without a WAIT (it followed a

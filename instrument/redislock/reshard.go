@@ -1,0 +1,47 @@
+package redislock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// resharding reports whether err is Redis Cluster's answer to a script
+// whose hash slot is being moved to another primary (CLUSTER SETSLOT
+// MIGRATING/IMPORTING, as redis-cli --cluster reshard does): TRYAGAIN (the
+// script's keys are split between the two nodes, or some do not exist
+// yet), or the ASK or MOVED redirect that go-redis's last try got when it
+// ran out of redirects (ClusterOptions.MaxRedirects) while the slot moved.
+// The node that answered did not run the script. An earlier try of the
+// same call may have (a reply lost before it), which is why what follows
+// such an answer is the same call under the same token: every script
+// here is idempotent for its token.
+func resharding(err error) bool {
+	for _, prefix := range []string{"TRYAGAIN", "ASK ", "MOVED "} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// reshardPause is the pause before the n-th try (n >= 1) of a call Redis
+// answered as resharding: 10 ms, doubling to 320 ms. A slot of a few keys
+// moves in milliseconds, one of many thousands in seconds.
+func reshardPause(n int) time.Duration {
+	return 10 * time.Millisecond << min(max(n-1, 0), 5)
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept the
+// whole d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
