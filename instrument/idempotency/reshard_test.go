@@ -1,0 +1,105 @@
+package idempotency_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestDo_AcrossASlotMigration moves the slot of an idempotency record to
+// another primary the way redis-cli --cluster reshard does, with fn
+// running: the record is claimed on the source, moved while fn runs (its
+// renewals follow ASK to the target), and finished on the target. A
+// record created during the migration (a key new to the slot, ASK to the
+// target) and one completed before it are replayed after it. fn runs once
+// per key. Every script here has one key, so Redis never answers TRYAGAIN:
+// a resharding is invisible to Do but for a redirect.
+func TestDo_AcrossASlotMigration(t *testing.T) {
+	cl := testenv.NewRedisCluster(t, 3)
+	c := cl.Client(t)
+	s := newStore(t, c, idempotency.WithLease(600*time.Millisecond))
+	ctx := timeout(t, 30*time.Second)
+	// Three keys with one hash tag: one slot.
+	const running, before, during = "pay-{7}-running", "pay-{7}-before", "pay-{7}-during"
+	var runs [3]atomic.Int64
+	do := func(i int, key string, fn func()) idempotency.Result {
+		t.Helper()
+		res, err := s.Do(ctx, key, nil, func(context.Context, idempotency.Attempt) ([]byte, error) {
+			runs[i].Add(1)
+			if fn != nil {
+				fn()
+			}
+			return []byte(key), nil
+		})
+		if err != nil {
+			t.Fatalf("Do %s: %v", key, err)
+		}
+		if string(res.Body) != key {
+			t.Fatalf("Do %s: body %q", key, res.Body)
+		}
+		return res
+	}
+	do(1, before, nil)
+
+	slot, err := cl.KeySlot(idempotency.DefaultPrefix + "{" + running + "}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := cl.SlotOwner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *testenv.SlotMigration
+	do(0, running, func() {
+		// Claimed on the source; move the slot's keys while fn runs, and
+		// work on past two renewals.
+		var err error
+		if m, err = cl.BeginSlotMigration(slot, cl.OtherPrimary(from)); err != nil {
+			t.Error(err)
+			return
+		}
+		rec := idempotency.DefaultPrefix + "{" + running + "}"
+		if err := m.Move(rec); err != nil {
+			t.Error(err)
+			return
+		}
+		// Work on until a renewal has reached the moved record (its PTTL,
+		// read through ASK, goes up), then once more.
+		for renewals := 0; renewals < 2; {
+			p0 := c.PTTL(ctx, rec).Val()
+			for ctx.Err() == nil {
+				time.Sleep(20 * time.Millisecond)
+				if p := c.PTTL(ctx, rec).Val(); p > p0 {
+					break
+				} else if p <= 0 {
+					t.Errorf("the record's PTTL is %v during fn", p)
+					return
+				}
+			}
+			renewals++
+		}
+	})
+	if m == nil {
+		t.FailNow()
+	}
+	defer func() { _ = m.Finish(10) }()
+	do(2, during, nil)
+	if res := do(1, before, nil); !res.Replayed {
+		t.Fatalf("%s not replayed during the migration", before)
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{running, before, during} {
+		if res := do(i, key, nil); !res.Replayed {
+			t.Fatalf("%s not replayed after the migration", key)
+		}
+		if n := runs[i].Load(); n != 1 {
+			t.Fatalf("%s: fn ran %d times, want 1", key, n)
+		}
+	}
+}
