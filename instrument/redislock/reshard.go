@@ -17,8 +17,18 @@ import (
 // same call may have (a reply lost before it), which is why what follows
 // such an answer is the same call under the same token: every script
 // here is idempotent for its token.
+//
+// Also "Script attempted to access a non local key": Redis admits a
+// script on the migrating node when all its keys are there, then checks
+// each command inside it, and aborts it at the first that touches a key
+// the script itself deleted (acquire_fair.lua dropping the last dead
+// waiter from the queue, then reading the queue again). What ran before
+// is kept: only clean-ups that the next try, or the next holder's, would
+// make too (dead queue entries dropped), never a grant. All of lockgov's
+// keys of a lock share its hash slot, so outside a migration no script
+// gets this answer.
 func resharding(err error) bool {
-	for _, prefix := range []string{"TRYAGAIN", "ASK ", "MOVED "} {
+	for _, prefix := range []string{"TRYAGAIN", "ASK ", "MOVED ", "Script attempted to access a non local key"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}

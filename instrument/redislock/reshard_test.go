@@ -42,6 +42,88 @@ func TestReshard_Lock(t *testing.T) {
 		}
 	}
 	t.Run("release-outlasts-lease", func(t *testing.T) { reshardOutlastsRelease(t, cl) })
+	t.Run("fair-dead-head", func(t *testing.T) { reshardFairDeadHead(t, cl) })
+}
+
+// reshardFairDeadHead: in Fair mode an attempt first drops waiters at the
+// head of the queue whose deadline has passed. With the slot open and every
+// key still on the source, Redis admits acquire_fair.lua there, but the
+// script's LPOP of the last entry deletes the queue, and its next LINDEX,
+// on a key the source no longer has while the slot migrates, aborts it
+// ("Script attempted to access a non local key"). The waiter must keep
+// waiting (the next attempt is refused as any during a resharding) and
+// get the lock once the migration has ended and the holder released it.
+func reshardFairDeadHead(t *testing.T, cl *testenv.RedisCluster) {
+	ctx := timeout(t, 30*time.Second)
+	admin := cl.Client(t)
+	holderL := newLocker(t, cl.Client(t), redislock.Fair())
+	waiterC := cl.Client(t)
+	refused := make(chan struct{}, 1)
+	waiterC.AddHook(reshardReply{refused})
+	waiterL := newLocker(t, waiterC, redislock.Fair())
+	key := "lock:reshard:{dead-head}"
+	holder, err := holderL.Acquire(ctx, key, instrument.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter that gave up without leaving (its process died): its entry
+	// heads the queue, its deadline long past.
+	dead := "deadbeef 5000 nobody {}"
+	if err := admin.RPush(ctx, key+":queue", dead).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ZAdd(ctx, key+":waiters", redis.Z{Score: 1, Member: dead}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{key + ":queue", key + ":waiters"} {
+		if err := admin.PExpire(ctx, k, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot, err := cl.KeySlot(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := cl.SlotOwner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Finish(10) }()
+
+	type result struct {
+		lease instrument.Lease
+		err   error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := waiterL.Acquire(wctx, key, instrument.WithTTL(5*time.Second), instrument.WithPollInterval(time.Minute))
+		waited <- result{l, err}
+	}()
+	select {
+	case <-refused:
+	case r := <-waited:
+		t.Fatalf("the waiter returned during the migration: %v", r.err)
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-waited
+	if r.err != nil {
+		t.Fatalf("the waiter gave up: %v", r.err)
+	}
+	defer r.lease.Release(ctx)
+	if r.lease.Fence() <= holder.Fence() {
+		t.Fatalf("fence %d after the migration, not above %d", r.lease.Fence(), holder.Fence())
+	}
 }
 
 // reshardOutlastsRelease: instrument.Do's fn returns while the lock's slot
@@ -301,7 +383,7 @@ func (h reshardReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 func (h reshardReply) note(err error) {
-	for _, p := range []string{"TRYAGAIN", "ASK ", "MOVED "} {
+	for _, p := range []string{"TRYAGAIN", "ASK ", "MOVED ", "Script attempted to access a non local key"} {
 		if redis.HasErrorPrefix(err, p) {
 			select {
 			case h.seen <- struct{}{}:
