@@ -126,3 +126,62 @@ func TestLocks_HeartbeatMovedBetweenNodeScansIsNotHolderDead(t *testing.T) {
 		}
 	}
 }
+
+// TestLocks_DetectDuringASlotMigration: while a slot holding a live lock,
+// an immortal lock and a heartbeat is half-migrated (each key on one node
+// or the other), Detect reports the immortal lock and nothing for the live
+// holder's.
+func TestLocks_DetectDuringASlotMigration(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	cl := testenv.NewRedisCluster(t, 3)
+	c := cl.Client(t)
+	// One hash tag: the heartbeat's instance name carries it too.
+	const live, immortal = "lock:dead:{m}1", "lock:immortal:{m}2"
+	if err := c.Set(ctx, live, deadValue("pod-{m}", 42), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, immortal, deadValue("pod-{m}", 42), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	putBeat(t, ctx, c, otherBeat("pod-{m}", 42))
+	d, err := detectors.NewLocks(redisStore(t, c), detectors.WithPolicy(loadPolicy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := detectors.KindImmortal + " " + immortal
+	check := func(when string) {
+		t.Helper()
+		fs, err := d.Detect(ctx)
+		if err != nil {
+			t.Fatalf("%s: Detect: %v", when, err)
+		}
+		if len(fs) != 1 || fs[0].Kind+" "+fs[0].Key != want {
+			t.Fatalf("%s: findings%s\nwant only %s", when, describe(fs), want)
+		}
+	}
+	check("before the migration")
+	slot, err := cl.KeySlot(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := cl.SlotOwner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Finish(10) }()
+	check("slot open, nothing moved")
+	for _, k := range []string{live, fleet.RedisKey("pod-{m}"), immortal} {
+		if err := m.Move(k); err != nil {
+			t.Fatal(err)
+		}
+		check("after moving " + k)
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	check("after the migration")
+}

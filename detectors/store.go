@@ -321,11 +321,17 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 			_, _ = pipe.Exec(ctx)
 			var hbs []*fleet.Heartbeat
 			var alive []unreadableBeat
+			var moved []string // instances whose key is in a slot moving away from c
 			for i, cmd := range gets {
 				v, err := cmd.Bytes()
 				switch {
 				case err == nil:
 				case errors.Is(err, redis.Nil) || isWrongType(err):
+					continue
+				case redirected(err) || redirected(ttls[i].Err()):
+					if inst, ok := fleet.InstanceFromKey(keys[i]); ok {
+						moved = append(moved, inst)
+					}
 					continue
 				default:
 					return fmt.Errorf("detectors: read heartbeats on %s: %w", c.Options().Addr, err)
@@ -333,6 +339,12 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 				// A TTL that could not be read is no answer: taken for
 				// none, it would make a live process's locks holder_dead.
 				d, err := ttls[i].Result()
+				if redirected(err) {
+					if inst, ok := fleet.InstanceFromKey(keys[i]); ok {
+						moved = append(moved, inst)
+					}
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("detectors: read the TTLs of heartbeats on %s: %w", c.Options().Addr, err)
 				}
@@ -345,10 +357,16 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 					alive = append(alive, parseUnreadable(inst, v))
 				}
 			}
+			more, moreAlive, err := s.lookupBeats(ctx, moved)
+			if err != nil {
+				return err
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			out = append(out, hbs...)
+			out = append(out, more...)
 			unreadable = append(unreadable, alive...)
+			unreadable = append(unreadable, moreAlive...)
 			return nil
 		})
 	})
@@ -359,9 +377,51 @@ func (s *RedisStore) heartbeats(ctx context.Context) ([]*fleet.Heartbeat, []unre
 	return out, unreadable, nil
 }
 
+// redirected reports whether err is a Cluster node's MOVED or ASK: the
+// key's slot is being moved (resharding) or has moved away from the node a
+// scan found the key on. A scan SCANs each primary and reads what it found
+// there from the same node, which answers so for a key it lists but no
+// longer serves (ASK: moved on; MOVED: a key the importing node holds but
+// does not own yet). Those keys are read again through the Cluster client,
+// which follows the redirect, instead of failing the read: a resharding is
+// routine, and the agent would otherwise report the store unreadable for
+// as long as one lasts.
+func redirected(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")
+}
+
+// rereadLocks appends to batch the locks of keys read again, by key,
+// through the Cluster client (see redirected). A key gone since is left
+// out; one a scan of another primary also returned is reported once
+// (Locks dedupes by key, ScanLocks' callers see what SCAN would: a key at
+// most twice).
+func (s *RedisStore) rereadLocks(ctx context.Context, keys []string, batch []Lock) ([]Lock, error) {
+	if len(keys) == 0 {
+		return batch, nil
+	}
+	pipe := s.c.Pipeline()
+	pttls := make([]*redis.DurationCmd, len(keys))
+	gets := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		pttls[i], gets[i] = pipe.PTTL(ctx, k), pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, k := range keys {
+		l, ok, err := lockOf(k, pttls[i], gets[i])
+		if err != nil {
+			return nil, fmt.Errorf("detectors: read lock on %s: %w", s.addr, err)
+		}
+		if ok {
+			batch = append(batch, l)
+		}
+	}
+	return batch, nil
+}
+
 // lookupBeats reads, key by key through the Cluster client, the heartbeats
 // of instances a scan did not return (Locks.Detect asks for those seen
-// earlier, whose locks would otherwise be holder_dead). A scan reads each
+// earlier, whose locks would otherwise be holder_dead) or could not read
+// where it found them (redirected). A scan reads each
 // Cluster primary in turn: a heartbeat key that a resharding moves from a
 // primary not yet scanned to one already scanned is on neither when each
 // is read. GET and PTTL by key follow the move (MOVED, ASK), so the key is
@@ -477,10 +537,15 @@ func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) 
 				if pipe.Len() == 0 {
 					break
 				}
-				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) {
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isWrongType(err) && !redirected(err) {
 					return fmt.Errorf("detectors: read locks on %s: %w", addr, err)
 				}
+				var moved []string // keys in a slot moving away from c
 				for i, k := range keep {
+					if redirected(pttls[i].Err()) || redirected(gets[i].Err()) {
+						moved = append(moved, k)
+						continue
+					}
 					l, ok, err := lockOf(k, pttls[i], gets[i])
 					if err != nil {
 						return fmt.Errorf("detectors: read lock on %s: %w", addr, err)
@@ -488,6 +553,9 @@ func (s *RedisStore) scan(ctx context.Context, patterns []string, _ func(*Lock) 
 					if ok {
 						batch = append(batch, l)
 					}
+				}
+				if batch, err = s.rereadLocks(ctx, moved, batch); err != nil {
+					return err
 				}
 				if len(batch) > 0 {
 					mu.Lock()
