@@ -92,6 +92,19 @@
 //   - A store that cannot be read (down, timeout, ACL) makes Detect return
 //     the error and no findings; nothing is reported from a partial read of
 //     the heartbeats, which would make live holders look dead.
+//   - Redis Cluster resharding: the Redis scans SCAN each primary and
+//     read what they find there; a key in a slot being moved answers
+//     MOVED or ASK on the node it was listed on, and is read again by key
+//     through the Cluster client, which follows the move (before, Detect
+//     failed for as long as such a slot stayed open). A heartbeat moved
+//     from a primary not yet scanned to one already scanned is on
+//     neither when each is read: before a process seen earlier is called
+//     gone, its heartbeat is read by key (a GET and a PTTL per such
+//     instance and Detect, on a Cluster only), so its live locks are not
+//     holder_dead. A lock key can be listed on both nodes (reported once)
+//     or on neither (missed for one scan); remediation deletes only a lock
+//     without a TTL, checked again in its script, so a live lock, which
+//     has one, is never deleted.
 //   - holder_dead needs memory: after an agent restart a lock whose holder
 //     died earlier is reported only by its TTL (or immortal). A process
 //     cut off from the store long enough for its heartbeat to expire (three

@@ -166,6 +166,11 @@
 //     owner is cut off for longer than that, its successor's fences start
 //     again at 1, no higher than the owner's, and only the unique
 //     constraint tells them apart.
+//   - Redis Cluster resharding: a record is one key, so every script
+//     follows the ASK or MOVED to the node that has it and none is ever
+//     refused; a Do whose record moves while fn runs keeps its lease and
+//     finishes on the new node, and fn runs once
+//     (TestDo_AcrossASlotMigration).
 //   - Redis unreachable: see "Store failure" above.
 //   - Failover with asynchronous replication (the default) can lose a
 //     completed record not yet replicated: a retry then runs fn again

@@ -120,6 +120,15 @@
 //     deduction decided by the fallback after a timeout whose script did
 //     run is applied twice, once in Redis and once by the fallback: the
 //     reconciliation must catch it.
+//   - Redis Cluster resharding of a balance's slot (the bucket and its
+//     request-id records share its hash tag): while the bucket and a
+//     request's record are on different nodes, or the record does not
+//     exist yet (a new request id), Redis refuses deduct.lua with
+//     TRYAGAIN: Deduct returns that error, nothing was deducted, and a
+//     retry with the same request id after the slot has moved deducts
+//     once (TestDeduct_AcrossASlotMigration). Such a refusal counts as the
+//     store not serving: WithFallback decides it, as in an outage, for as
+//     long as the slot is open.
 //   - Failover with asynchronous replication (the default): a deduction
 //     acknowledged by the old primary and not yet replicated is lost with
 //     its request-id record, so the units come back and a retry of that id

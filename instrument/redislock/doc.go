@@ -392,6 +392,54 @@
 // Acquire that finds the lock held (not the retries after it). Fences and the "Failure modes" below still apply: use
 // etcdlock where a lock must be a correctness guarantee.
 //
+// # Redis Cluster resharding
+//
+// Every key of one lock (the lock, its fence counter, the Fair queue and
+// waiter deadlines, release tombstones) is in the lock key's hash slot, so
+// a resharding (redis-cli --cluster reshard or rebalance: CLUSTER SETSLOT
+// IMPORTING and MIGRATING, MIGRATE in batches, SETSLOT NODE) moves them
+// together, one batch at a time. While the slot is open Redis runs a
+// script only on a node that has every key it names: one whose keys are
+// split between the two nodes, or that names a key not there yet (the
+// lock of a free lock, the tombstone of a release), is refused with
+// TRYAGAIN, or with the ASK or MOVED that go-redis stops following after
+// ClusterOptions.MaxRedirects. MIGRATE moves a key with its TTL, at once;
+// a script runs whole on one node or not at all. So no lock is granted
+// twice and no fence repeats; what dips is availability, for as long as
+// the slot is open (milliseconds for a slot of a few keys). In detail
+// (TestReshard_Lock):
+//   - A held lease keeps renewing: refresh.lua names only the lock key,
+//     and go-redis follows the ASK to wherever it is.
+//   - Acquire of the lock is refused until the slot has moved. A caller
+//     that waits (WaitUntilDeadline, Retry) keeps waiting, within its
+//     deadline (Retry: its attempts), trying again after 10 ms doubling to
+//     320 ms (or its poll interval); a waiter queued before is handed the
+//     lock after, its queue place kept; FailFast gets the error.
+//   - Release is refused throughout (its tombstone key does not exist yet)
+//     and tried again, with the same back-off, until the slot has moved,
+//     its context ends or the next try would pass the lease's local
+//     deadline. Only then does it return the error, never ErrNotHeld or
+//     ErrLockLost, and the lock is given back in the background as after
+//     any release of unknown outcome (see "Failure modes"): instrument.Do
+//     returns that error, not ErrLockLost.
+//   - In Fair mode an attempt that drops dead waiters from the head of the
+//     queue can be aborted half-way ("Script attempted to access a non
+//     local key": it deleted the queue, then read it again on the node
+//     the slot is leaving); what it kept done is the clean-up only, and
+//     the waiter tries again as above.
+//   - Fences: the counter moves with its TTL, so fences go on increasing.
+//     A counter that had expired (no holder for TTL + fence retention)
+//     is seeded by the new node's clock: as after a failover (see "Fences
+//     after a failover or a lossy restart"), a new node whose clock is
+//     behind the old one's by more than TTL + fence retention could repeat
+//     a fence.
+//   - A migration left open (a reshard that died half-way; redis-cli
+//     --cluster fix closes it) keeps the slot's locks refused: waiters
+//     wait to their deadline, releases to the lease's deadline, and the
+//     leases that were held expire at their TTL.
+//   - Quorum mode (NewQuorum) does not retry so: its nodes are separate
+//     servers, which do not reshard.
+//
 // # Failure modes
 //
 // redis-server down (in quorum mode, so many nodes that the others cannot

@@ -174,6 +174,12 @@
 //   - Store unreachable: renewals fail, the generator refuses from ValidUntil on. When the
 //     store answers again the lease renews (or re-claims a vanished slot) and the generator
 //     resumes.
+//   - Redis Cluster resharding of a slot's hash slot (slot key, mark and ID-space key share
+//     a hash tag): while the three are split between two nodes Redis refuses renew.lua and
+//     claim.lua (TRYAGAIN). As with a store out of reach: renewals fail, a second claim of
+//     the WorkerID fails, the generator refuses from ValidUntil on if the slot stays open
+//     that long, and the lease renews once the slot has moved
+//     (TestRedis_LeaseRenewsAcrossASlotMigration).
 //   - Holder crash: its slot expires after the TTL. The next holder's floor is the crashed
 //     holder's reservation, at most one TTL after its last renewal: Claim waits until the
 //     local clock passes it (usually it already has, as the slot took a TTL to expire).
