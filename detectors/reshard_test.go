@@ -42,16 +42,25 @@ func (h scanHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// TestLocks_HeartbeatMovedBetweenNodeScansIsNotHolderDead: the agent reads
+// TestLocks_Reshard runs the Locks detector on a Cluster whose slots are
+// resharded under it (one cluster for both cases).
+func TestLocks_Reshard(t *testing.T) {
+	cl := testenv.NewRedisCluster(t, 3)
+	t.Run("HeartbeatMovedBetweenNodeScansIsNotHolderDead", func(t *testing.T) {
+		testHeartbeatMovedBetweenNodeScansIsNotHolderDead(t, cl)
+	})
+	t.Run("DetectDuringASlotMigration", func(t *testing.T) { testDetectDuringASlotMigration(t, cl) })
+}
+
+// testHeartbeatMovedBetweenNodeScansIsNotHolderDead: the agent reads
 // heartbeats by SCANning every Cluster primary. A resharding that moves a
 // live process's heartbeat key from a node not yet scanned to one already
 // scanned hides the key from that read. The process's lock (with a TTL,
 // renewed) must not be reported holder_dead: "a lock held by a live
 // process is never a finding", and the finding's action tells the
 // operator to free it.
-func TestLocks_HeartbeatMovedBetweenNodeScansIsNotHolderDead(t *testing.T) {
+func testHeartbeatMovedBetweenNodeScansIsNotHolderDead(t *testing.T, cl *testenv.RedisCluster) {
 	ctx := timeout(t, time.Minute)
-	cl := testenv.NewRedisCluster(t, 3)
 	beatKey := fleet.RedisKey("pod-live")
 	slot, err := cl.KeySlot(beatKey)
 	if err != nil {
@@ -127,13 +136,12 @@ func TestLocks_HeartbeatMovedBetweenNodeScansIsNotHolderDead(t *testing.T) {
 	}
 }
 
-// TestLocks_DetectDuringASlotMigration: while a slot holding a live lock,
+// testDetectDuringASlotMigration: while a slot holding a live lock,
 // an immortal lock and a heartbeat is half-migrated (each key on one node
 // or the other), Detect reports the immortal lock and nothing for the live
 // holder's.
-func TestLocks_DetectDuringASlotMigration(t *testing.T) {
+func testDetectDuringASlotMigration(t *testing.T, cl *testenv.RedisCluster) {
 	ctx := timeout(t, time.Minute)
-	cl := testenv.NewRedisCluster(t, 3)
 	c := cl.Client(t)
 	// One hash tag: the heartbeat's instance name carries it too.
 	const live, immortal = "lock:dead:{m}1", "lock:immortal:{m}2"
