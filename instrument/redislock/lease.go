@@ -41,20 +41,9 @@ func newLease(s store, key string, r *request, fence uint64, sent time.Time, cfg
 		Store:    r,
 		OnEnd:    leaveQueue,
 	})
+	r.core = h.Lease
 	leasecore.Track(h, h.Lease)
 	return h
-}
-
-// releaseDeadline is the context key under which lease.Release passes the
-// lease's local deadline to request.Release.
-type releaseDeadline struct{}
-
-// Release releases the lease (leasecore.Lease.Release), telling
-// request.Release how long it may retry a release refused while the
-// lock's slot moves between Cluster primaries. A lease released by the
-// garbage-collection net passes no deadline and is not retried.
-func (h *lease) Release(ctx context.Context) error {
-	return h.Lease.Release(context.WithValue(ctx, releaseDeadline{}, h.Lease.Deadline()))
 }
 
 // Renew is the lease's owner-checked extension (leasecore.Store).
@@ -96,15 +85,18 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // refuses release.lua (resharding): its tombstone key does not exist
 // yet, so its keys are never all on one node. The release is tried again,
 // with back-off, until Redis runs it, ctx ends or the next try would go
-// past the lease's local deadline (lease.Release passes it: past it the lock may
-// have expired, and a release that then found it gone would report it
-// lost although it was held until this call). Giving up at once would end
+// past the lease's local deadline (past it the lock may have expired, and
+// a release that then found it gone would report it lost although it was
+// held until this call). Giving up at once would end
 // the lease as lost though it was still held, and free it only through
 // the give-back, after the migration anyway.
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
 	if _, isQuorum := r.st.(*quorum); !isQuorum && resharding(err) {
-		until, _ := ctx.Value(releaseDeadline{}).(time.Time)
+		var until time.Time
+		if r.core != nil {
+			until = r.core.Deadline()
+		}
 		for n := 1; resharding(err) && time.Now().Add(reshardPause(n)).Before(until) && sleepCtx(ctx, reshardPause(n)); n++ {
 			ok, err = r.st.release(ctx, r)
 		}

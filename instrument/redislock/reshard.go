@@ -2,6 +2,8 @@ package redislock
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,13 +30,25 @@ import (
 // keys of a lock share its hash slot, so outside a migration no script
 // gets this answer.
 func resharding(err error) bool {
-	for _, prefix := range []string{"TRYAGAIN", "ASK ", "MOVED ", "Script attempted to access a non local key"} {
-		if redis.HasErrorPrefix(err, prefix) {
+	if err == nil {
+		return false // every Release asks: no allocation (errors.As's target escapes)
+	}
+	var rErr redis.Error
+	if !errors.As(err, &rErr) {
+		return false
+	}
+	// As redis.HasErrorPrefix reads a reply: without the "ERR " some
+	// servers (KVRocks) put before every error.
+	msg := strings.TrimPrefix(rErr.Error(), "ERR ")
+	for _, prefix := range reshardingPrefixes {
+		if strings.HasPrefix(msg, prefix) {
 			return true
 		}
 	}
 	return false
 }
+
+var reshardingPrefixes = [...]string{"TRYAGAIN", "ASK ", "MOVED ", "Script attempted to access a non local key"}
 
 // reshardPause is the pause before the n-th try (n >= 1) of a call Redis
 // answered as resharding: 10 ms, doubling to 320 ms. A slot of a few keys

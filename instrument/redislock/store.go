@@ -71,8 +71,9 @@ type request struct {
 	// although no reply said so (a reply lost, a give-back that failed);
 	// quorum.leave gives it back there.
 	nodes []bool
-	st    store   // the store that granted the lease (set with it)
-	owner *Locker // gives the lock back when a release's outcome is unknown (request.Release)
+	st    store            // the store that granted the lease (set with it)
+	core  *leasecore.Lease // that lease's lifecycle (set with it): its local deadline bounds a release retried while the slot moves
+	owner *Locker          // gives the lock back when a release's outcome is unknown (request.Release)
 	// releasing: the lease's Release is giving the lock back (quorum.leave
 	// stops once a majority of nodes is free of it).
 	releasing bool
