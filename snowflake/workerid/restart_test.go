@@ -117,6 +117,18 @@ func (is *issuer) count() int {
 // issued by both: a missing high-water mark means "unknown", so B starts only after every
 // lease granted before the restart has ended.
 func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
+	twoHoldersAcrossALoss(t, func(t *testing.T, r *testenv.Redis, _ *redis.Client) {
+		if err := r.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// twoHoldersAcrossALoss is the body of the tests in which Redis loses A's slot (lose
+// does it: a restart, an eviction) while A's lease is valid on A's side and A cannot
+// reach Redis; B then claims the slot, A's next renewal finds B's claim, and no ID may be
+// issued by both. cc is a client on r that lose may use.
+func twoHoldersAcrossALoss(t *testing.T, lose func(t *testing.T, r *testenv.Redis, cc *redis.Client)) {
 	r := testenv.NewRedis(t)
 	pa := testenv.NewProxy(t, r.Addr()) // A's path to Redis, cut around the restart
 	ca, cb, cc := redisClient(pa.Addr()), redisClient(r.Addr()), redisClient(r.Addr())
@@ -134,14 +146,13 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	ia := issue(t, bound(t, a), stop)
 	ia.issued(t, "A", a, 3*testTTL)
 
-	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
+	// Lose the slot right after one of A's renewals, so A's lease has nearly a whole TTL
+	// to run.
 	e0 := a.ExpiresAt()
 	testenv.WaitFor(t, 2*testTTL, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
-	pa.Blackhole(true) // A's renewals cannot reach the restarted server before B claims
+	pa.Blackhole(true) // A's renewals cannot reach the server before B claims
 	beforeRestart := ia.count()
-	if err := r.Restart(); err != nil {
-		t.Fatal(err)
-	}
+	lose(t, r, cc)
 	type claimed struct {
 		l   *workerid.Lease
 		err error
@@ -160,7 +171,7 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 		}
 	})
 	key := "lockgov:workerid:{6}"
-	testenv.WaitFor(t, 2*testTTL, "B's claim in the restarted Redis", func() bool {
+	testenv.WaitFor(t, 2*testTTL, "B's claim after the loss", func() bool {
 		v, err := cc.Get(context.Background(), key).Result()
 		return err == nil && strings.Contains(v, `"pod_ip":"b"`)
 	})
@@ -195,7 +206,7 @@ func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
 	}
 
 	dups := issuedByBoth(ia, ib)
-	t.Logf("A issued %d IDs (%d after the restart began), B %d; B's floor %d, A stopped: %v",
+	t.Logf("A issued %d IDs (%d after the loss began), B %d; B's floor %d, A stopped: %v",
 		len(ia.ids), len(ia.ids)-beforeRestart, len(ib.ids), b.State().FloorUnixMilli, ia.err)
 	if dups != 0 {
 		t.Fatalf("%d IDs issued by both A and B", dups)
@@ -228,10 +239,11 @@ func TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL(t *testing.T) 
 	ia := issue(t, bound(t, a), stop)
 	ia.issued(t, "A", a, 3*testTTL)
 
-	// Restart right after one of A's renewals, so A's lease has nearly a whole TTL to run.
+	// Lose the slot right after one of A's renewals, so A's lease has nearly a whole TTL
+	// to run.
 	e0 := a.ExpiresAt()
 	testenv.WaitFor(t, 2*ttlA, "a renewal of A's lease", func() bool { return a.ExpiresAt().After(e0) })
-	pa.Blackhole(true) // A's renewals cannot reach the restarted server before B claims
+	pa.Blackhole(true) // A's renewals cannot reach the server before B claims
 	if err := r.Restart(); err != nil {
 		t.Fatal(err)
 	}
