@@ -181,4 +181,22 @@
 //     failover to a replica that lacks it, and its retry runs fn again.
 //   - A record expires after the result TTL (WithResultTTL): a retry after
 //     that runs fn again.
+//   - Eviction: every record has a TTL, so a Redis with maxmemory and any
+//     maxmemory-policy but noeviction (volatile-lru, AWS ElastiCache's
+//     default, as much as allkeys-*) may evict it when memory is full, and
+//     the store cannot tell an evicted record from a key never used. A
+//     completed record evicted: the next Do with its key runs fn again, not
+//     replayed, with N and Fence starting again at 1
+//     (TestEviction_ACompletedRecordEvictedRunsFnAgain). A record evicted
+//     while its fn runs: a second Do claims the key at once and runs fn
+//     beside the first, with the same Fence; the first learns it at its
+//     next renewal (fn's context ends with ErrLeaseLost, Do returns
+//     ErrLeaseLost, its result discarded) and the second's result is the
+//     one kept
+//     (TestEviction_AnInFlightRecordEvictedLetsASecondAttemptRunBesideTheFirst).
+//     Attempt.Fence does not tell the two apart: only a unique constraint
+//     in your own store does. Run the Redis with noeviction (a full Redis
+//     then refuses new claims with an OOM error, a store failure); the
+//     agent reports a store with eviction on (detector "store", kind
+//     eviction_enabled).
 package idempotency

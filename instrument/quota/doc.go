@@ -163,4 +163,19 @@
 //     sent before the deadline that a stalled redis-server runs late: a
 //     server stalled for longer than that, or than a shorter request TTL,
 //     with such a resend in its input buffer runs it as a new call.
+//   - Eviction: request-id records have a TTL (the request TTL), balances
+//     have none. Under a volatile-* maxmemory-policy (volatile-lru is AWS
+//     ElastiCache's default) a full Redis evicts the records and keeps the
+//     balances: a retry of a Deduct or Refund whose record was evicted is a
+//     new request and applies again, with no error and no replay result
+//     (TestEviction_AnEvictedRecordDeductsARetryTwice). No oversell: a
+//     balance still never goes below zero. Under allkeys-* (a shared cache
+//     Redis) the balance itself may go: Deduct then answers
+//     ErrInsufficient, which reads as sold out, Remaining answers 0, and a
+//     Refund or Add creates a balance of its own amount alone; the units
+//     the evicted balance held are gone until Set writes it again
+//     (TestEviction_AnEvictedBalanceReadsAsSoldOut). Run the Redis with
+//     noeviction (a full Redis then refuses deductions with an OOM error, a
+//     store failure); the agent reports a store with eviction on (detector
+//     "store", kind eviction_enabled).
 package quota

@@ -534,4 +534,24 @@
 //
 // The client should set ContextTimeoutEnabled so that calls honour context
 // deadlines; otherwise a blackholed server can hold a call for ReadTimeout.
+//
+// Eviction: a Redis with maxmemory set and a maxmemory-policy other than
+// noeviction deletes keys when memory is full. Every key a lock creates has
+// a TTL, so each is a candidate under the volatile-* policies (volatile-lru
+// is AWS ElastiCache's default) as much as under allkeys-* (a shared cache
+// Redis). An evicted lock is the failover case above without a failover:
+// another Acquire takes it at once while the holder still believes it
+// holds it; the holder's next renewal (within TTL/3) ends its lease with
+// ErrLockLost and its Release returns ErrNotHeld; the new holder's fence is
+// above the old one's even when the fence counter was evicted too (it is
+// seeded from the server's clock). Mutual exclusion is lost for up to a
+// renewal interval, and only the fence protects the resource then
+// (TestEviction_HolderLearnsAtItsNextRenewalAndTheNextFenceIsHigher, under
+// volatile-lru, volatile-ttl, allkeys-lru and allkeys-random). No client
+// can prevent it: run the lock Redis with maxmemory-policy noeviction (a
+// full Redis then refuses new Acquires with an OOM error, a store failure,
+// instead of deleting held locks; renewals, PEXPIRE, still run). The agent
+// reports a store with eviction on (detector "store", kind
+// eviction_enabled, critical while evicted_keys rises; alert
+// LockgovStoreEvictingKeys).
 package redislock

@@ -183,7 +183,8 @@
 //   - Holder crash: its slot expires after the TTL. The next holder's floor is the crashed
 //     holder's reservation, at most one TTL after its last renewal: Claim waits until the
 //     local clock passes it (usually it already has, as the slot took a TTL to expire).
-//   - Redis restart without persistence (also FLUSHALL, eviction of these keys): slot and
+//   - Redis restart without persistence (also FLUSHALL, eviction of these keys under a
+//     maxmemory-policy other than noeviction: every slot key has a TTL): slot and
 //     mark are gone. A new holder's floor is the server's now+TTL, so it issues only after
 //     every lease granted before the loss has ended; the old holder stops at its next
 //     renewal, which finds the slot taken (ErrTakenOver), and in any case before its lease
@@ -196,6 +197,12 @@
 //     WithMaxPeerTTL of the longer of the two TTLs (when lengthening it, deploy that
 //     option first, with the old TTL), and drop the option once every lease of the old
 //     TTL has ended. On etcd the mark is not lost, and the TTLs may differ.
+//     Eviction may also take the slot and keep its mark (volatile-ttl takes the slot's
+//     shorter TTL first): the new holder's floor is then the old holder's reservation,
+//     which covers every ID the old holder may still issue. Both cases are tested
+//     (TestEviction_TwoHoldersNeverIssueTheSameID); the agent reports a Redis with
+//     eviction on (detector "store", kind eviction_enabled): no duplicate IDs, but every
+//     generator on an evicted slot pauses for up to one TTL.
 //   - Lost replies: a claim retried after a lost reply answers the floor of its first run.
 //     A Claim that fails after its claim may have taken the slot (the reply lost or late,
 //     its context ended, on etcd the high-water raise failed after the slot was created)

@@ -90,4 +90,15 @@
 // "Replica acknowledgements"); a restart without persistence is closed
 // only by persistence that loses no acknowledged write (appendonly yes,
 // appendfsync always), or by keeping fenced data in SQL (fence.SQL).
+//
+// Eviction deletes the stored fence the same way: a Set with a ttl makes
+// value and fence candidates under every maxmemory-policy but noeviction
+// (volatile-lru is AWS ElastiCache's default), a Set with ttl 0 under the
+// allkeys-* policies. With the fence evicted the key reads as never written,
+// and the next Set is accepted whatever its fence: a holder whose lock was
+// taken over writes over (or beside) the newer holder's value
+// (TestEviction_AnEvictedFenceAcceptsAStaleWrite). WithReplicaAcks does not
+// help: the replicas evict with the primary (they replay its DELs). Keep
+// fenced data in a Redis with noeviction; the agent reports one with
+// eviction on (detector "store", kind eviction_enabled).
 package redisfence
