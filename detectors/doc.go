@@ -1,6 +1,7 @@
 // Package detectors finds what a governed process cannot see from inside:
-// leaked locks, clock-skew tiers, WorkerID collisions and distributed
-// deadlocks, across the fleet, by reading the stores the fleet uses. The
+// leaked locks, clock-skew tiers, WorkerID collisions, distributed
+// deadlocks and a lock store that evicts keys, across the fleet, by reading
+// the stores the fleet uses. The
 // lockgov agent runs them on an interval and serves their findings.
 //
 //	rs, _ := detectors.NewRedisStore(rdb)              // single node, Sentinel or Cluster
@@ -41,6 +42,15 @@
 //   - WorkerIDs ("workerid"): workerid_duplicate, workerid_lease_gone,
 //     workerid_out_of_range, workerid_range_overlap. The policy file has no
 //     WorkerID ranges: they are given with WithServiceRange.
+//   - Store configuration ("store", StoreConfig): eviction_enabled, a Redis
+//     with maxmemory > 0 and a maxmemory-policy other than noeviction on
+//     any node (one finding per store; warning, critical when INFO stats'
+//     evicted_keys rose since the previous Detect), and eviction_unknown
+//     (info), a node that refused INFO or did not report its policy. Read
+//     with INFO memory and INFO stats, never CONFIG GET (see StoreConfig
+//     for why). Every lockgov key with a TTL is an eviction candidate; what
+//     each primitive does when its keys are evicted is in its package's
+//     Failure modes.
 //
 // Every Finding has a severity and an Action: the redis-cli or etcdctl
 // command an operator runs (passwords are never in it: redis-cli gets
@@ -182,6 +192,12 @@
 //     its own, by its etcd key, and its findings say that etcdlock counts
 //     it as a holder of <key> (instrument/etcdlock, "Failure modes"): an
 //     Acquire of <key> queued after it waits until it is deleted.
+//   - StoreConfig remembers one evicted_keys count per store: the first
+//     Detect after the agent starts cannot see a rise, so a Redis evicting
+//     right then is a warning for one interval. A node restart resets the
+//     count (no rise). Evictions of keys that are not lockgov's count too:
+//     on a shared Redis the critical finding may be about other keys, and
+//     the agent cannot tell which keys Redis evicted.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

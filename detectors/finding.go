@@ -14,7 +14,7 @@ import (
 // Detector finds one class of problems in the stores it was given.
 type Detector interface {
 	// Name is the detector's name, the Detector field of its findings:
-	// "locks", "clock", "workerid" or "deadlock".
+	// "locks", "clock", "workerid", "deadlock" or "store".
 	Name() string
 	// Detect reads the stores once and returns what it found, in a
 	// deterministic order. An error means the stores could not be read;
@@ -28,6 +28,7 @@ const (
 	DetectorClock    = "clock"
 	DetectorWorkerID = "workerid"
 	DetectorDeadlock = "deadlock"
+	DetectorStore    = "store"
 )
 
 // Finding kinds.
@@ -44,6 +45,8 @@ const (
 	KindWorkerIDRangeOverlap = "workerid_range_overlap"
 	KindDeadlock             = "deadlock"
 	KindLockOrderInversion   = "lock_order_inversion"
+	KindEvictionEnabled      = "eviction_enabled"
+	KindEvictionUnknown      = "eviction_unknown"
 )
 
 // Severities.

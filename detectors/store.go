@@ -51,6 +51,9 @@ type Store interface {
 	scan(ctx context.Context, patterns []string, needTTL func(*Lock) bool, fn func([]Lock) error) error
 	get(ctx context.Context, key string) (value []byte, found bool, err error)
 	cli() string // the command prefix an operator runs: redis-cli -h … -p … / etcdctl --endpoints=…
+	// eviction is what every node holding keys says of its eviction
+	// settings (Redis INFO); nil for a store that does not evict (etcd).
+	eviction(ctx context.Context) ([]nodeEviction, error)
 }
 
 // Lock is one lock as a store holds it.
