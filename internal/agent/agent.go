@@ -53,7 +53,8 @@ type EtcdStore struct {
 type DetectorsFunc func(Stores, *policy.Policy) ([]detectors.Detector, error)
 
 // BuildDetectors is the agent's default DetectorsFunc: the leaked-lock
-// detector on every store, and the detectors that read heartbeats (clock
+// detector on every store, the store-configuration detector (eviction) on
+// every Redis store, and the detectors that read heartbeats (clock
 // skew, deadlocks, WorkerIDs) once, over the heartbeats of every store, so a
 // fleet whose processes publish into several stores is one fleet and no
 // finding is reported once per store. WorkerID slots are looked up in the
@@ -99,6 +100,14 @@ func BuildDetectors(s Stores, pol *policy.Policy) ([]detectors.Detector, error) 
 	}
 	if err := add(detectors.NewWorkerIDs(first, detectors.WithHeartbeatsFrom(rest...))); err != nil {
 		return nil, err
+	}
+	for _, st := range all {
+		if st.Backend() != "redis" { // etcd does not evict
+			continue
+		}
+		if err := add(detectors.NewStoreConfig(st)); err != nil {
+			return nil, err
+		}
 	}
 	return ds, nil
 }
@@ -317,6 +326,8 @@ func (a *Agent) lead(t term) {
 		// counts each finding once.
 		a.m.findings.Reset()
 		a.m.skew.Reset()
+		a.m.maxMemory.Reset()
+		a.m.policy.Reset()
 		a.log.Info("agent: no longer leading", "id", a.cfg.ID)
 	}()
 	tick := time.NewTicker(a.cfg.Interval)
@@ -354,8 +365,16 @@ func (a *Agent) scan(t term) {
 			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+err.Error())
 			continue
 		}
-		reads++
 		rec.Findings = append(rec.Findings, fs...)
+		if e, ok := d.(interface {
+			Eviction() (detectors.Eviction, bool)
+		}); ok {
+			// INFO is no read of the locks: a scan that read only INFO
+			// (an ACL that refuses SCAN) completed nothing.
+			a.m.setEviction(e.Eviction())
+			continue
+		}
+		reads++
 	}
 	for _, s := range a.stores {
 		n, err := a.lister.list(ctx, s, func(l Lock) bool {
@@ -583,6 +602,9 @@ type metrics struct {
 	keysScanned  prometheus.Counter
 	leader       prometheus.Gauge
 	storeUp      *prometheus.GaugeVec
+	maxMemory    *prometheus.GaugeVec
+	policy       *prometheus.GaugeVec
+	evicted      *prometheus.CounterVec
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -596,7 +618,10 @@ func newMetrics(a *Agent) *metrics {
 	m.storeUp = telemetry.AgentStoreUp.GaugeVec(nil)
 	hist := telemetry.AgentScanDuration.HistogramVec(nil)
 	m.scanDuration = hist.WithLabelValues()
-	m.reg.MustRegister(m.findings, m.skew, hist, keys, leader, m.storeUp)
+	m.maxMemory = telemetry.AgentStoreMaxMemoryBytes.GaugeVec(nil)
+	m.policy = telemetry.AgentStoreMaxMemoryPolicy.GaugeVec(nil)
+	m.evicted = telemetry.AgentStoreEvictedKeysTotal.CounterVec(nil)
+	m.reg.MustRegister(m.findings, m.skew, hist, keys, leader, m.storeUp, m.maxMemory, m.policy, m.evicted)
 	m.leader.Set(0)
 	for _, s := range a.stores {
 		m.storeUp.WithLabelValues(s.name).Set(0)
@@ -609,6 +634,23 @@ func (m *metrics) setFindings(fs []detectors.Finding) {
 	for _, f := range fs {
 		m.findings.WithLabelValues(f.Detector, f.Kind, f.Severity).Inc()
 	}
+}
+
+// setEviction exports what a store-configuration detector's last Detect
+// read. The evicted-keys counter counts the rises the leader saw: its first
+// scan of a store creates the series at 0.
+func (m *metrics) setEviction(ev detectors.Eviction, ok bool) {
+	if !ok {
+		return
+	}
+	m.policy.DeletePartialMatch(prometheus.Labels{"store": ev.Store})
+	m.policy.WithLabelValues(ev.Store, ev.Policy).Set(1)
+	if ev.MaxMemory >= 0 {
+		m.maxMemory.WithLabelValues(ev.Store).Set(float64(ev.MaxMemory))
+	} else {
+		m.maxMemory.DeleteLabelValues(ev.Store)
+	}
+	m.evicted.WithLabelValues(ev.Store).Add(float64(ev.NewlyEvicted))
 }
 
 func (m *metrics) setSkew(is []Instance) {

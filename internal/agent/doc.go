@@ -57,6 +57,18 @@
 //     most one interval to the next check, half of one for its ping to time
 //     out), and 200 again once it answers. The process stays up;
 //     lockgov_agent_store_up{store} follows the same checks.
+//   - Every Redis store is checked for eviction at each scan (detector
+//     "store": maxmemory with a maxmemory-policy other than noeviction is an
+//     eviction_enabled finding, critical while evicted_keys rises between
+//     scans; a store that refuses INFO is eviction_unknown, info, and the
+//     scan still counts). The leader exports what it read as
+//     lockgov_agent_store_maxmemory_policy{store, policy} (1 for the
+//     current policy, "unknown" when refused),
+//     lockgov_agent_store_maxmemory_bytes{store} (absent while unknown) and
+//     lockgov_agent_store_evicted_keys_total{store} (the rises it saw;
+//     created at 0 by its first scan of the store). Labels are store names
+//     and policy names only, never keys. It reads INFO, never CONFIG GET
+//     (detectors.StoreConfig says why); the documented ACL has +info.
 //   - Owner tokens are never in an answer, a log line or a metric: locks are
 //     read through redislock.DecodeValue and etcdlock.DecodeValue, which drop
 //     them. The remediation token is compared in constant time and never logged.

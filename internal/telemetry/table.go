@@ -145,7 +145,8 @@ var (
 		Labels: []string{"detector", "kind", "severity"},
 		Values: map[string][]string{
 			"kind": {"immortal", "ttl_above_max", "held_too_long", "holder_dead", "deadlock", "lock_order_inversion",
-				"skew_degrade", "skew_reject", "workerid_duplicate", "workerid_lease_gone", "workerid_out_of_range", "workerid_range_overlap"},
+				"skew_degrade", "skew_reject", "workerid_duplicate", "workerid_lease_gone", "workerid_out_of_range", "workerid_range_overlap",
+				"eviction_enabled", "eviction_unknown"},
 			"severity": {"info", "warning", "critical"},
 		},
 	}
@@ -170,6 +171,23 @@ var (
 	AgentStoreUp = Metric{
 		Name: "lockgov_agent_store_up", Kind: Gauge, Component: "agent",
 		Help:   "1 when the store answered the agent's last health check, 0 when not.",
+		Labels: []string{"store"},
+	}
+	AgentStoreMaxMemoryBytes = Metric{
+		Name: "lockgov_agent_store_maxmemory_bytes", Kind: Gauge, Component: "agent",
+		Help:   "maxmemory of a Redis store in bytes (the largest of its nodes; 0: no limit), from INFO at the leading agent's last scan; absent while unknown (INFO refused).",
+		Labels: []string{"store"},
+	}
+	AgentStoreMaxMemoryPolicy = Metric{
+		Name: "lockgov_agent_store_maxmemory_policy", Kind: Gauge, Component: "agent",
+		Help:   "1 for a Redis store's maxmemory-policy (an evicting one when its nodes differ, unknown when INFO was refused), from the leading agent's last scan.",
+		Labels: []string{"store", "policy"},
+		Values: map[string][]string{"policy": {"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random",
+			"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "unknown"}},
+	}
+	AgentStoreEvictedKeysTotal = Metric{
+		Name: "lockgov_agent_store_evicted_keys_total", Kind: Counter, Component: "agent",
+		Help:   "Keys a Redis store evicted under maxmemory (any keys, not only lockgov's), as the leading agent saw INFO stats' evicted_keys rise between its scans.",
 		Labels: []string{"store"},
 	}
 )
@@ -218,6 +236,7 @@ var Table = []Metric{
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
 	Findings, ClockSkewSeconds, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
+	AgentStoreMaxMemoryBytes, AgentStoreMaxMemoryPolicy, AgentStoreEvictedKeysTotal,
 	FleetHeartbeatsTotal, ClockOffsetSeconds,
 	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
 }
