@@ -48,6 +48,7 @@ func cases() []ruleCase {
 	cs = append(cs, findingCases("LockgovDeadlock", "deadlock", "lock_order_inversion")...)
 	cs = append(cs, findingCases("LockgovLockOrderInversion", "lock_order_inversion", "deadlock")...)
 	cs = append(cs, findingCases("LockgovWorkerIDCollision", "workerid_duplicate", "workerid_out_of_range")...)
+	cs = append(cs, findingCases("LockgovStoreEvictionEnabled", "eviction_enabled", "eviction_unknown")...)
 
 	acquire := func(result, v string) series {
 		return series{`lockgov_lock_acquire_total{` + svc + `,` + pat + `,result="` + result + `"}`, v}
@@ -143,6 +144,21 @@ func cases() []ruleCase {
 			input:  []series{{`lockgov_agent_store_up{` + agt + `,store="redis-main"}`, "0x15"}}},
 		ruleCase{alert: "LockgovAgentStoreDown", at: "10m",
 			input: []series{{`lockgov_agent_store_up{` + agt + `,store="redis-main"}`, "1x15"}}},
+		// Evictions counted by the leader, which changes at 5m: the new
+		// leader's series starts at 0 and rises.
+		ruleCase{alert: "LockgovStoreEvictingKeys", fires: true, at: "10m",
+			labels: []map[string]string{{"job": "lockgov-agent", "store": "redis-main"}},
+			input: []series{
+				{`lockgov_agent_store_evicted_keys_total{` + agt + `,store="redis-main"}`, "0x5"},
+				{`lockgov_agent_store_evicted_keys_total{job="lockgov-agent",instance="agent-1",store="redis-main"}`, "_x5 0 0 0 12 12 12"},
+			}},
+		// A count that stopped rising (and another store's that never
+		// rose) is quiet.
+		ruleCase{alert: "LockgovStoreEvictingKeys", at: "20m",
+			input: []series{
+				{`lockgov_agent_store_evicted_keys_total{` + agt + `,store="redis-main"}`, "0 40 40x18"},
+				{`lockgov_agent_store_evicted_keys_total{` + agt + `,store="redis-other"}`, "0x20"},
+			}},
 	)
 	return cs
 }

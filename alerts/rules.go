@@ -248,6 +248,13 @@ func (r builder) agent() []Rule {
 			fmt.Sprintf("%s == 0", r.agt("lockgov_agent_store_up")),
 			"Agent {{ $labels.instance }} cannot reach store {{ $labels.store }}.",
 			"Agent {{ $labels.instance }} of job {{ $labels.job }} cannot reach store {{ $labels.store }}: its /readyz is 503 and the store's locks go unwatched."),
+		r.finding("LockgovStoreEvictionEnabled", Warning, "eviction_enabled",
+			"A lock store deletes keys when its memory is full.",
+			"The agent's {{ $labels.detector }} detector found a Redis store with maxmemory and a maxmemory-policy other than noeviction (kind {{ $labels.kind }}): when its memory fills, Redis deletes held locks, idempotency records and quota records. The agent's /api/v1/findings names the store."),
+		r.alert("LockgovStoreEvictingKeys", Critical,
+			fmt.Sprintf("sum by (cluster, namespace, job, store) (increase(%s[%s])) > 0", r.agt("lockgov_agent_store_evicted_keys_total"), r.w),
+			"Store {{ $labels.store }} is evicting keys.",
+			"Redis store {{ $labels.store }} evicted keys under maxmemory (seen by the agents of job {{ $labels.job }}): held locks may have been taken by a second holder before the first renewed, completed idempotency keys may run again, retried quota deductions may apply twice."),
 	}
 }
 

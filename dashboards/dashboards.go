@@ -154,6 +154,9 @@ func agentFleet(cfg mixin.Config) *board {
 		q("max by (instance) ("+b.agt("lockgov_agent_leader")+")", "{{instance}}")))
 	b.add(b.stat(12, "Stores up", "1 while the agent reaches the store.", "short",
 		q("min by (store) ("+b.agt("lockgov_agent_store_up")+")", "{{store}}")))
+	b.add(b.timeseries(12, "Store eviction", "Keys each Redis store evicted under maxmemory per second, and 1 for a store whose maxmemory-policy is not noeviction (unknown: INFO refused). With maxmemory set, lockgov's keys are eviction candidates: see the eviction_enabled finding.", "short",
+		q("sum by (store) ("+rate(b.agt("lockgov_agent_store_evicted_keys_total"))+")", "evicted/s {{store}}"),
+		q("max by (store, policy) ("+b.agt("lockgov_agent_store_maxmemory_policy", `policy!="noeviction"`)+")", "{{policy}} {{store}}")))
 	return b
 }
 

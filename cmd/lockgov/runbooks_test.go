@@ -58,12 +58,14 @@ var placeholders = []string{"AGENT", "REDIS", "ETCD", "KEY", "STORE", "TOKEN"}
 // stateKinds are the finding kinds the runbook test's state holds (the
 // demo's, and those runbookState adds). The test waits for each before it
 // runs a command.
-var stateKinds = []string{"immortal", "held_too_long", "holder_dead", "deadlock", "skew_degrade", "skew_reject", "workerid_duplicate"}
+var stateKinds = []string{"immortal", "held_too_long", "holder_dead", "deadlock", "skew_degrade", "skew_reject", "workerid_duplicate",
+	"eviction_enabled"}
 
 // TestRunbooks_CommandsRunAgainstTheAgentAndStores runs the command lines
 // of every runbook's sh blocks (docs/runbooks/Lockgov*.md) with bash against
 // a real agent and real stores holding the demo's state plus a lock held
-// too long, a lock whose holder died and a degraded clock: each exits 0,
+// too long, a lock whose holder died, a degraded clock and a Redis with an
+// evicting maxmemory-policy: each exits 0,
 // and each line with a jq select prints something, unless it selects a
 // finding kind the state has none of (lock_order_inversion). So a runbook
 // cannot keep a filter the API no longer answers to (an array where the
@@ -584,6 +586,14 @@ func newRunbookState(t *testing.T) *runbookState {
 	}
 	if err := rdb.Set(ctx, "lock:order:7", deadValue, 10*time.Minute).Err(); err != nil {
 		t.Fatal(err)
+	}
+
+	// eviction_enabled: a limit far above what the state uses, with
+	// ElastiCache's default policy: nothing is evicted.
+	for _, kv := range [][2]string{{"maxmemory", "1gb"}, {"maxmemory-policy", "volatile-lru"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")

@@ -73,6 +73,8 @@ var DefaultFor = map[string]model.Duration{
 	"LockgovAgentDown":               model.Duration(5 * time.Minute),
 	"LockgovAgentScanFailing":        model.Duration(5 * time.Minute),
 	"LockgovAgentStoreDown":          model.Duration(5 * time.Minute),
+	"LockgovStoreEvictionEnabled":    model.Duration(15 * time.Minute),
+	"LockgovStoreEvictingKeys":       0,
 }
 
 // Default returns the config the committed deploy/ files are generated
