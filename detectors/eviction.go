@@ -17,13 +17,6 @@ import (
 // or a server too old to report it).
 const PolicyUnknown = "unknown"
 
-// Policies are the maxmemory-policy values of Redis 4 to 7, noeviction first:
-// the values the agent's lockgov_agent_store_maxmemory_policy label takes,
-// with PolicyUnknown. A value Redis reports beyond these (a later version's)
-// is reported as it is.
-var Policies = []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random",
-	"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", PolicyUnknown}
-
 // Eviction is how one Redis store evicts keys, as the last Detect read it
 // from INFO memory and INFO stats on every node that holds keys.
 type Eviction struct {
