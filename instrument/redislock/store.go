@@ -57,16 +57,17 @@ type store interface {
 
 // request is one Acquire call, as the stores see it.
 type request struct {
-	keys     keySet
-	tok      string
-	ttl      time.Duration
-	meta     string        // the lock value's JSON, without its closing brace
-	fenceTTL time.Duration // TTL + fence retention
-	once     bool          // FailFast: one attempt, so join no queue
-	queue    bool          // a deadline waiter that subscribed: attempts queue it for a handoff
-	noWait   bool          // the next attempt sends no WAIT (WithReplicaAcks): the last was refused (Locker.Acquire)
-	entry    string        // its queue entry, made on the first queued attempt
-	lid      string        // the Locker's channel suffix: a handoff is published there
+	keys      keySet
+	tok       string
+	ttl       time.Duration
+	meta      string        // the lock value's JSON, without its closing brace
+	fenceTTL  time.Duration // TTL + fence retention
+	once      bool          // FailFast: one attempt, so join no queue
+	queue     bool          // a deadline waiter that subscribed: attempts queue it for a handoff
+	noWait    bool          // the next attempt sends no WAIT (WithReplicaAcks): the last was refused (Locker.Acquire)
+	releasing bool          // the lease's Release is giving the lock back (quorum.leave stops once a majority of nodes is free of it)
+	entry     string        // its queue entry, made on the first queued attempt
+	lid       string        // the Locker's channel suffix: a handoff is published there
 	// nodes: quorum mode, the nodes that may hold the lock under tok
 	// although no reply said so (a reply lost, a give-back that failed);
 	// quorum.leave gives it back there.
@@ -74,9 +75,6 @@ type request struct {
 	st    store            // the store that granted the lease (set with it)
 	core  *leasecore.Lease // that lease's lifecycle (set with it): its local deadline bounds a release retried while the slot moves
 	owner *Locker          // gives the lock back when a release's outcome is unknown (request.Release)
-	// releasing: the lease's Release is giving the lock back (quorum.leave
-	// stops once a majority of nodes is free of it).
-	releasing bool
 	// kept: quorum mode, the nodes that may still hold the grant but that
 	// no give-back can reach (a closed client, a release refused for good):
 	// quorum.blocks counts them with the marked ones.
@@ -88,10 +86,12 @@ type request struct {
 	tomb                                                   string // the tombstone key, made at release
 	args                                                   [14]any
 	ack                                                    ackReply // the WAIT after the last acquire attempt (WithReplicaAcks)
-	// New fields go into padding where they can (noWait sits beside once
-	// and queue): at 568 bytes plus the malloc header of a pointerful
-	// object over 512, request is at the top of its 576-byte size class,
-	// and 8 bytes more cost every Acquire 64.
+	// New fields go into padding where they can (noWait and releasing sit
+	// beside once and queue): at 568 bytes plus the malloc header of a
+	// pointerful object over 512, request is at the top of its 576-byte
+	// size class, and 8 bytes more cost every Acquire 64
+	// (TestRequest_FitsItsSizeClass). core took 8: releasing moved here
+	// from beside kept to give them back.
 }
 
 // queueEntry is the request's entry in the waiter queue: what a release
