@@ -437,6 +437,10 @@
 //     --cluster fix closes it) keeps the slot's locks refused: waiters
 //     wait to their deadline, releases to the lease's deadline, and the
 //     leases that were held expire at their TTL.
+//   - Only a ClusterClient's MOVED or ASK counts: any other client
+//     follows no redirect, and a MOVED it gets (a *redis.Client given one
+//     Cluster node's address) comes back on every try. Acquire and
+//     Release return it at once.
 //   - Quorum mode (NewQuorum) does not retry so: its nodes are separate
 //     servers, which do not reshard.
 //

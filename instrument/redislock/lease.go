@@ -92,12 +92,12 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // the give-back, after the migration anyway.
 func (r *request) Release(ctx context.Context) error {
 	ok, err := r.st.release(ctx, r)
-	if _, isQuorum := r.st.(*quorum); !isQuorum && resharding(err) {
+	if _, isQuorum := r.st.(*quorum); !isQuorum && r.owner != nil && r.owner.movesSlot(err) {
 		var until time.Time
 		if r.core != nil {
 			until = r.core.Deadline()
 		}
-		for n := 1; resharding(err) && time.Now().Add(reshardPause(n)).Before(until) && sleepCtx(ctx, reshardPause(n)); n++ {
+		for n := 1; r.owner.movesSlot(err) && time.Now().Add(reshardPause(n)).Before(until) && sleepCtx(ctx, reshardPause(n)); n++ {
 			ok, err = r.st.release(ctx, r)
 		}
 	}

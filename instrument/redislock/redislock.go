@@ -47,6 +47,10 @@ type Locker struct {
 	// pendingLeaves counts the background leaves (see leave).
 	leaving       chan struct{}
 	pendingLeaves atomic.Int64
+	// cluster: the client is a ClusterClient, which follows MOVED and ASK
+	// itself; one that reaches the caller is a resharding that outran
+	// its redirects. Any other client's is a misconfiguration (movesSlot).
+	cluster bool
 }
 
 // New returns a Locker on c. The client should have ContextTimeoutEnabled
@@ -82,7 +86,9 @@ func newLocker(c redis.UniversalClient, s store, o options) (*Locker, error) {
 	_, _ = rand.Read(id[:])
 	lid := hex.EncodeToString(id[:])
 	done := make(chan struct{})
+	_, cluster := c.(*redis.ClusterClient)
 	return &Locker{
+		cluster:   cluster,
 		store:     s,
 		notify:    notifier{c: c, idle: o.idleTimeout, health: healthInterval, suffix: ":" + lid, done: done},
 		local:     localQueue{closed: done},
@@ -204,7 +210,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			// node. A caller that waits keeps waiting, within its
 			// deadline (Retry: its attempts), as it would for a holder;
 			// FailFast gets the error.
-			if resharding(err) && !isQuorum && cfg.Wait != instrument.WaitFailFast {
+			if !isQuorum && cfg.Wait != instrument.WaitFailFast && l.movesSlot(err) {
 				var sleep time.Duration
 				if cfg.Wait == instrument.WaitRetry {
 					if n >= cfg.MaxAttempts {

@@ -50,6 +50,20 @@ func resharding(err error) bool {
 
 var reshardingPrefixes = [...]string{"TRYAGAIN", "ASK ", "MOVED ", "Script attempted to access a non local key"}
 
+// movesSlot reports whether err is a resharding answer to a call of l's:
+// resharding, except a MOVED or ASK that reached a client other than a
+// ClusterClient. Such a client follows no redirect: it is pointed at a
+// node that does not serve the key (a *redis.Client given one Cluster
+// node's address), and every try gets the same MOVED, for good. Waiting
+// it out would hold the caller until its deadline (forever without one)
+// and drop the one answer that says what is wrong.
+func (l *Locker) movesSlot(err error) bool {
+	if !resharding(err) {
+		return false
+	}
+	return l.cluster || !redis.HasErrorPrefix(err, "MOVED ") && !redis.HasErrorPrefix(err, "ASK ")
+}
+
 // reshardPause is the pause before the n-th try (n >= 1) of a call Redis
 // answered as resharding: 10 ms, doubling to 320 ms. A slot of a few keys
 // moves in milliseconds, one of many thousands in seconds.

@@ -43,6 +43,7 @@ func TestReshard_Lock(t *testing.T) {
 	}
 	t.Run("release-outlasts-lease", func(t *testing.T) { reshardOutlastsRelease(t, cl) })
 	t.Run("fair-dead-head", func(t *testing.T) { reshardFairDeadHead(t, cl) })
+	t.Run("misrouted", func(t *testing.T) { reshardMisrouted(t, cl) })
 }
 
 // reshardFairDeadHead: in Fair mode an attempt first drops waiters at the
