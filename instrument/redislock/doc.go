@@ -437,6 +437,11 @@
 //     --cluster fix closes it) keeps the slot's locks refused: waiters
 //     wait to their deadline, releases to the lease's deadline, and the
 //     leases that were held expire at their TTL.
+//   - The background give-back of a lock nobody holds any more (an
+//     Acquire that gave up, a Release of unknown outcome) is tried again
+//     on these answers too, within its usual window: leave.lua, admitted
+//     on the node the slot is leaving, can be aborted the same way after
+//     dropping the last dead waiter, before it deletes the lock.
 //   - Only a ClusterClient's MOVED or ASK counts: any other client
 //     follows no redirect, and a MOVED it gets (a *redis.Client given one
 //     Cluster node's address) comes back on every try. Acquire and

@@ -59,3 +59,16 @@ func PendingLeaves(l *Locker) int64 { return l.pendingLeaves.Load() }
 // MaxPendingLeaves is how many of a Locker's leaves may wait in the
 // background.
 const MaxPendingLeaves = maxPendingLeaves
+
+// GiveBack gives back, as l does for an Acquire that gave up or a Release
+// whose outcome is unknown (Locker.leave: in the background, tried again
+// while it can matter), what token tok may hold on key: its queue entry
+// entry, and the lock if it is tok's.
+func GiveBack(ctx context.Context, l *Locker, key, tok, entry string) error {
+	keys, err := keysFor(key)
+	if err != nil {
+		return err
+	}
+	r := &request{keys: keys, tok: tok, entry: entry, ttl: time.Second, fenceTTL: time.Minute}
+	return l.leave(ctx, r)
+}

@@ -391,7 +391,10 @@ func (l *Locker) leaveUntil(ctx context.Context, r *request, until time.Time) {
 		}
 		err := l.store.leave(ctx, r)
 		<-l.leaving
-		if err == nil || !retryLeave(err) || time.Now().Add(delay).After(until) {
+		// A resharding answer (a script aborted mid-way: only what the
+		// next try does too had run) is tried again as well: the slot's
+		// migration ends, and the next try runs on the node that has it.
+		if err == nil || !retryLeave(err) && !l.movesSlot(err) || time.Now().Add(delay).After(until) {
 			return
 		}
 		if !backOff(&delay, l.notify.done) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -54,5 +55,72 @@ func reshardMisrouted(t *testing.T, cl *testenv.RedisCluster) {
 		if errors.Is(err, instrument.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("%s: Acquire waited out its deadline on a MOVED that never goes away: %v", wait.name, err)
 		}
+	}
+}
+
+// reshardGiveBack (h100): the give-back of a lock whose holder is gone (an
+// Acquire that gave up after a release handed it the lock, a Release whose
+// outcome is unknown) runs leave.lua while the lock's slot is migrating,
+// with every key still on the source and only dead waiters queued. Redis
+// admits the script there (all its keys exist), and hand_over's LPOP of the
+// queue it has just emptied aborts it ("Script attempted to access a non
+// local key"): the dead entries are dropped, the lock is not. The
+// give-back must try again (the next try is refused TRYAGAIN until the
+// slot has moved, then runs on the target) and free the lock; giving up on
+// that answer left it to its TTL, with nobody holding it.
+func reshardGiveBack(t *testing.T, cl *testenv.RedisCluster) {
+	ctx := timeout(t, 30*time.Second)
+	admin := cl.Client(t)
+	c := cl.Client(t)
+	refused := make(chan struct{}, 1)
+	c.AddHook(reshardReply{refused})
+	l := newLocker(t, c)
+	redislock.WidenLeaveWindow(l, 20*time.Second) // a loaded machine: the retries outlast the migration
+	key := "lock:reshard:{giveback}"
+	tok := "gonegonegonegonegone00 "
+	dead := "deadbeef 5000 nobody {}"
+	pipe := admin.TxPipeline()
+	pipe.Set(ctx, key, tok+"7 {}", 30*time.Second)
+	pipe.Set(ctx, key+":fence", "7", time.Minute)
+	pipe.RPush(ctx, key+":queue", dead)
+	pipe.ZAdd(ctx, key+":waiters", redis.Z{Score: 1, Member: dead})
+	pipe.PExpire(ctx, key+":queue", time.Minute)
+	pipe.PExpire(ctx, key+":waiters", time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := cl.KeySlot(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := cl.SlotOwner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Finish(10) }()
+	if err := redislock.GiveBack(ctx, l, key, tok, tok+"1000 x {}"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-refused:
+	case <-ctx.Done():
+		t.Fatal("the give-back was not refused during the migration")
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	for redislock.PendingLeaves(l) > 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the give-back did not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v, err := admin.Get(ctx, key).Result(); !errors.Is(err, redis.Nil) {
+		ttl := admin.PTTL(ctx, key).Val()
+		t.Fatalf("after the migration and the give-back the gone holder's lock is still there (%q, %v, PTTL %v): left to its TTL", v, err, ttl)
 	}
 }

@@ -44,6 +44,7 @@ func TestReshard_Lock(t *testing.T) {
 	t.Run("release-outlasts-lease", func(t *testing.T) { reshardOutlastsRelease(t, cl) })
 	t.Run("fair-dead-head", func(t *testing.T) { reshardFairDeadHead(t, cl) })
 	t.Run("misrouted", func(t *testing.T) { reshardMisrouted(t, cl) })
+	t.Run("giveback", func(t *testing.T) { reshardGiveBack(t, cl) })
 }
 
 // reshardFairDeadHead: in Fair mode an attempt first drops waiters at the
