@@ -30,8 +30,11 @@ type Eviction struct {
 	// EvictedKeys is evicted_keys summed over the nodes (keys evicted since
 	// each started or ran CONFIG RESETSTAT), -1 when unknown.
 	EvictedKeys int64
-	// NewlyEvicted is how far EvictedKeys rose since the previous Detect:
-	// 0 on the first, and after a node restart (the count went down).
+	// NewlyEvicted is how many keys the nodes evicted since the previous
+	// Detect, node by node: a node's rise, or its whole count when the
+	// count went down (the node restarted or ran CONFIG RESETSTAT: every
+	// key it counts now was evicted since). 0 on the first Detect, and for
+	// a node not read before (a primary added or promoted).
 	NewlyEvicted int64
 	// Evicting is true when a node deletes keys when its memory is full:
 	// maxmemory > 0 and a policy other than noeviction.
@@ -70,7 +73,7 @@ type Eviction struct {
 type StoreConfig struct {
 	s    Store
 	mu   sync.Mutex
-	last int64 // EvictedKeys of the previous Detect, -1 for none
+	last map[string]int64 // each node's evicted_keys at the previous Detect, by address
 	ev   *Eviction
 }
 
@@ -87,7 +90,7 @@ func NewStoreConfig(s Store, opts ...Option) (*StoreConfig, error) {
 	if len(cfg.beats) > 0 || cfg.maxFindings != DefaultMaxFindings {
 		return nil, fmt.Errorf("%w: WithHeartbeatsFrom and WithMaxFindings do not apply to the %s detector", ErrInvalid, DetectorStore)
 	}
-	return &StoreConfig{s: s, last: -1}, nil
+	return &StoreConfig{s: s}, nil
 }
 
 // Name returns "store".
@@ -117,12 +120,7 @@ func (d *StoreConfig) Detect(ctx context.Context) ([]Finding, error) {
 		return nil, nil
 	}
 	ev := merge(d.s.Addr(), nodes)
-	if ev.EvictedKeys >= 0 && d.last >= 0 && ev.EvictedKeys > d.last {
-		ev.NewlyEvicted = ev.EvictedKeys - d.last
-	}
-	if ev.EvictedKeys >= 0 {
-		d.last = ev.EvictedKeys
-	}
+	ev.NewlyEvicted, d.last = newlyEvicted(d.last, nodes)
 	d.ev = &ev
 	cli := d.s.cli()
 	switch {
@@ -151,6 +149,32 @@ func (d *StoreConfig) Detect(ctx context.Context) ([]Finding, error) {
 		}}, nil
 	}
 	return nil, nil
+}
+
+// newlyEvicted counts the keys nodes evicted since last, each node's
+// evicted_keys at the previous Detect, node by node (see
+// Eviction.NewlyEvicted), and returns the counts to compare the next Detect
+// with. Summed over the nodes first, a node's reset (a restart: its count
+// back to 0) cancelled the others' rise, and a primary new to the sum (a
+// replica promoted, a node added) added its whole history.
+func newlyEvicted(last map[string]int64, nodes []nodeEviction) (int64, map[string]int64) {
+	now := make(map[string]int64, len(nodes))
+	var newly int64
+	for _, n := range nodes {
+		if n.evicted < 0 {
+			continue
+		}
+		now[n.addr] = n.evicted
+		prev, seen := last[n.addr]
+		switch {
+		case !seen:
+		case n.evicted >= prev:
+			newly += n.evicted - prev
+		default:
+			newly += n.evicted
+		}
+	}
+	return newly, now
 }
 
 func count(n int64) string {

@@ -183,3 +183,44 @@ func TestStoreConfig_EtcdIsNotChecked(t *testing.T) {
 		t.Fatalf("Eviction() on etcd = %+v, true", ev)
 	}
 }
+
+// TestStoreConfig_EvictionsAfterAStatsResetAreCounted (h100): evicted_keys
+// starts again from 0 when Redis restarts (a Redis short of memory is one
+// that gets restarted) or runs CONFIG RESETSTAT. The keys it evicted after
+// that and before the next scan were evicted in the interval: critical,
+// counted. Comparing the count with the previous scan's alone read a count
+// that went down as "nothing new", and a node's reset hid the rise of the
+// others in a Cluster's sum.
+func TestStoreConfig_EvictionsAfterAStatsResetAreCounted(t *testing.T) {
+	c := newRedis(t)
+	d := newStoreConfig(t, redisStore(t, c))
+	ctx := timeout(t, 30*time.Second)
+	evicting := func() { configSet(t, ctx, c, "maxmemory", "1gb", "maxmemory-policy", "volatile-lru") }
+	evicting()
+	detect(t, ctx, d)
+	for _, k := range []string{"lock:a", "lock:b"} {
+		if err := c.Set(ctx, k, "x", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1 := testenv.Evict(t, c, "volatile-lru", "lock:a", "lock:b")
+	evicting()
+	detect(t, ctx, d)
+	if ev, _ := d.Eviction(); ev.NewlyEvicted != n1 {
+		t.Fatalf("eviction %+v, want %d newly evicted", ev, n1)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "lock:c", "x", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := testenv.Evict(t, c, "volatile-lru", "lock:c")
+	evicting()
+	fs := detect(t, ctx, d)
+	ev, _ := d.Eviction()
+	if len(fs) != 1 || fs[0].Severity != detectors.SeverityCritical || ev.NewlyEvicted != n2 {
+		t.Fatalf("after a stats reset and %d evictions (%d before it): findings%s, eviction %+v; want critical, %d newly evicted",
+			n2, n1, describe(fs), ev, n2)
+	}
+}
