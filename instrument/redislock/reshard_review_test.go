@@ -124,3 +124,45 @@ func reshardGiveBack(t *testing.T, cl *testenv.RedisCluster) {
 		t.Fatalf("after the migration and the give-back the gone holder's lock is still there (%q, %v, PTTL %v): left to its TTL", v, err, ttl)
 	}
 }
+
+// reshardRetryCounts (h100, held): a Retry caller answered as during a
+// resharding on every attempt gets the answer after its MaxAttempts
+// attempts, each one counted, not after its context: the resharding
+// pause is an attempt of Retry's, not a wait of its own.
+func reshardRetryCounts(t *testing.T, cl *testenv.RedisCluster) {
+	ctx := timeout(t, 30*time.Second)
+	key := "lock:reshard:{retry-counts}"
+	holder, err := newLocker(t, cl.Client(t)).Acquire(ctx, key, instrument.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := cl.KeySlot(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := cl.SlotOwner(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Finish(10) }()
+	if err := m.Move(key); err != nil { // the lock and its counter split: every attempt TRYAGAIN
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = newLocker(t, cl.Client(t)).Acquire(actx, key, instrument.Retry(instrument.ConstantBackoff(5*time.Millisecond), 3))
+	cancel()
+	var reply redis.Error
+	if err == nil || !errors.As(err, &reply) || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Fatalf("Retry(3) during a resharding = %v; want the resharding answer after 3 attempts", err)
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -45,6 +45,7 @@ func TestReshard_Lock(t *testing.T) {
 	t.Run("fair-dead-head", func(t *testing.T) { reshardFairDeadHead(t, cl) })
 	t.Run("misrouted", func(t *testing.T) { reshardMisrouted(t, cl) })
 	t.Run("giveback", func(t *testing.T) { reshardGiveBack(t, cl) })
+	t.Run("retry-counts", func(t *testing.T) { reshardRetryCounts(t, cl) })
 }
 
 // reshardFairDeadHead: in Fair mode an attempt first drops waiters at the
