@@ -192,10 +192,14 @@
 //     its own, by its etcd key, and its findings say that etcdlock counts
 //     it as a holder of <key> (instrument/etcdlock, "Failure modes"): an
 //     Acquire of <key> queued after it waits until it is deleted.
-//   - StoreConfig remembers one evicted_keys count per store: the first
+//   - StoreConfig remembers each node's evicted_keys count: the first
 //     Detect after the agent starts cannot see a rise, so a Redis evicting
-//     right then is a warning for one interval. A node restart resets the
-//     count (no rise). Evictions of keys that are not lockgov's count too:
+//     right then is a warning for one interval, as is a primary not read
+//     before (added, or a replica promoted). A count that went down (a
+//     restart, CONFIG RESETSTAT) counts from 0: what the node evicted since
+//     is new. The counts outlive a leadership term: an agent that leads
+//     again counts what was evicted while another led, which that one
+//     reported already. Evictions of keys that are not lockgov's count too:
 //     on a shared Redis the critical finding may be about other keys, and
 //     the agent cannot tell which keys Redis evicted.
 //   - Values no decoder knows (another library's, garbage, a non-string
