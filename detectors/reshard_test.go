@@ -168,15 +168,7 @@ func testDetectDuringASlotMigration(t *testing.T, cl *testenv.RedisCluster) {
 		}
 	}
 	check("before the migration")
-	slot, err := cl.KeySlot(live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(live)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,15 +30,7 @@ func TestDeduct_AcrossASlotMigration(t *testing.T) {
 		t.Fatalf("Deduct before: %d, %v", rem, err)
 	}
 	bucket := quota.DefaultPrefix + "{" + key + "}"
-	slot, err := cl.KeySlot(bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(bucket)
 	if err != nil {
 		t.Fatal(err)
 	}

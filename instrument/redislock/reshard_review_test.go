@@ -89,15 +89,7 @@ func reshardGiveBack(t *testing.T, cl *testenv.RedisCluster) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,15 +128,7 @@ func reshardRetryCounts(t *testing.T, cl *testenv.RedisCluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(key)
 	if err != nil {
 		t.Fatal(err)
 	}

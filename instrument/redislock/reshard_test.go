@@ -83,15 +83,7 @@ func reshardFairDeadHead(t *testing.T, cl *testenv.RedisCluster) {
 			t.Fatal(err)
 		}
 	}
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,15 +241,7 @@ func reshardHalfway(t *testing.T, cl *testenv.RedisCluster, first string, opts .
 		t.Fatalf("the waiter returned before waiting: %v", r.err)
 	}
 
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(key)
 	if err != nil {
 		t.Fatal(err)
 	}

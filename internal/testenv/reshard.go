@@ -95,6 +95,21 @@ func (c *RedisCluster) OtherPrimary(r *Redis) *Redis {
 	return nil
 }
 
+// BeginKeyMigration opens the migration of key's slot from its owner to
+// another primary (BeginSlotMigration): what a test of one lock, record or
+// balance needs, since all of its keys share the key's hash tag.
+func (c *RedisCluster) BeginKeyMigration(key string) (*SlotMigration, error) {
+	slot, err := c.KeySlot(key)
+	if err != nil {
+		return nil, err
+	}
+	from, err := c.SlotOwner(slot)
+	if err != nil {
+		return nil, err
+	}
+	return c.BeginSlotMigration(slot, c.OtherPrimary(from))
+}
+
 // BeginSlotMigration opens the migration of slot from its owner to to:
 // IMPORTING on the target first, then MIGRATING on the source (redis-cli's
 // order, so that no ASK ever points at a node that would refuse it). No key

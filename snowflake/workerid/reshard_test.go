@@ -43,15 +43,7 @@ func TestRedis_LeaseRenewsAcrossASlotMigration(t *testing.T) {
 	other := newReg(cl.Client(t))
 
 	key := workerid.SlotKey(workerid.DefaultKeyPrefix, a.WorkerID())
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := cl.BeginSlotMigration(slot, cl.OtherPrimary(from))
+	m, err := cl.BeginKeyMigration(key)
 	if err != nil {
 		t.Fatal(err)
 	}
