@@ -197,11 +197,9 @@ func TestCLI_LocksLsAndShow_HolderPatternTTLFenceAndNoToken(t *testing.T) {
 // TestCLI_Agent_PrintsTheConsoleURLAndStopsOnSignal runs the binary as an
 // operator would.
 func TestCLI_Agent_PrintsTheConsoleURLAndStopsOnSignal(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
-	bin := filepath.Join(t.TempDir(), "lockgov")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildLockgov(t)
 	cmd := exec.Command(bin, "agent", "--listen", "127.0.0.1:0", "--interval", "200ms")
 	cmd.Env = append(os.Environ(), "LOCKGOV_REDIS=redis://"+r.Addr(), "LOCKGOV_REMEDIATION_TOKEN=tok-9f8e7d")
 	var stderr syncBuffer

@@ -27,15 +27,6 @@ type demoRun struct {
 	exited chan error
 }
 
-func buildLockgov(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockgov")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // startDemo starts the demo with PATH set to path and waits for its console
 // URL line.
 func startDemo(t *testing.T, bin, path string, args ...string) *demoRun {
@@ -141,6 +132,7 @@ var demoKinds = []string{"immortal", "skew_reject", "workerid_duplicate", "deadl
 // finding the workload makes, the console shows them once its script ran,
 // and the demo exits 0 with its summary, leaving no temporary directory.
 func TestDemo_EtcdOnly_ShowsLeakSkewWorkerIDAndDeadlockAndExits0(t *testing.T) {
+	t.Parallel()
 	bin := buildLockgov(t)
 	d := startDemo(t, bin, t.TempDir(), "--duration", "30s", "--interval", "1s")
 	deadline := time.Now().Add(2 * time.Minute)

@@ -79,6 +79,7 @@ var stateKinds = []string{"immortal", "held_too_long", "holder_dead", "deadlock"
 // run after the others, so that what they delete is not missed by another
 // runbook's check.
 func TestRunbooks_CommandsRunAgainstTheAgentAndStores(t *testing.T) {
+	t.Parallel()
 	tools := runbookToolPaths(t)
 	runbooks := readRunbooks(t)
 	st := newRunbookState(t)

@@ -22,15 +22,13 @@ const analysisTestdata = "../../policy/analysis/testdata"
 // TestVet runs the lockgov binary, built once, as a user and as go vet
 // would: on the spec's snippets, copied into a module of their own.
 func TestVet(t *testing.T) {
+	t.Parallel()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go tool is needed: %v", err)
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "lockgov")
-	if out, err := exec.Command(goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildLockgov(t)
 	mod := specModule(t, filepath.Join(tmp, "specs"))
 	want := incidents(t, mod)
 	if len(want) < 8 {

@@ -28,6 +28,12 @@ const Grace = 10 * time.Second
 // and closes its client failed about half its runs with that goroutine
 // "leaked". A goroutine that does leak is still reported, 10 s later.
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	os.Exit(Run(m, opts...))
+}
+
+// Run is VerifyTestMain without the exit: it returns the code to exit
+// with, for a TestMain that removes what it made for the tests first.
+func Run(m *testing.M, opts ...goleak.Option) int {
 	code := m.Run()
 	if code == 0 {
 		if err := Find(Grace, opts...); err != nil {
@@ -35,7 +41,7 @@ func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // Find polls goleak.Find until it finds nothing or grace has passed, and
