@@ -195,9 +195,12 @@
 //   - StoreConfig remembers each node's evicted_keys count: the first
 //     Detect after the agent starts cannot see a rise, so a Redis evicting
 //     right then is a warning for one interval, as is a primary not read
-//     before (added, or a replica promoted). A count that went down (a
-//     restart, CONFIG RESETSTAT) counts from 0: what the node evicted since
-//     is new. The counts outlive a leadership term: an agent that leads
+//     before (added, or a replica promoted). A node restarted (or replaced
+//     at its address: INFO server's run_id changed) counts its whole count,
+//     as does one whose count went down (CONFIG RESETSTAT): what it evicted
+//     since is new. A CONFIG RESETSTAT followed by as many evictions as
+//     before it reads as a rise: the keys up to the old count are lost to
+//     the count (nothing tells that reset). The counts outlive a leadership term: an agent that leads
 //     again counts what was evicted while another led, which that one
 //     reported already. Evictions of keys that are not lockgov's count too:
 //     on a shared Redis the critical finding may be about other keys, and

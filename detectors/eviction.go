@@ -32,9 +32,12 @@ type Eviction struct {
 	EvictedKeys int64
 	// NewlyEvicted is how many keys the nodes evicted since the previous
 	// Detect, node by node: a node's rise, or its whole count when the
-	// count went down (the node restarted or ran CONFIG RESETSTAT: every
-	// key it counts now was evicted since). 0 on the first Detect, and for
-	// a node not read before (a primary added or promoted).
+	// node restarted (its run_id changed: every key it counts now was
+	// evicted since) or its count went down (CONFIG RESETSTAT). 0 on the
+	// first Detect, and for a node not read before (a primary added or
+	// promoted). A CONFIG RESETSTAT after which a node evicted as many
+	// keys as before it by the next Detect reads as a rise: the keys up to
+	// the old count are not counted (nothing tells that reset).
 	NewlyEvicted int64
 	// Evicting is true when a node deletes keys when its memory is full:
 	// maxmemory > 0 and a policy other than noeviction.
@@ -73,7 +76,7 @@ type Eviction struct {
 type StoreConfig struct {
 	s    Store
 	mu   sync.Mutex
-	last map[string]int64 // each node's evicted_keys at the previous Detect, by address
+	last map[string]nodeCount // each node's evicted_keys at the previous Detect, by address
 	ev   *Eviction
 }
 
@@ -156,25 +159,37 @@ func (d *StoreConfig) Detect(ctx context.Context) ([]Finding, error) {
 // Eviction.NewlyEvicted), and returns the counts to compare the next Detect
 // with. Summed over the nodes first, a node's reset (a restart: its count
 // back to 0) cancelled the others' rise, and a primary new to the sum (a
-// replica promoted, a node added) added its whole history.
-func newlyEvicted(last map[string]int64, nodes []nodeEviction) (int64, map[string]int64) {
-	now := make(map[string]int64, len(nodes))
+// replica promoted, a node added) added its whole history. A node whose
+// run_id changed is another process (restarted, or replaced at the same
+// address): every key it counts was evicted since it started, even when
+// its count did not go down.
+func newlyEvicted(last map[string]nodeCount, nodes []nodeEviction) (int64, map[string]nodeCount) {
+	now := make(map[string]nodeCount, len(nodes))
 	var newly int64
 	for _, n := range nodes {
 		if n.evicted < 0 {
 			continue
 		}
-		now[n.addr] = n.evicted
+		now[n.addr] = nodeCount{n.evicted, n.runID}
 		prev, seen := last[n.addr]
 		switch {
 		case !seen:
-		case n.evicted >= prev:
-			newly += n.evicted - prev
+		case n.runID != "" && prev.runID != "" && n.runID != prev.runID:
+			newly += n.evicted
+		case n.evicted >= prev.evicted:
+			newly += n.evicted - prev.evicted
 		default:
 			newly += n.evicted
 		}
 	}
 	return newly, now
+}
+
+// nodeCount is one node's evicted_keys as a Detect read it, and the run_id
+// of the process that counted them ("" when not reported).
+type nodeCount struct {
+	evicted int64
+	runID   string
 }
 
 func count(n int64) string {
@@ -198,6 +213,7 @@ type nodeEviction struct {
 	policy    string // "" when not reported
 	maxMemory int64  // -1 when not reported
 	evicted   int64  // -1 when not reported
+	runID     string // INFO server's run_id, "" when not reported
 	why       string // the refusal, when INFO was refused
 }
 
@@ -235,9 +251,9 @@ func merge(addr string, nodes []nodeEviction) Eviction {
 	return ev
 }
 
-// eviction reads INFO memory and INFO stats on every node that holds keys
-// (two commands in one pipeline: Redis before 7.0 takes one section per
-// INFO). A refusal (an error reply: NOPERM, an unknown command) is reported
+// eviction reads INFO memory, INFO stats and INFO server on every node
+// that holds keys (three commands in one pipeline: Redis before 7.0 takes
+// one section per INFO); the server section's run_id tells a restart. A refusal (an error reply: NOPERM, an unknown command) is reported
 // in the node's why, not as an error.
 func (s *RedisStore) eviction(ctx context.Context) ([]nodeEviction, error) {
 	var mu sync.Mutex
@@ -247,6 +263,7 @@ func (s *RedisStore) eviction(ctx context.Context) ([]nodeEviction, error) {
 		pipe := c.Pipeline()
 		mem := pipe.Info(ctx, "memory")
 		stats := pipe.Info(ctx, "stats")
+		server := pipe.Info(ctx, "server")
 		_, err := pipe.Exec(ctx)
 		var rerr redis.Error
 		switch {
@@ -267,6 +284,9 @@ func (s *RedisStore) eviction(ctx context.Context) ([]nodeEviction, error) {
 			if x, err := strconv.ParseInt(infoFields(stats.Val())["evicted_keys"], 10, 64); err == nil {
 				n.evicted = x
 			}
+		}
+		if server.Err() == nil {
+			n.runID = infoFields(server.Val())["run_id"]
 		}
 		mu.Lock()
 		out = append(out, n)
