@@ -200,11 +200,14 @@
 //     as does one whose count went down (CONFIG RESETSTAT): what it evicted
 //     since is new. A CONFIG RESETSTAT followed by as many evictions as
 //     before it reads as a rise: the keys up to the old count are lost to
-//     the count (nothing tells that reset). The counts outlive a leadership term: an agent that leads
-//     again counts what was evicted while another led, which that one
-//     reported already. Evictions of keys that are not lockgov's count too:
-//     on a shared Redis the critical finding may be about other keys, and
-//     the agent cannot tell which keys Redis evicted.
+//     the count (nothing tells that reset). Reset forgets the counts: the
+//     agent calls it when it leads again after another agent led, which
+//     counted the evictions meanwhile (what Redis evicted between that
+//     leader's last scan and the next one's first is then not counted; a
+//     term shorter than the followers' poll may go unseen and be counted
+//     twice). Evictions of keys that are not lockgov's count too: on a
+//     shared Redis the critical finding may be about other keys, and the
+//     agent cannot tell which keys Redis evicted.
 //   - Values no decoder knows (another library's, garbage, a non-string
 //     Redis key under a lock pattern) are reported as foreign, holder
 //     unknown, never an error.

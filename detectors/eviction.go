@@ -96,6 +96,16 @@ func NewStoreConfig(s Store, opts ...Option) (*StoreConfig, error) {
 	return &StoreConfig{s: s}, nil
 }
 
+// Reset forgets the counts read so far: the next Detect is a first one,
+// which counts no rise. An agent that leads again after another agent led
+// (and counted and reported what Redis evicted meanwhile) calls it, so that
+// it does not count those evictions a second time.
+func (d *StoreConfig) Reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last = nil
+}
+
 // Name returns "store".
 func (d *StoreConfig) Name() string { return DetectorStore }
 

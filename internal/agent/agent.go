@@ -153,6 +153,7 @@ type Agent struct {
 	fence    uint64
 	health   map[string]error
 	lastSeen uint64 // the largest fence of a record read as a follower
+	otherLed bool   // a record of another leader was read since this agent last led
 }
 
 // record is one scan as the leader publishes it and every agent serves it.
@@ -315,7 +316,26 @@ func (a *Agent) lead(t term) {
 	a.mu.Lock()
 	a.leading, a.fence = true, t.fence
 	a.m.leader.Set(1)
+	otherLed := a.otherLed
+	a.otherLed = false
 	a.mu.Unlock()
+	if otherLed {
+		// Another agent led since this one last did, and counted what
+		// Redis evicted meanwhile: counted here too, from this agent's
+		// counts of its last term, it rose this agent's
+		// lockgov_agent_store_evicted_keys_total (a second page, twice
+		// in a sum over agents) and made the first scan critical for
+		// evictions perhaps long over. Counting afresh loses what Redis
+		// evicted between that leader's last scan and this one's first.
+		// Without another leader (the coordination store was out of
+		// reach), nobody counted the evictions of the gap: they are
+		// counted here.
+		for _, d := range a.dets {
+			if r, ok := d.(interface{ Reset() }); ok {
+				r.Reset()
+			}
+		}
+	}
 	a.log.Info("agent: leading", "id", a.cfg.ID, "fence", t.fence)
 	defer func() {
 		a.mu.Lock()
@@ -519,6 +539,7 @@ func (a *Agent) follow(ctx context.Context) error {
 		return nil
 	}
 	a.lastSeen, a.rec = rec.Fence, rec
+	a.otherLed = a.otherLed || rec.LeaderID != a.cfg.ID
 	return nil
 }
 

@@ -66,7 +66,10 @@
 //     current policy, "unknown" when refused),
 //     lockgov_agent_store_maxmemory_bytes{store} (absent while unknown) and
 //     lockgov_agent_store_evicted_keys_total{store} (the rises it saw;
-//     created at 0 by its first scan of the store). Labels are store names
+//     created at 0 by its first scan of the store). An agent that leads
+//     again after another agent led counts afresh (its first scan of the
+//     term counts no rise): the other counted and reported what was
+//     evicted meanwhile; without another leader it counts the gap. Labels are store names
 //     and policy names only, never keys. It reads INFO, never CONFIG GET
 //     (detectors.StoreConfig says why); the documented ACL has +info.
 //   - Owner tokens are never in an answer, a log line or a metric: locks are
