@@ -47,7 +47,7 @@
 //     any node (one finding per store; warning, critical when INFO stats'
 //     evicted_keys rose since the previous Detect), and eviction_unknown
 //     (info), a node that refused INFO or did not report its policy. Read
-//     with INFO memory and INFO stats, never CONFIG GET (see StoreConfig
+//     with INFO memory, stats and server, never CONFIG GET (see StoreConfig
 //     for why). Every lockgov key with a TTL is an eviction candidate; what
 //     each primitive does when its keys are evicted is in its package's
 //     Failure modes.

@@ -18,7 +18,7 @@ import (
 const PolicyUnknown = "unknown"
 
 // Eviction is how one Redis store evicts keys, as the last Detect read it
-// from INFO memory and INFO stats on every node that holds keys.
+// from INFO memory, INFO stats and INFO server on every node that holds keys.
 type Eviction struct {
 	Store string
 	// Policy is the nodes' maxmemory-policy: an evicting one when the nodes
@@ -67,7 +67,7 @@ type Eviction struct {
 //     managed Redis that renamed it) or did not report maxmemory-policy;
 //     the finding says why. It never fails Detect.
 //
-// It reads INFO memory and INFO stats, never CONFIG GET: INFO reports
+// It reads INFO memory, stats and server, never CONFIG GET: INFO reports
 // maxmemory and maxmemory_policy since Redis 4.0, it is in the agent's
 // documented ACL, and managed Redis services that disable CONFIG (AWS
 // ElastiCache, for one) answer it; CONFIG GET would also let the agent's
