@@ -91,6 +91,21 @@
 // only by persistence that loses no acknowledged write (appendonly yes,
 // appendfsync always), or by keeping fenced data in SQL (fence.SQL).
 //
+// WithReplicaAcks keeps nothing across a restart of the primary without
+// persistence: a primary that comes back empty before a failover (a crash
+// and an automatic restart, faster than Sentinel's down-after-milliseconds)
+// has a new replication ID, and every replica that reconnects to it takes
+// a full resync and drops what it had, so the fences of Sets that returned
+// nil, acknowledged, are gone from the primary and from the replicas that
+// acknowledged them. Until each key's next write, the first Set under any
+// fence is accepted, and acknowledged (nil) once the replicas follow the
+// empty primary: a stale holder writes once more, as above
+// (TestReplicaAcks_APrimaryRestartedEmptyWipesTheAcknowledgedFence). What
+// keeps an acknowledged write is a failover that promotes an acknowledging
+// replica before the old primary returns (it then resyncs from the new
+// one); Redis's replication guide says not to restart a primary without
+// persistence automatically for this reason.
+//
 // Eviction deletes the stored fence the same way: a Set with a ttl makes
 // value and fence candidates under every maxmemory-policy but noeviction
 // (volatile-lru is AWS ElastiCache's default), a Set with ttl 0 under the
