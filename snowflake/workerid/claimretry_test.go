@@ -12,6 +12,7 @@ import (
 // the same token. It must return the floor the first run found, the previous holder's
 // mark, not read back the first run's own reservation: the generator issues at once.
 func TestClaim_RetriedClaimKeepsThePreviousHoldersFloor(t *testing.T) {
+	t.Parallel()
 	c, reg := auth2(t, testenv.NewRedis(t).Addr())
 	h := resendOf(t, c, "claim.lua")
 	ctx := ctxT(t, 10*time.Second)

@@ -14,6 +14,7 @@ import (
 // reads: a held slot's key is SlotKey(prefix, id) on both stores, and its
 // value decodes to the claim that wrote it, never the owner token.
 func TestDecodeClaim_ReadsBackTheClaimWithoutTheToken(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	rc := redisClient(r.Addr())
 	t.Cleanup(func() { _ = rc.Close() })
@@ -63,6 +64,7 @@ func TestDecodeClaim_ReadsBackTheClaimWithoutTheToken(t *testing.T) {
 }
 
 func TestDecodeClaim_ForeignValuesAndKeys(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"", "1", `{"service":"auth"}`, `{"owner":""}`, "garbage"} {
 		if c, ok := workerid.DecodeClaim([]byte(v)); ok {
 			t.Errorf("DecodeClaim(%q) = %+v, want not ok", v, c)

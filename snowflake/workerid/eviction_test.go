@@ -20,13 +20,16 @@ import (
 // (volatile-ttl evicts the slot, whose TTL is shorter, first: B's floor is then
 // A's reservation).
 func TestEviction_TwoHoldersNeverIssueTheSameID(t *testing.T) {
+	t.Parallel()
 	slot := workerid.SlotKey(workerid.DefaultKeyPrefix, 6)
 	t.Run("slot and mark evicted", func(t *testing.T) {
+		t.Parallel()
 		twoHoldersAcrossALoss(t, func(t *testing.T, _ *testenv.Redis, cc *redis.Client) {
 			testenv.Evict(t, cc, "volatile-lru", slot, slot+":hw", slot+":space")
 		})
 	})
 	t.Run("slot evicted, mark kept", func(t *testing.T) {
+		t.Parallel()
 		twoHoldersAcrossALoss(t, func(t *testing.T, _ *testenv.Redis, cc *redis.Client) {
 			// Which of a slot's keys an eviction takes is Redis's choice; keep
 			// the mark out of it (a key without a TTL is no volatile-*

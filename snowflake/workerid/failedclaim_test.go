@@ -96,6 +96,7 @@ func (g *lostReplyRig) nextClaimSucceeds(t *testing.T, reg *workerid.Registry) {
 // releases it by its own token, and puts the high-water mark back to the floor the claim
 // found: nothing was issued under it.
 func TestClaim_FailedWithItsReplyLostLeavesTheSlotFree(t *testing.T) {
+	t.Parallel()
 	prevMark := time.Now().Add(-time.Second) // a previous holder released a second ago
 	g := newLostReplyRig(t, prevMark, 10*time.Second)
 	reg := g.registry(t)
@@ -123,6 +124,7 @@ func TestClaim_FailedWithItsReplyLostLeavesTheSlotFree(t *testing.T) {
 // meanwhile). The Registry keeps the failed claim, and the next Claim releases it first:
 // it does not collide with its own process's earlier claim.
 func TestClaim_NextClaimAbandonsAFailedClaimThatCouldNotBeReleased(t *testing.T) {
+	t.Parallel()
 	g := newLostReplyRig(t, time.Now().Add(-time.Second), 10*time.Second)
 	lostRelease := g.loseFirstRelease()
 	reg := g.registry(t)
@@ -145,6 +147,7 @@ func TestClaim_NextClaimAbandonsAFailedClaimThatCouldNotBeReleased(t *testing.T)
 // high-water raise. The failed Claim revokes its grant, so the slot is free for this
 // process's next Claim instead of held by an etcd lease nobody renews or revokes.
 func TestEtcdClaim_FailedAfterTheSlotCommittedLeavesTheSlotFree(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	// cancelAfterSlot, when set, ends the claim's context as soon as a transaction
 	// succeeded: the slot's, the claim's first.
@@ -204,6 +207,7 @@ func TestEtcdClaim_FailedAfterTheSlotCommittedLeavesTheSlotFree(t *testing.T) {
 // whose reply was lost, the Registry's next Claim must send that release again first, and
 // not collide with its own process's failed claim for a TTL.
 func TestClaim_FailedWaitingForTheFloorWithItsReleaseLostIsAbandonedByTheNextClaim(t *testing.T) {
+	t.Parallel()
 	// A crashed holder's reservation, ahead of the local clock by less than two TTLs.
 	g := newLostReplyRig(t, time.Now().Add(testTTL*3/4), 10*time.Second)
 	lostRelease := g.loseFirstRelease()
@@ -233,6 +237,7 @@ func TestClaim_FailedWaitingForTheFloorWithItsReleaseLostIsAbandonedByTheNextCla
 // ErrClockBackwards, as would any process that took the slot. Now the release puts the mark
 // back to the floor the claim found: the floor stays within a TTL.
 func TestClaim_RetriesAfterLostRepliesDoNotPushTheMarkAwayTTLByTTL(t *testing.T) {
+	t.Parallel()
 	g := newLostReplyRig(t, time.Now().Add(-time.Second), 20*time.Second)
 	ctx, p, direct, c, reg := g.ctx, g.p, g.direct, g.c, g.registry(t)
 	const slot = rigSlot

@@ -21,6 +21,7 @@ func (aheadClock) Mono() time.Duration { return snowflake.SystemClock{}.Mono() }
 // as its floor. B's renewals must not lower the stored mark to B's now+TTL: if B then
 // crashes too, C would start inside A's range.
 func TestEtcdRenewal_NeverLowersHighWaterMark(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	ec := e.Client(t)
 	ctx := ctxT(t, 30*time.Second)

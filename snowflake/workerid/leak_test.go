@@ -36,8 +36,10 @@ func (s *syncBuffer) String() string {
 // without Release must not renew and hold its slot forever: once garbage-collected it is
 // counted, logged and released, so the slot is free for the next holder.
 func TestLease_DroppedWhileHeldIsReleased(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			var logs syncBuffer
 			var leaked atomic.Int64
 			reg := s.registry(t, workerid.WithIdentity("auth-9", ""),

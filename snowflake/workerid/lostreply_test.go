@@ -46,6 +46,7 @@ func auth2(t *testing.T, addr string) (*redis.Client, *workerid.Registry) {
 // second run finds the slot still this lease's and renews it again. The lease stays
 // valid and the generator keeps issuing.
 func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	c, reg := auth2(t, testenv.NewRedis(t).Addr())
 	h := resendOf(t, c, "renew.lua")
 	ctx := ctxT(t, 20*time.Second)
@@ -74,6 +75,7 @@ func TestRenew_RetriedRenewalKeepsTheLease(t *testing.T) {
 // lease's last millisecond, would let a third process reuse the WorkerID under the
 // successor).
 func TestRelease_RetriedReleaseLeavesTheSuccessorAlone(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c, reg := auth2(t, r.Addr())
 	_, succReg := auth2(t, r.Addr())

@@ -18,6 +18,7 @@ import (
 // floor as the slot's mark, so the next Registry on the prefix that takes the WorkerID,
 // without the option, cannot issue on it either.
 func TestWithMaxPeerTTL_AnOverlongDurationIsRefused(t *testing.T) {
+	t.Parallel()
 	s := redisStore(t)
 	c := redisClient(s.addr)
 	t.Cleanup(func() { _ = c.Close() })

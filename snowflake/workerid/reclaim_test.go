@@ -73,6 +73,7 @@ func loadScripts(t *testing.T, c *redis.Client) map[string]string {
 // its renewal takes the floor the re-claim recorded in the slot: no ID twice, and the
 // floor is that one re-claim's (not a TTL further per failed re-claim).
 func TestRedisRestart_AReclaimWhoseReplyAndReleaseAreLostStillWaitsOutTheLoss(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	pa, px := testenv.NewProxy(t, r.Addr()), testenv.NewProxy(t, r.Addr())
 	ca, cx, direct := redisClient(pa.Addr()), redisClient(px.Addr()), redisClient(r.Addr())

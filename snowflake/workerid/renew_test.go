@@ -14,6 +14,7 @@ import (
 // expiry and a takeover), the renewal must not extend it: the lease ends with
 // ErrTakenOver, the generator refuses, and the other owner's key keeps its own TTL.
 func TestRenew_IsOwnerChecked(t *testing.T) {
+	t.Parallel()
 	r := redisStore(t)
 	e := etcdStore(t)
 	for _, tc := range []struct {
@@ -74,6 +75,7 @@ func TestRenew_IsOwnerChecked(t *testing.T) {
 		},
 	} {
 		t.Run(tc.s.name, func(t *testing.T) {
+			t.Parallel()
 			l := claim(t, tc.s.registry(t, workerid.WithIdentity("auth-6", "")), "auth")
 			g := bound(t, l)
 			key := "lockgov:workerid:{6}"

@@ -43,8 +43,10 @@ func lostWaitRegistry(t *testing.T, rp *testenv.Replicated, set func(o *redis.Op
 // Claim must say ErrNotReplicated, not a store failure; once the replica is back the same
 // Registry claims the slot from the same floor, not colliding with its own claim.
 func TestReplicaAcks_AClaimWhoseWaitReplyIsLostIsReleasedAndIsNotReplicated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range replicaacktest.LostWaits {
 		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
 			rp := testenv.NewReplicated(t)
 			reg, cp, mark := lostWaitRegistry(t, rp, tc.Set)
 			ctx := ctxT(t, time.Minute)
@@ -75,6 +77,7 @@ func TestReplicaAcks_AClaimWhoseWaitReplyIsLostIsReleasedAndIsNotReplicated(t *t
 // (checked once the retry's WAIT blocks, so the first renewal has been decided), the lease
 // goes on, and once the replica is back a renewal gets through.
 func TestReplicaAcks_ARenewalWhoseWaitReplyIsLostIsAFailedOne(t *testing.T) {
+	t.Parallel()
 	rp := testenv.NewReplicated(t)
 	reg, _, _ := lostWaitRegistry(t, rp, func(o *redis.Options) { o.MaxRetries = -1 })
 	ctx := ctxT(t, time.Minute)

@@ -166,6 +166,7 @@ func laggingFailover(t *testing.T, ttl time.Duration, flap bool, opts ...workeri
 // stale mark, and both issue the same IDs for as long as A's lease runs on its side
 // (measured: about 70,000 of them).
 func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
+	t.Parallel()
 	if laggingFailover(t, 2*failoverTTL, false) == 0 {
 		t.Fatalf("no ID issued by both A and B: the default's renewals now wait for replicas?")
 	}
@@ -178,11 +179,13 @@ func TestFailover_DefaultIssuesDuplicateIDsAfterALaggingReplicaIsPromoted(t *tes
 // ID A issued; also when the link is cut while the replica flaps, a renewal perhaps in
 // flight.
 func TestReplicaAcks_NoDuplicateIDsAfterALaggingReplicaIsPromoted(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		flap bool
 	}{{"cut while quiet", false}, {"cut mid-flight while the replica flaps", true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if dups := laggingFailover(t, failoverTTL, tc.flap, workerid.WithReplicaAcks(1, ackTimeout)); dups != 0 {
 				t.Fatalf("%d IDs issued by both A and B", dups)
 			}
@@ -227,6 +230,7 @@ var slot6 = workerid.SlotKey(workerid.DefaultKeyPrefix, 6)
 // *NotReplicatedError{0, 1, 300ms}. Once the replica is back, the same Registry claims the
 // slot, from the same floor.
 func TestReplicaAcks_AnUnacknowledgedClaimIsReleasedAndIsNotReplicated(t *testing.T) {
+	t.Parallel()
 	rp := testenv.NewReplicated(t)
 	reg, cp, mark := ackedRegistry(t, rp)
 	ctx := ctxT(t, time.Minute)
@@ -270,11 +274,13 @@ func releasedThenClaimed(t *testing.T, rp *testenv.Replicated, reg *workerid.Reg
 // reservation, and the lease goes on retrying. Once the replica is back a renewal gets
 // through and the generator issues again.
 func TestReplicaAcks_AnUnacknowledgedRenewalIsAFailedOne(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		vanish bool // the slot deleted on the primary: the renewal re-claims it
 	}{{"renewal", false}, {"re-claim of a vanished slot", true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rp := testenv.NewReplicated(t)
 			reg, cp, _ := ackedRegistry(t, rp)
 			ctx := ctxT(t, time.Minute)
@@ -407,6 +413,7 @@ func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // renewals are each one pipeline of the script, the touch of the mark and WAIT; the release
 // is sent alone.
 func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	t.Parallel()
 	rp := testenv.NewReplicated(t)
 	rp.CaughtUp(t)
 	scripts := map[string]string{}
@@ -469,6 +476,7 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 // TestWithReplicaAcks_RefusesBadValuesClientsWithoutOneConnectionAndEtcd: each bad use of
 // WithReplicaAcks is refused by the constructor with ErrInvalid and an error naming it.
 func TestWithReplicaAcks_RefusesBadValuesClientsWithoutOneConnectionAndEtcd(t *testing.T) {
+	t.Parallel()
 	s := redisStore(t)
 	c := redisClient(s.addr) // ReadTimeout 300ms
 	t.Cleanup(func() { _ = c.Close() })

@@ -22,6 +22,7 @@ import (
 // renewed once the slot has moved), and after the migration the WorkerID
 // is still the holder's alone.
 func TestRedis_LeaseRenewsAcrossASlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

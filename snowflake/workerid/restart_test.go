@@ -117,6 +117,7 @@ func (is *issuer) count() int {
 // issued by both: a missing high-water mark means "unknown", so B starts only after every
 // lease granted before the restart has ended.
 func TestRedisRestart_TwoHoldersNeverIssueTheSameID(t *testing.T) {
+	t.Parallel()
 	twoHoldersAcrossALoss(t, func(t *testing.T, r *testenv.Redis, _ *redis.Client) {
 		if err := r.Restart(); err != nil {
 			t.Fatal(err)
@@ -219,6 +220,7 @@ func twoHoldersAcrossALoss(t *testing.T, lose func(t *testing.T, r *testenv.Redi
 // does not cover A's lease, valid on A's side for up to 2s; built WithMaxPeerTTL(2s), B's
 // floor is the server's now + 2s, and no ID is issued by both.
 func TestRedisRestart_ShorterTTLRegistryWaitsOutTheLongestPeerTTL(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	pa := testenv.NewProxy(t, r.Addr()) // A's path to Redis, cut around the restart
 	ca, cb, cc := redisClient(pa.Addr()), redisClient(r.Addr()), redisClient(r.Addr())

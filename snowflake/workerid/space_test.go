@@ -143,8 +143,10 @@ func issueSpan(ctx context.Context, t *testing.T, g *snowflake.Generator, d time
 // records A's ID space beside the mark and B's claim is refused, naming both; it took
 // nothing, and a Registry of A's space claims the WorkerID on above A's IDs.
 func TestClaim_ARegistryOfAnotherEpochIsRefusedTheSlot(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			a := claim(t, s.registry(t, workerid.WithIdentity("auth-3", "a"), workerid.WithoutHeartbeat()), "auth")
 			ga := bound(t, a)
@@ -225,8 +227,10 @@ func TestClaim_ARegistryOfAnotherEpochIsRefusedTheSlot(t *testing.T) {
 // of 42/8/13 held WorkerID 3 and released it; one of the default layout, whose IDs split
 // the same bits otherwise, is refused it, held or released.
 func TestClaim_ARegistryOfAnotherLayoutIsRefusedTheSlot(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			a := claim(t, s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithIdentity("auth-3", "a"), workerid.WithoutHeartbeat()), "auth")
 			ga, err := snowflake.New(a.WorkerID(), snowflake.WithLease(a), snowflake.WithLayout(snowflake.Layout8x13))
@@ -259,8 +263,10 @@ func TestClaim_ARegistryOfAnotherLayoutIsRefusedTheSlot(t *testing.T) {
 // is accepted, with the mark as its floor, and records its space, which from then on
 // refuses another.
 func TestClaim_ASlotWithoutASpaceKeyIsAcceptedAndRecorded(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			r := rawOf(t, s)
 			old := claim(t, s.registry(t, workerid.WithIdentity("auth-3", "old"), workerid.WithoutHeartbeat()), "auth")
@@ -307,9 +313,11 @@ func TestClaim_ASlotWithoutASpaceKeyIsAcceptedAndRecorded(t *testing.T) {
 // of two layouts meet across WorkerIDs, so no slot of the range is safe. A range with
 // only slots of another space is ErrNoFreeSlot that says so.
 func TestClaim_AWalkOverTheRangePassesBySlotsOfAnotherEpochNotOfAnotherLayout(t *testing.T) {
+	t.Parallel()
 	later := snowflake.DefaultEpoch.AddDate(0, 1, 0)
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			a := claim(t, s.registry(t, workerid.WithIdentity("auth-3", "a"), workerid.WithoutHeartbeat()), "auth")
 			if err := a.Release(ctx); err != nil {
@@ -345,8 +353,10 @@ func TestClaim_AWalkOverTheRangePassesBySlotsOfAnotherEpochNotOfAnotherLayout(t 
 // the same TTL: claim, renewal and release leave the space's expiry at or after the
 // mark's (PEXPIRETIME, read in one transaction). On etcd neither has a lease.
 func TestRelease_KeepsTheSpaceAsLongAsTheMark(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			r := rawOf(t, s)
 			hwKey := workerid.SlotKey(workerid.DefaultKeyPrefix, 3) + ":hw"
@@ -397,8 +407,10 @@ func TestRelease_KeepsTheSpaceAsLongAsTheMark(t *testing.T) {
 // other space recorded and is refused, and A's lease ends (ErrTakenOver, wrapping
 // ErrSpaceMismatch) instead of issuing, in A's epoch, above the other's mark.
 func TestRenew_AReclaimThatFindsAnotherSpaceEndsTheLease(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 30*time.Second)
 			r := rawOf(t, s)
 			a := claim(t, s.registry(t, workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
@@ -424,6 +436,7 @@ func TestRenew_AReclaimThatFindsAnotherSpaceEndsTheLease(t *testing.T) {
 // WorkerIDs 0-5 spread over three primaries; each is claimed, used and released, and then
 // refused to a Registry of another epoch.
 func TestClaim_OnARedisClusterASlotsKeysShareAHashSlot(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	const ttl = 500 * time.Millisecond // a never-used slot on Redis waits one TTL

@@ -26,6 +26,7 @@ import (
 // go-redis itself (EVALSHA resent after the read timeout), the claim finds the space it
 // wrote itself: it must succeed, not be refused (ErrSpaceMismatch) nor collide.
 func TestSpace_ALostClaimReplyRetriedByTheSameRegistryIsItsOwnSpace(t *testing.T) {
+	t.Parallel()
 	epoch := snowflake.DefaultEpoch.Add(time.Hour)
 	want := spaceOf(snowflake.DefaultLayout, epoch)
 	for _, tc := range []struct {
@@ -33,6 +34,7 @@ func TestSpace_ALostClaimReplyRetriedByTheSameRegistryIsItsOwnSpace(t *testing.T
 		maxRetries int
 	}{{"registry retries", -1}, {"go-redis retries", 2}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			g := newLostReplyRig(t, time.Now().Add(-time.Second), 10*time.Second)
 			c := redis.NewClient(&redis.Options{Addr: g.p.Addr(), MaxRetries: tc.maxRetries, DialTimeout: 200 * time.Millisecond,
 				ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, ContextTimeoutEnabled: true,
@@ -89,6 +91,7 @@ func TestSpace_ALostClaimReplyRetriedByTheSameRegistryIsItsOwnSpace(t *testing.T
 	// etcd: the slot's transaction (slot, and the space it found missing) committed, and
 	// its reply is replaced by an error, as a reply lost on the way back.
 	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
 		e := testenv.NewEtcd(t)
 		var lose atomic.Bool
 		lose.Store(true)

@@ -37,6 +37,7 @@ func bound(t *testing.T, l *workerid.Lease) *snowflake.Generator {
 }
 
 func TestNewRegistry_RefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	s := redisStore(t)
 	for _, tc := range []struct {
 		name string
@@ -61,8 +62,10 @@ func TestNewRegistry_RefusesBadConfig(t *testing.T) {
 }
 
 func TestClaim_PreferredSlotIsOrdinalWithinServiceRange(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			reg := s.registry(t, workerid.WithServiceRange("auth", 100, 199), workerid.WithIdentity("auth-7", "10.0.0.7"))
 			l := claim(t, reg, "auth")
 			if l.WorkerID() != 107 {
@@ -87,8 +90,10 @@ func TestClaim_PreferredSlotIsOrdinalWithinServiceRange(t *testing.T) {
 }
 
 func TestClaim_HeldSlotIsCollisionOrNextFreeWhenOptedIn(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			first := claim(t, s.registry(t, workerid.WithIdentity("auth-2", "10.0.0.2")), "auth")
 			_, err := s.registry(t, workerid.WithIdentity("auth-2", "10.0.0.99")).Claim(ctxT(t, 5*time.Second), "auth")
 			var ce *workerid.CollisionError
@@ -115,8 +120,10 @@ func TestClaim_HeldSlotIsCollisionOrNextFreeWhenOptedIn(t *testing.T) {
 // bound generator: it must refuse before the store could have expired the slot, and after
 // the store is back it must resume with IDs above everything issued before.
 func TestLeaseLoss_GeneratorRefusesBeforeTTLAndResumesAboveHighWater(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			l := claim(t, s.registry(t, workerid.WithIdentity("auth-1", "")), "auth")
 			g := bound(t, l)
 			ctx := context.Background()
@@ -175,8 +182,10 @@ func TestLeaseLoss_GeneratorRefusesBeforeTTLAndResumesAboveHighWater(t *testing.
 // TestTakeover_NeverIssuesAtOrBelowPreviousHolder: a holder that loses its store
 // connection stops; the next holder of the slot starts above everything it issued.
 func TestTakeover_NeverIssuesAtOrBelowPreviousHolder(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			regA, crash := s.crashable(t, workerid.WithIdentity("auth-4", "a"))
 			a := claim(t, regA, "auth")
@@ -220,8 +229,10 @@ func TestTakeover_NeverIssuesAtOrBelowPreviousHolder(t *testing.T) {
 // TestRelease_PersistsLastUsedSoRestartNeedNotWait: after a graceful release, the next
 // holder starts at once, above the released holder's IDs.
 func TestRelease_PersistsLastUsedSoRestartNeedNotWait(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 5*time.Second)
 			a, err := s.registry(t, workerid.WithIdentity("auth-5", "")).Claim(ctx, "auth")
 			if err != nil {
@@ -271,8 +282,10 @@ func claimEventually(t *testing.T, reg *workerid.Registry, service string, withi
 // second New is refused; the first generator keeps issuing, and Release still persists its
 // last-used time.
 func TestNew_SecondGeneratorOnALeaseIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := ctxT(t, 5*time.Second)
 			l := claim(t, s.registry(t, workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
 			g := bound(t, l)
@@ -308,6 +321,7 @@ func TestNew_SecondGeneratorOnALeaseIsRefused(t *testing.T) {
 // layout to the caller; its ID space is now recorded with the slot, and must be the one
 // its generators issue in).
 func TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused(t *testing.T) {
+	t.Parallel()
 	s := etcdStore(t)
 	l := claim(t, s.registry(t, workerid.WithLayout(snowflake.Layout8x13), workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
 	_, err := snowflake.New(l.WorkerID(), snowflake.WithLease(l))
@@ -339,9 +353,11 @@ func TestNew_GeneratorOfAnotherLayoutThanTheRegistrysIsRefused(t *testing.T) {
 // the slot's earlier holders issued. A refused New leaves the lease free for one of the
 // Registry's epoch.
 func TestNew_GeneratorOfAnotherEpochThanTheRegistrysIsRefused(t *testing.T) {
+	t.Parallel()
 	later := snowflake.DefaultEpoch.AddDate(1, 0, 0) // 2025-01-01
 	for _, s := range stores(t) {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
 			l := claim(t, s.registry(t, workerid.WithEpoch(later), workerid.WithIdentity("auth-3", ""), workerid.WithoutHeartbeat()), "auth")
 			if e, ok := l.Epoch(); !ok || !e.Equal(later) {
 				t.Fatalf("Lease.Epoch() = %s, %v, want %s", e, ok, later)
@@ -374,6 +390,7 @@ func TestNew_GeneratorOfAnotherEpochThanTheRegistrysIsRefused(t *testing.T) {
 // problem, checked as snowflake.New checks a generator's epoch, when the Registry is
 // built rather than at the first Claim.
 func TestWithEpoch_AnEpochNoGeneratorCanUseIsRefused(t *testing.T) {
+	t.Parallel()
 	s := redisStore(t)
 	short := snowflake.Layout{TimeBits: 32, WorkerBits: 10, SequenceBits: 21} // 49 days
 	for _, tc := range []struct {
