@@ -19,6 +19,7 @@ import (
 // TestBadInput_IsAClearErrorAndWritesNothing checks every rejected argument
 // returns ErrInvalid (or ErrOverflow) and leaves Redis empty or unchanged.
 func TestBadInput_IsAClearErrorAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	q := newQuota(t, c)
 	ctx := timeout(t, time.Minute)
@@ -73,6 +74,7 @@ func TestBadInput_IsAClearErrorAndWritesNothing(t *testing.T) {
 }
 
 func TestNew_RejectsBadOptions(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	for _, o := range []quota.Option{quota.WithShards(0), quota.WithShards(quota.MaxShards + 1), quota.WithPrefix("a{b"), quota.WithRequestTTL(0)} {
 		if _, err := quota.New(c, o); err == nil {
@@ -89,8 +91,10 @@ func TestNew_RejectsBadOptions(t *testing.T) {
 // retried short Deduct after the balance was topped up, and that a request
 // id reused with another amount is refused.
 func TestDeductRefund_RequestIDAppliesOnce(t *testing.T) {
+	t.Parallel()
 	for _, shards := range []int{1, 4} {
 		t.Run(map[int]string{1: "one bucket", 4: "four shards"}[shards], func(t *testing.T) {
+			t.Parallel()
 			q := newQuota(t, single(t), quota.WithShards(shards))
 			ctx := timeout(t, time.Minute)
 			if err := q.Set(ctx, "k", 8); err != nil {
@@ -139,6 +143,7 @@ func TestDeductRefund_RequestIDAppliesOnce(t *testing.T) {
 // shard empty and was served by another; a refund then fills the first
 // shard. The retry must not deduct there.
 func TestSharded_RetryAfterRefundDoesNotDeductTwice(t *testing.T) {
+	t.Parallel()
 	q := newQuota(t, single(t), quota.WithShards(2))
 	ctx := timeout(t, time.Minute)
 	if err := q.Set(ctx, "k", 2); err != nil { // one unit per shard
@@ -175,6 +180,7 @@ func TestSharded_RetryAfterRefundDoesNotDeductTwice(t *testing.T) {
 // TestRebalance_EvensOutShards checks Rebalance moves a drained key's
 // balance back over every shard and keeps the total.
 func TestRebalance_EvensOutShards(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	q := newQuota(t, c, quota.WithShards(4))
 	ctx := timeout(t, time.Minute)
@@ -206,6 +212,7 @@ func TestRebalance_EvensOutShards(t *testing.T) {
 // TestCluster_ShardsSpreadOverSlots checks each shard of one key has its
 // own hash slot and a bucket's request records share its slot.
 func TestCluster_ShardsSpreadOverSlots(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	c := cl.Client(t)
 	q := newQuota(t, c, quota.WithShards(8))

@@ -23,6 +23,7 @@ import (
 // just past the read timeout may go either way. The degraded counter counts
 // exactly the fallback's decisions.
 func TestDeadlineAttack_BlackholedRedisReachesTheFallbackOnlyForCallersWithTimeLeft(t *testing.T) {
+	t.Parallel()
 	const readTimeout = 300 * time.Millisecond
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())

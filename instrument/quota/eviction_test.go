@@ -18,6 +18,7 @@ func bucketKey(key string) string { return quota.DefaultPrefix + "{" + key + "}"
 // and deducts again, and a retried refund credits again. The balance never
 // goes below zero (no oversell); the at-most-once per request id is gone.
 func TestEviction_AnEvictedRecordDeductsARetryTwice(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	q := newQuota(t, c)
 	ctx := timeout(t, 30*time.Second)
@@ -49,6 +50,7 @@ func TestEviction_AnEvictedRecordDeductsARetryTwice(t *testing.T) {
 // a Refund or Add creates a fresh balance of just its own amount: the units
 // the evicted balance held are lost until Set writes the balance again.
 func TestEviction_AnEvictedBalanceReadsAsSoldOut(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	q := newQuota(t, c)
 	ctx := timeout(t, 30*time.Second)

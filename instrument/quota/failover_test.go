@@ -45,6 +45,7 @@ func failOver(t *testing.T, rp *testenv.Replicated) *quota.Quota {
 // enough to lose a write, so that the WithReplicaAcks tests that use it
 // are not vacuous.
 func TestFailover_DefaultLosesAnAcknowledgedDeduction(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()))

@@ -50,8 +50,10 @@ func lostReplyQuota(t *testing.T, shards int, file string) (*quota.Quota, *teste
 // credit nothing more: the caller called Add once, and a second credit is
 // units that were never there to sell.
 func TestLostReply_AddCreditsOnce(t *testing.T) {
+	t.Parallel()
 	for _, shards := range []int{1, 4} {
 		t.Run(fmt.Sprintf("%d shards", shards), func(t *testing.T) {
+			t.Parallel()
 			q, h, _ := lostReplyQuota(t, shards, "credit.lua")
 			ctx := timeout(t, time.Minute)
 			if err := q.Set(ctx, "stock", 10); err != nil {
@@ -77,6 +79,7 @@ func TestLostReply_AddCreditsOnce(t *testing.T) {
 // twice loses the first take's units (they were taken and never credited),
 // a credit run twice creates units, which is an oversell.
 func TestLostReply_RebalanceConservesUnits(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, script string // Rebalance's step whose reply is lost
 	}{
@@ -84,6 +87,7 @@ func TestLostReply_RebalanceConservesUnits(t *testing.T) {
 		{"credit", "credit.lua"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			q, h, direct := lostReplyQuota(t, 4, tc.script)
 			ctx := timeout(t, time.Minute)
 			if err := q.Set(ctx, "stock", 40); err != nil { // 10 per shard

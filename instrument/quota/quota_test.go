@@ -170,14 +170,17 @@ func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
 }
 
 func TestDeduct_NeverOversells(t *testing.T) {
+	t.Parallel()
 	noOversell(t, single(t))
 }
 
 func TestDeduct_NeverOversells_EightShards(t *testing.T) {
+	t.Parallel()
 	noOversell(t, single(t), quota.WithShards(8))
 }
 
 func TestDeduct_NeverOversells_Cluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	noOversell(t, cl.Client(t), quota.WithShards(8))
 }

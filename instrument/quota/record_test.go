@@ -13,6 +13,7 @@ import (
 // Deduct (or a Refund meeting a Deduct's record) answered from the first's
 // record and changed nothing.
 func TestRecords_DistinctKeysAndIDsNeverShareOne(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	q := newQuota(t, c)
 	ctx := timeout(t, 30*time.Second)

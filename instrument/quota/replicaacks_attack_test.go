@@ -24,6 +24,7 @@ import (
 // ignored), deductions returned during a stop or in the link's last 20 ms
 // are not on the replica, and their retries deduct again.
 func TestReplicaAcks_NoAcknowledgedDeductionIsLostInAFailoverMidFlight(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	const key, stock = "stock:sku-flap", 100_000

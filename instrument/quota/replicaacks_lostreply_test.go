@@ -46,8 +46,10 @@ func warmAckedQuota(t *testing.T, ctx context.Context, c *redis.Client, opts ...
 // and not count it degraded; the retry after the replica is back replays
 // it (7 left: one deduction).
 func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *testing.T) {
+	t.Parallel()
 	for _, tc := range replicaacktest.LostWaits {
 		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
 			c := replicaacktest.ClientWith(t, rp.Primary.Addr(), tc.Set)
@@ -93,6 +95,7 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicatedNeverTheFallback(t *tes
 // not a success, not the fallback's; the retry after the replica is back
 // replays it.
 func TestReplicaAcks_AWaitAnsweredAfterTheCallersDeadlineIsNotReplicated(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	px := testenv.NewProxy(t, rp.Primary.Addr())
@@ -125,8 +128,10 @@ func TestReplicaAcks_AWaitAnsweredAfterTheCallersDeadlineIsNotReplicated(t *test
 // ErrNotReplicated, not the replay's answer; with the replica running it
 // is the first answer, and the replica has the record.
 func TestReplicaAcks_AResentDeductWaitsAgainAndDeductsOnce(t *testing.T) {
+	t.Parallel()
 	for _, stopped := range []bool{false, true} {
 		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
 			c, px := replicaacktest.ResendingClient(t, rp)

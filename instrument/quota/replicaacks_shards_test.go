@@ -60,6 +60,7 @@ func (h *afterFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook)
 // acknowledged and reported done, and the retry, finding no record on the
 // refilled first shard, deducted there too (7).
 func TestReplicaAcks_AShardedDeductStraddlingAFailoverAppliesAtMostOnce(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	const key, id, shards = "stock:sku-straddle", "order-1", 2

@@ -33,8 +33,10 @@ const (
 // (the option ignored), Deduct returns before the delayed write reaches
 // the replica and the link's close drops it: the retry deducts again.
 func TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover(t *testing.T) {
+	t.Parallel()
 	for _, shards := range []int{1, 4} {
 		t.Run(map[int]string{1: "one-bucket", 4: "four-shards"}[shards], func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := replicatedStock(t, ctx)
 			q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithShards(shards), quota.WithReplicaAcks(1, healthyAckTimeout))
@@ -79,6 +81,7 @@ func TestReplicaAcks_AnAcknowledgedDeductionSurvivesFailover(t *testing.T) {
 // shows one deduction. A short Deduct (ErrInsufficient on the primary) and
 // a Refund behave alike.
 func TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	reg := prometheus.NewPedanticRegistry()
@@ -154,6 +157,7 @@ func TestReplicaAcks_UnacknowledgedWriteIsATypedErrorAndItsRetryAppliesOnce(t *t
 // wrapping context.DeadlineExceeded with the counts, not a WAIT that
 // outlasts the caller.
 func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	q := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr()), quota.WithReplicaAcks(1, healthyAckTimeout))
@@ -176,6 +180,7 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 // each is one pipeline of the script, the touch and WAIT (the control:
 // the hook sees pipelines).
 func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	rp := replicatedStock(t, ctx)
 	for _, tc := range []struct {
@@ -215,6 +220,7 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 // TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
 // refuses each bad use of WithReplicaAcks with an error naming it.
 func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
+	t.Parallel()
 	c := replicaacktest.WantRefusals(t, func(c redis.UniversalClient, opt quota.Option) error {
 		_, err := quota.New(c, opt)
 		return err
@@ -239,6 +245,7 @@ func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testi
 // and WAIT again without the script: the deduction runs once and is
 // counted as ok, not as a replay of itself.
 func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedStock(t, ctx)
 	c := testenv.NewRedisClient(t, rp.Primary.Addr())

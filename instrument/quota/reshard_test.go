@@ -18,6 +18,7 @@ import (
 // the record. After the migration every retry with the same request id
 // deducts once: no unit deducted twice, none lost.
 func TestDeduct_AcrossASlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	c := cl.Client(t)
 	q := newQuota(t, c)

@@ -67,6 +67,7 @@ func stallAfterLostReply(t *testing.T, r *testenv.Redis, p *testenv.Proxy) (arm,
 // deadline before it runs the resend. The call's record must still be there:
 // an Add is credited once.
 func TestAdd_AResendRunAfterAStallCreditsOnce(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())
 	c := testenv.NewLostReplyClient(t, p.Addr())
@@ -99,6 +100,7 @@ func TestAdd_AResendRunAfterAStallCreditsOnce(t *testing.T) {
 // TestRebalance_ATakeResentAfterAStallRunsOnce: the same fault on
 // Rebalance's take: a take that ran twice loses the units of the second.
 func TestRebalance_ATakeResentAfterAStallRunsOnce(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())
 	c := testenv.NewLostReplyClient(t, p.Addr())

@@ -40,6 +40,7 @@ func degradedCount(t *testing.T, reg *prometheus.Registry) float64 {
 // Redis returns (its data kept on disk), a request id deducted before the
 // outage replays its first answer and is not deducted again.
 func TestStoreFailure_RedisKilled(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t, testenv.WithRedisArgs("--appendonly", "yes", "--appendfsync", "always"))
 	c := r.Client(t)
 	reg := prometheus.NewPedanticRegistry()
@@ -127,6 +128,7 @@ func restartRedis(t *testing.T, ctx context.Context, r *testenv.Redis, c redis.U
 // answer. The store is up and the caller gave up: the fallback must not
 // decide.
 func TestStoreFailure_ACallerPastItsDeadlineDoesNotReachTheFallback(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	reg := prometheus.NewPedanticRegistry()
 	var fallbacks atomic.Int64

@@ -20,6 +20,7 @@ import (
 // client spans under the caller's span with the key pattern and result;
 // ErrInsufficient is an answer, not an error status.
 func TestDeductRefund_SpansCarryThePatternNotTheKey(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
@@ -72,6 +73,7 @@ func TestDeductRefund_SpansCarryThePatternNotTheKey(t *testing.T) {
 // failed without the key, which the error itself names for the caller
 // (span.RecordError used to copy it into exception.message).
 func TestDeduct_AnErrorSpanLeavesTheKeyOut(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
