@@ -70,6 +70,8 @@ func oneShotLockFunc(c *redis.Client, ttl time.Duration, ownerChecked bool) inst
 //
 // FuncTTL equals the suite's expiry TTL: FromFunc ignores WithTTL (the
 // wrapped code sets the TTL), so the expiry cases see FuncTTL end the lease.
+//
+// Not parallel: the suite's NoGoroutineSurvivesLoss counts the process's goroutines.
 func TestConformance_FromFunc(t *testing.T) {
 	const ttl = 2 * time.Second
 	r := testenv.NewRedis(t)

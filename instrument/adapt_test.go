@@ -51,6 +51,7 @@ func unlockingThen(c *redis.Client, err error) instrument.AcquireFunc {
 }
 
 func TestFromFunc_GovernedRedisLockExcludesAndReleases(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -87,6 +88,7 @@ func TestFromFunc_GovernedRedisLockExcludesAndReleases(t *testing.T) {
 }
 
 func TestFromFunc_RetryCallsUntilMaxAttemptsAndReleaseTwiceIsNotHeld(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -116,6 +118,7 @@ func TestFromFunc_RetryCallsUntilMaxAttemptsAndReleaseTwiceIsNotHeld(t *testing.
 }
 
 func TestFromFunc_ContextEndsWithLockLostAtTTL(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -136,6 +139,7 @@ func TestFromFunc_ContextEndsWithLockLostAtTTL(t *testing.T) {
 }
 
 func TestFromFunc_BadInput(t *testing.T) {
+	t.Parallel()
 	if _, err := instrument.FromFunc(nil).Acquire(context.Background(), "k"); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("nil func: %v", err)
 	}
@@ -182,6 +186,7 @@ func waitLost(t *testing.T, l instrument.Lease) {
 // Release (and Do's fallback release) must not run the wrapped unlock, which
 // would delete B's lock.
 func TestFromFunc_ReleaseAfterTheTTLDoesNotDeleteTheNextHoldersLock(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -244,6 +249,7 @@ var errReplyLost = errors.New("reply lost (injected after the unlock ran)")
 // the lock: Do reports the release's error, not ErrLockLost (on which a
 // caller would redo the work).
 func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -265,6 +271,7 @@ func TestDo_ReleaseWithALostReplyIsNotALossWhileFnRan(t *testing.T) {
 // A FromFunc lease dropped without Release is released when the garbage
 // collector finds it, and the observer hears of it once.
 func TestFromFunc_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -298,6 +305,7 @@ func TestFromFunc_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // as the wait giving up, like every backend: ErrNotAcquired wrapping the
 // context's error, so Govern counts contention and callers match one error.
 func TestFromFunc_ContextEndingDuringTheWrappedAcquireIsNotAcquired(t *testing.T) {
+	t.Parallel()
 	waits := func(ctx context.Context, _ string) (func(context.Context) error, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()

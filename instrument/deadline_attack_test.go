@@ -57,15 +57,23 @@ func newBlackholeFixture(t *testing.T) *blackholeFixture {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
+	// One connection at a time, each held until all are open: 64 handshakes at
+	// once could each outlast the 300ms read timeout on a loaded machine.
+	conns := make([]*redis.Conn, 0, 64)
 	for range 64 {
-		wg.Go(func() {
-			if err := c.Ping(ctx).Err(); err != nil {
-				t.Error(err)
-			}
-		})
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			t.Error(err)
+			break
+		}
 	}
-	wg.Wait()
+	for _, cn := range conns {
+		_ = cn.Close() // back to the pool
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	return &blackholeFixture{redis: r, proxy: p, client: c, locker: g, reg: reg}
 }
 
@@ -78,6 +86,9 @@ func newBlackholeFixture(t *testing.T) *blackholeFixture {
 // process-local lease (fence 0) and Do must run fn; those just past the read
 // timeout may go either way. Every degraded decision is counted once, and
 // only granted callers are counted.
+//
+// Not parallel: its margins are the 300ms read timeout against the callers'
+// deadlines; it runs before the package's parallel tests, not among them.
 func TestDeadlineAttack_BlackholedRedisDegradesOnlyCallersWithTimeLeft(t *testing.T) {
 	f := newBlackholeFixture(t)
 	f.proxy.Blackhole(true)
@@ -165,6 +176,9 @@ func TestDeadlineAttack_BlackholedRedisDegradesOnlyCallersWithTimeLeft(t *testin
 // its own deadline: it must get an error and no process-local lease. A
 // caller with time left past the read timeout sees a store that did not
 // answer and degrades, as FailOpen documents.
+//
+// Not parallel: its margins are the 300ms read timeout against the callers'
+// deadlines; it runs before the package's parallel tests, not among them.
 func TestDeadlineAttack_LostReplyIsNotADegradedGrantPastTheDeadline(t *testing.T) {
 	f := newBlackholeFixture(t)
 	direct := f.redis.Client(t)

@@ -52,6 +52,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string, labels map[str
 }
 
 func TestGovern_TimeoutRule_EnforceAuditOff(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode       string
 		refused    bool
@@ -93,6 +94,7 @@ func TestGovern_TimeoutRule_EnforceAuditOff(t *testing.T) {
 }
 
 func TestGovern_TTLAbovePolicyMaximumRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithPolicy(quotaPolicy(t, "enforce")))
 	ctx := withTimeout(t, 5*time.Second)
 	_, err := f.locker.Acquire(ctx, "lock:quota:42", instrument.WithTTL(2*time.Minute))
@@ -117,6 +119,7 @@ func TestGovern_TTLAbovePolicyMaximumRefused(t *testing.T) {
 }
 
 func TestGovern_NilLockerIsAnError(t *testing.T) {
+	t.Parallel()
 	if _, err := instrument.NewGoverned(nil); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("NewGoverned(nil) = %v", err)
 	}
@@ -130,6 +133,7 @@ func TestGovern_NilLockerIsAnError(t *testing.T) {
 // families, the exemplar, and that neither the owner token nor the raw key
 // appears in any span attribute or exported metric.
 func TestGovern_SpansMetricsAndNoTokenLeak(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithPolicy(quotaPolicy(t, "enforce")))
 	ctx := withTimeout(t, 5*time.Second)
 	ctx, parent := f.tp.Tracer("test").Start(ctx, "deduct quota")
@@ -262,6 +266,7 @@ func TestGovern_SpansMetricsAndNoTokenLeak(t *testing.T) {
 }
 
 func TestGovern_UndeclaredKeysAreNormalisedAndCapped(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 5*time.Second)
 	lease, err := f.locker.Acquire(ctx, "lock:order:12345")
@@ -275,6 +280,7 @@ func TestGovern_UndeclaredKeysAreNormalisedAndCapped(t *testing.T) {
 }
 
 func TestGovern_ReentrantThroughContext(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 5*time.Second)
 	outer, err := f.locker.Acquire(ctx, "lock:r")
@@ -315,6 +321,7 @@ func TestGovern_ReentrantThroughContext(t *testing.T) {
 }
 
 func TestDo_PanicReleasesAndRepanics(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 5*time.Second)
 	defer func() {
@@ -333,6 +340,7 @@ func TestDo_PanicReleasesAndRepanics(t *testing.T) {
 }
 
 func TestDo_FnContextCancelledOnLoss(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 10*time.Second)
 	err := instrument.Do(ctx, f.locker, "lock:l", func(ctx context.Context) error {
@@ -352,6 +360,7 @@ func TestDo_FnContextCancelledOnLoss(t *testing.T) {
 }
 
 func TestDo_ReturnsFnErrorAndReleases(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 5*time.Second)
 	want := errors.New("quota not enough")
@@ -364,6 +373,7 @@ func TestDo_ReturnsFnErrorAndReleases(t *testing.T) {
 }
 
 func TestGovern_LeakedLeaseCountedLoggedReleased(t *testing.T) {
+	t.Parallel()
 	var logs syncBuffer
 	f := newFixture(t, instrument.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	ctx := withTimeout(t, 10*time.Second)
@@ -391,6 +401,7 @@ func TestGovern_LeakedLeaseCountedLoggedReleased(t *testing.T) {
 }
 
 func TestGovern_SkewTiers(t *testing.T) {
+	t.Parallel()
 	var offset atomic.Int64
 	f := newFixture(t, instrument.WithSkewSource(func() (time.Duration, bool) { return time.Duration(offset.Load()), true }))
 	ctx := withTimeout(t, 5*time.Second)
@@ -420,6 +431,7 @@ func TestGovern_SkewTiers(t *testing.T) {
 }
 
 func TestGovern_WaitersGauge(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 10*time.Second)
 	holder, err := f.locker.Acquire(ctx, "lock:w")
@@ -452,6 +464,7 @@ func TestGovern_WaitersGauge(t *testing.T) {
 }
 
 func TestGovern_MaxHoldAbovePolicyRefused(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.yaml", []byte(`
 version: 1
 patterns:
@@ -485,6 +498,7 @@ patterns:
 // used to copy it into exception.message, next to attributes that carry
 // only the key's pattern).
 func TestGovern_AnErrorSpanLeavesTheRawKeyOut(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithPolicy(quotaPolicy(t, "enforce")))
 	ctx := withTimeout(t, 5*time.Second)
 	const key = "lock:quota:987654"

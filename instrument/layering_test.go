@@ -11,6 +11,7 @@ import (
 // instrument or snowflake links no database server and no test harness,
 // instrument links no snowflake code, and policy imports no backend client.
 func TestLayering_LibrariesLinkNoServerAndPolicyNoClient(t *testing.T) {
+	t.Parallel()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go tool is needed to list dependencies: %v", err)

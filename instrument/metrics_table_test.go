@@ -16,6 +16,7 @@ import (
 // names: every lock metric Govern registers is a row of the telemetry table
 // with the row's type and labels, and every lock row is registered.
 func TestGovern_ExportsExactlyTheTablesLockMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
 	g, err := instrument.NewGoverned(instrument.LockerFunc(func(ctx context.Context, key string, _ ...instrument.AcquireOption) (instrument.Lease, error) {
 		return nil, instrument.ErrNotAcquired

@@ -15,6 +15,7 @@ import (
 // a second re-entry through the same hold waits (FailFast: ErrNotAcquired)
 // until the first is released. Nesting below one's own hold goes straight in.
 func TestGovern_GoroutinesSharingALeasesContextDoNotHoldItTogether(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 20*time.Second)
 	err := instrument.Do(ctx, f.locker, "lock:share", func(fctx context.Context) error {
@@ -72,6 +73,7 @@ func TestGovern_GoroutinesSharingALeasesContextDoNotHoldItTogether(t *testing.T)
 // Workers that fn starts with its context and that each lock the key again
 // never run their critical sections at once.
 func TestDo_WorkersReenteringThroughFnsContextExcludeEachOther(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := withTimeout(t, 30*time.Second)
 	var inside, entered atomic.Int32

@@ -29,6 +29,7 @@ func ttlProbe(got *time.Duration) instrument.Locker {
 // the pattern's min_ttl (nor below the 3 ms a backend accepts), and never
 // above what the caller asked for.
 func TestGovern_SkewDegradedTTLStaysWithinThePolicysMinimum(t *testing.T) {
+	t.Parallel()
 	p, err := policy.Parse("test.yaml", []byte(`
 version: 1
 patterns:

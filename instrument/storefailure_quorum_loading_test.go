@@ -48,6 +48,7 @@ func (h *loadingScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // not degraded, under either policy. A grant of a minority is given back
 // in every case.
 func TestStoreFailure_QuorumWithALoadingNode(t *testing.T) {
+	t.Parallel()
 	const key = "lock:order:1"
 	for _, c := range []struct {
 		name     string
@@ -66,6 +67,7 @@ func TestStoreFailure_QuorumWithALoadingNode(t *testing.T) {
 	} {
 		for _, p := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 			t.Run(fmt.Sprintf("%s/%s", c.name, p), func(t *testing.T) {
+				t.Parallel()
 				q := newQuorumGoverned(t, killNode, p)
 				loading := &loadingScripts{}
 				q.clients[0].AddHook(loading)

@@ -171,6 +171,7 @@ func (q *quorumGoverned) degradedSpans() int {
 // does a node that answered that the lock is held when too few others
 // answered to know whether a majority holds it.
 func TestStoreFailure_QuorumOutOfReachIsAStoreFailureNotContention(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []quorumFault{killNode, blackholeNode} {
 		for _, c := range []struct {
 			name string
@@ -183,6 +184,7 @@ func TestStoreFailure_QuorumOutOfReachIsAStoreFailureNotContention(t *testing.T)
 		} {
 			for _, p := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 				t.Run(fmt.Sprintf("%s/%s/%s", fault.name, c.name, p), func(t *testing.T) {
+					t.Parallel()
 					q := newQuorumGoverned(t, fault, p)
 					ctx := withTimeout(t, 2*time.Minute)
 					const key = "lock:order:1"
@@ -273,9 +275,11 @@ func TestStoreFailure_QuorumOutOfReachIsAStoreFailureNotContention(t *testing.T)
 // every node was blackholed (longer node timeout than the caller's
 // deadline).
 func TestStoreFailure_QuorumAnswersAndTheCallersDeadlineNeverDegrade(t *testing.T) {
+	t.Parallel()
 	for _, fault := range []quorumFault{killNode, blackholeNode} {
 		for _, p := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 			t.Run(fmt.Sprintf("majority-held/%s/%s", fault.name, p), func(t *testing.T) {
+				t.Parallel()
 				q := newQuorumGoverned(t, fault, p)
 				ctx := withTimeout(t, 2*time.Minute)
 				const key = "lock:order:1"
@@ -297,6 +301,7 @@ func TestStoreFailure_QuorumAnswersAndTheCallersDeadlineNeverDegrade(t *testing.
 	}
 	for _, p := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(fmt.Sprintf("callers-deadline/blackholed/%s", p), func(t *testing.T) {
+			t.Parallel()
 			q := newQuorumGoverned(t, blackholeNode, p)
 			for i := range q.nodes {
 				q.put(t, blackholeNode, i)

@@ -45,6 +45,7 @@ func degradedLocks(t *testing.T, reg *prometheus.Registry) float64 {
 // other callers, counting each decision. When Redis returns, acquires go to
 // Redis again.
 func TestStoreFailure_FailOpenFallsBackToAProcessLocalLock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
 	closed, err := instrument.NewGoverned(f.raw, instrument.WithRegisterer(f.reg), instrument.WithoutHeartbeat())
 	if err != nil {
@@ -147,6 +148,7 @@ func TestStoreFailure_FailOpenFallsBackToAProcessLocalLock(t *testing.T) {
 // Fail open must still not grant a process-local lock: the store is up and
 // the caller gave up.
 func TestStoreFailure_ACallerPastItsDeadlineIsNeverGrantedADegradedLock(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
 	ctx := testenv.DeadlinePassed(t, withTimeout(t, time.Minute), time.Minute)
 	l, err := f.locker.Acquire(ctx, "lock:order:1", instrument.FailFast())
@@ -186,6 +188,7 @@ func (h *answerLoading) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // process-local lock. It did only when the reply was the join's first
 // member. With Redis answering, a held lock is still ErrNotAcquired.
 func TestStoreFailure_FailOpenDegradesOnALoadingReplyJoinedAfterErrNotAcquired(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -245,6 +248,7 @@ func TestStoreFailure_FailOpenDegradesOnALoadingReplyJoinedAfterErrNotAcquired(t
 // gets the process-local lock once the Redis lease is released (its
 // release cannot reach Redis: the lock is left to its TTL there).
 func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
 	ctx := withTimeout(t, 2*time.Minute)
 	const key = "lock:order:1"
@@ -315,6 +319,7 @@ func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(
 // fallback Acquire waiting for the key gets it, without the holder's
 // Release.
 func TestStoreFailure_AStoreLeaseThatEndsInTheOutageFreesTheKeyForTheFallback(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, instrument.WithStoreFailure(instrument.FailOpen))
 	ctx := withTimeout(t, 2*time.Minute)
 	const key = "lock:order:1"
@@ -402,6 +407,7 @@ func (l *gatedLease) Release(ctx context.Context) error {
 // fallback Acquires of the key once Redis is down: the store granted it,
 // so the first lease is over, and the slot is the second's.
 func TestStoreFailure_AStoreLeaseGrantedBeforeThePreviousOneFreedItsSlotExcludesTheFallback(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true, MaxRetries: 1})
 	t.Cleanup(func() { _ = c.Close() })
@@ -474,6 +480,7 @@ func TestStoreFailure_AStoreLeaseGrantedBeforeThePreviousOneFreedItsSlotExcludes
 // (retried, counted not_acquired) or an error (counted error), and never
 // a store failure (nothing degraded).
 func TestStoreFailure_ALockErrorWithANilPointerOrSharedMembersIsClassifiedWithoutAPanic(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -543,6 +550,7 @@ func TestStoreFailure_ALockErrorWithANilPointerOrSharedMembersIsClassifiedWithou
 // and Do read it without a panic, as the owner check failing: Do reports
 // the lock lost, and the lease's Context ends with ErrLockLost.
 func TestDo_AReleaseErrorWithANilPointerIsReadWithoutAPanic(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })

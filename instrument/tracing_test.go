@@ -34,6 +34,7 @@ func (l *configLocker) Acquire(_ context.Context, _ string, opts ...instrument.A
 // and the propagated headers in the lock value must still be the caller's,
 // as they are when spans are recorded.
 func TestGovern_NoopTracerKeepsTheCallersTraceInTheLockValue(t *testing.T) {
+	t.Parallel()
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
 		SpanID:     trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
@@ -73,6 +74,8 @@ func TestGovern_NoopTracerKeepsTheCallersTraceInTheLockValue(t *testing.T) {
 // A Governed built on the otel global provider before the application set
 // one records spans once it is set: skipping no-op spans must not make
 // that provider's later delegation invisible.
+// Not parallel: it sets the otel global tracer provider, which Governed built
+// without WithTracerProvider read.
 func TestGovern_GlobalTracerProviderSetAfterGovernRecordsSpans(t *testing.T) {
 	if fmt.Sprintf("%T", otel.GetTracerProvider()) != "*global.tracerProvider" {
 		t.Skip("a tracer provider was already set in this process (go test -count > 1)")
@@ -147,6 +150,7 @@ func governedWithRecorder(t *testing.T, l instrument.Locker) (*instrument.Govern
 // not while the lock is held, but its end is the acquire's: a trace shows
 // how long the acquire took, not the hold.
 func TestGovern_AcquireSpanEndsAtTheAcquireAndIsExportedWithTheRelease(t *testing.T) {
+	t.Parallel()
 	g, spans := governedWithRecorder(t, &observerLocker{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -180,6 +184,7 @@ func TestGovern_AcquireSpanEndsAtTheAcquireAndIsExportedWithTheRelease(t *testin
 // A lock held for long is renewed by the watchdog: its acquire span is
 // exported at the first renewal, not at a release hours later.
 func TestGovern_AcquireSpanIsExportedAtTheFirstRenewal(t *testing.T) {
+	t.Parallel()
 	l := &observerLocker{}
 	g, spans := governedWithRecorder(t, l)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -199,6 +204,7 @@ func TestGovern_AcquireSpanIsExportedAtTheFirstRenewal(t *testing.T) {
 // span exported by the time Acquire returns: nothing later would end it if
 // the caller never releases.
 func TestGovern_AcquireSpanOfALeaseLostBeforeAcquireReturnedIsExported(t *testing.T) {
+	t.Parallel()
 	g, spans := governedWithRecorder(t, &observerLocker{lost: errors.New("ttl ran out")})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
