@@ -73,6 +73,8 @@ func checkContendedCalls(t *testing.T, per [][]contendedCall) {
 // that runs out every millisecond and on the default layout, while one
 // goroutine steps the wall clock back (within MaxWait: the generator waits)
 // and once beyond MaxWait (callers get *ClockBackwardsError, nothing else).
+//
+// Not parallel: it sets GOMAXPROCS, which is the process's.
 func TestContentionAttack_UniqueIncreasingLinearizableAcrossClockSteps(t *testing.T) {
 	for _, procs := range []int{2, 8} {
 		for _, workers := range []int{16, 64} {
@@ -132,6 +134,8 @@ func TestContentionAttack_UniqueIncreasingLinearizableAcrossClockSteps(t *testin
 // "could have expired by now", and a renewal sent before Redis died can
 // still confirm it after a starved renewal goroutine let the old deadline
 // pass); the IDs issued before are unique, increasing and linearizable.
+//
+// Not parallel: it sets GOMAXPROCS, which is the process's.
 func TestContentionAttack_NoIDAfterTheWorkerLeaseIsLost(t *testing.T) {
 	for _, procs := range []int{2, 8} {
 		t.Run(fmt.Sprintf("procs%d", procs), func(t *testing.T) {

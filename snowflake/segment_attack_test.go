@@ -475,6 +475,8 @@ func (c *steppedClock) stepBack(d time.Duration) { c.back.Store(int64(d)) }
 // refusing filler's errors, and with callers popping mid-stream. Every call returns within
 // 10 s with an ID, ErrSegmentClosed or its own context's error; a call that begins after Close
 // returned gets ErrSegmentClosed; IDs stay unique and ordered; no goroutine is left behind.
+//
+// Not parallel: goleak.VerifyNone sees every goroutine of the process.
 func TestSegmentAttack_CloseReturnsEveryCaller(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
@@ -846,8 +848,10 @@ func crowdOn(t *testing.T, l *workerid.Lease, size, n int) (*harness, *crowd) {
 // and after the first refusal wrapping ErrTakenOver, A never hands out an ID again, though
 // its Segment still holds buffered IDs; and no A call that began past ValidUntil got an ID.
 func TestSegmentAttack_SlotTakenOverBehindHoldersBack(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			regA, _ := st.process(t, "a")
 			regB, _ := st.process(t, "b")
@@ -998,8 +1002,10 @@ func nextUntilRefused(t *testing.T, h *harness, s *snowflake.Segment, store stri
 // When the store is back the lease renews or re-claims and the Segment resumes: everything
 // it hands out stays unique, ordered, and above what it handed out before.
 func TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			reg, _ := st.process(t, "a")
 			a := claimWithin(t, reg, 8*time.Second)
@@ -1081,8 +1087,10 @@ func TestSegmentAttack_LeaseRunsOutWhileStoreUnreachable(t *testing.T) {
 // out only IDs above everything A handed out, and above the last millisecond A's generator
 // used, buffered-but-unissued IDs included.
 func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			regA, _ := st.process(t, "a")
 			a := claimWithin(t, regA, 8*time.Second)
@@ -1141,8 +1149,10 @@ func TestSegmentAttack_ReclaimAfterReleaseNeverReissues(t *testing.T) {
 // A's Segment must refuse from its ValidUntil on, so that no call begun after B's claim gets an
 // ID from A, and B hands out only IDs above everything A handed out.
 func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			regA, crashA := st.process(t, "a")
 			a := claimWithin(t, regA, 8*time.Second)
@@ -1188,8 +1198,10 @@ func TestSegmentAttack_ReclaimAfterCrashNeverReissues(t *testing.T) {
 // heal; every ID A hands out after the heal is either below all of B's (generated before the
 // partition) or above all of B's; nothing is handed out twice; order holds on each Segment.
 func TestSegmentAttack_PartitionedHolderComesBackAfterAnotherHolder(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			p := testenv.NewProxy(t, st.hostport)
 			regA, _ := st.registryAt(t, p.Addr(), "a")
@@ -1287,8 +1299,10 @@ func fillerParkedOnSend() bool {
 // millisecond at or below the lease's floor; the refusal cleared only the buffer being
 // handed out, so the buffers queued before the outage must not come out either.
 func TestSegmentAttack_NoIDAtOrBelowFloorAfterReclaim(t *testing.T) {
+	t.Parallel()
 	for _, ls := range leaseStores {
 		t.Run(ls.name, func(t *testing.T) {
+			t.Parallel()
 			st := ls.new(t)
 			p := testenv.NewProxy(t, st.hostport)
 			reg, _ := st.registryAt(t, p.Addr(), "a")
