@@ -17,6 +17,7 @@ import (
 // TestDo_Cluster: on a 3-primary Cluster, 100 concurrent Do calls on each
 // of 20 keys (spread over the nodes) run each fn once.
 func TestDo_Cluster(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	c := cl.Client(t)
 	s := newStore(t, c)
@@ -53,6 +54,7 @@ func TestDo_Cluster(t *testing.T) {
 // TestMiddleware_FailsClosedWhenRedisIsDown: with Redis killed the
 // middleware answers 503 with Retry-After and never runs the handler.
 func TestMiddleware_FailsClosedWhenRedisIsDown(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	s := newStore(t, r.Client(t))
 	var runs atomic.Int64

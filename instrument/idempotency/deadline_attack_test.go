@@ -24,6 +24,9 @@ import (
 // with seconds left must run fn without the check (Degraded). Callers just
 // past the read timeout may go either way. The degraded counter counts
 // exactly the degraded runs.
+//
+// Not parallel: its margins are the 300ms read timeout against the callers'
+// deadlines; it runs before the package's parallel tests, not among them.
 func TestDeadlineAttack_BlackholedRedisRunsDegradedOnlyForCallersWithTimeLeft(t *testing.T) {
 	const readTimeout = 300 * time.Millisecond
 	r := testenv.NewRedis(t)

@@ -18,6 +18,7 @@ import (
 // recorder used to keep the 103 as the status: the client got 200 for a 201,
 // and a 500 was stored as a success.
 func TestMiddleware_AnInformationalStatusIsNotTheResponse(t *testing.T) {
+	t.Parallel()
 	var runs, final atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -69,6 +70,7 @@ func TestMiddleware_AnInformationalStatusIsNotTheResponse(t *testing.T) {
 // stored; it used to be answered 503 with Retry-After, inviting retries that
 // all fail the same way.
 func TestMiddleware_AKeyTooLongForItsPrincipalIsABadRequest(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("p", idempotency.MaxKeyBytes)
 	srv := newServer(t, idempotency.WithPrincipal(func(*http.Request) string { return long }))
 	resp := srv.do(t, "POST", "/pay", strings.Repeat("k", idempotency.MaxHeaderKeyBytes), "", "x")

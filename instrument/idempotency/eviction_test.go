@@ -21,8 +21,10 @@ func recordKey(key string) string { return idempotency.DefaultPrefix + "{" + key
 // fence) starting again at 1. Inherent to a store that deletes data; the doc's
 // Failure modes and the agent's eviction finding say so.
 func TestEviction_ACompletedRecordEvictedRunsFnAgain(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"volatile-lru", "allkeys-lru"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			c := single(t)
 			s := newStore(t, c)
 			ctx := timeout(t, 30*time.Second)
@@ -56,6 +58,7 @@ func TestEviction_ACompletedRecordEvictedRunsFnAgain(t *testing.T) {
 // with ErrLeaseLost and its Do returns ErrLeaseLost, its result discarded.
 // The effect both made is the caller's to guard (a unique constraint).
 func TestEviction_AnInFlightRecordEvictedLetsASecondAttemptRunBesideTheFirst(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	s := newStore(t, c, idempotency.WithLease(900*time.Millisecond))
 	ctx := timeout(t, 30*time.Second)

@@ -34,6 +34,7 @@ func counted(runs *atomic.Int32) func(context.Context, idempotency.Attempt) ([]b
 // sharp enough to lose a write, so that the WithReplicaAcks tests that use
 // it are not vacuous.
 func TestFailover_DefaultLosesACompletedRecord(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()))

@@ -15,6 +15,7 @@ import (
 // renewal must stop (it used to renew the key for the life of the process,
 // and its goroutine leaked).
 func TestDo_FnThatEndsItsGoroutineReleasesTheKey(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, single(t), idempotency.WithLease(300*time.Millisecond))
 	ctx := timeout(t, time.Minute)
 	done := make(chan struct{})

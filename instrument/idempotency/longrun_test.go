@@ -17,6 +17,7 @@ import (
 // A renewal now re-arms the record's TTL, so the duplicate finds the key in
 // progress and the owner stores its result.
 func TestDo_AnOwnerRunningPastTheResultTTLKeepsItsKey(t *testing.T) {
+	t.Parallel()
 	const lease, resultTTL = 2 * time.Second, 2500 * time.Millisecond
 	s := newStore(t, single(t), idempotency.WithLease(lease), idempotency.WithResultTTL(resultTTL))
 	ctx := timeout(t, time.Minute)

@@ -83,6 +83,7 @@ func dump(t *testing.T, resp *http.Response) []byte {
 func tenant(r *http.Request) string { return r.Header.Get("X-Tenant") }
 
 func TestMiddleware_ReplaysTheFirstResponseByteForByte(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, idempotency.WithPrincipal(tenant))
 	first := dump(t, srv.do(t, "POST", "/pay", "k-1", "acme", `{"amount":10}`))
 	again := dump(t, srv.do(t, "POST", "/pay", "k-1", "acme", `{"amount":10}`))
@@ -98,6 +99,7 @@ func TestMiddleware_ReplaysTheFirstResponseByteForByte(t *testing.T) {
 }
 
 func TestMiddleware_StatusCodes(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, idempotency.RequireKey(), idempotency.WithPrincipal(tenant))
 	if got := srv.do(t, "POST", "/pay", "", "acme", "x").StatusCode; got != http.StatusBadRequest {
 		t.Errorf("missing key: %d, want 400", got)
@@ -129,6 +131,7 @@ func TestMiddleware_StatusCodes(t *testing.T) {
 }
 
 func TestMiddleware_InProgressIs409(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t)
 	srv.block, srv.started = make(chan struct{}), make(chan struct{})
 	req, err := http.NewRequest("POST", srv.URL+"/pay", strings.NewReader("x"))
@@ -157,6 +160,7 @@ func TestMiddleware_InProgressIs409(t *testing.T) {
 }
 
 func TestMiddleware_PrincipalCannotReplayAnothersKey(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, idempotency.WithPrincipal(tenant))
 	a := dump(t, srv.do(t, "POST", "/pay", "same-key", "tenant-a", "x"))
 	b := dump(t, srv.do(t, "POST", "/pay", "same-key", "tenant-b", "x"))
@@ -166,6 +170,7 @@ func TestMiddleware_PrincipalCannotReplayAnothersKey(t *testing.T) {
 }
 
 func TestMiddleware_5xxIsNotStored_4xxIs(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t)
 	srv.status.Store(http.StatusServiceUnavailable)
 	if got := srv.do(t, "POST", "/pay", "k5", "", "x").StatusCode; got != http.StatusServiceUnavailable {

@@ -22,6 +22,7 @@ import (
 // returned during a stop or in the link's last 20 ms are not on the
 // replica, and their retries run fn again.
 func TestReplicaAcks_NoAcknowledgedResultIsLostInAFailoverMidFlight(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, 300*time.Millisecond))

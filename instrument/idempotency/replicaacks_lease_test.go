@@ -22,8 +22,10 @@ import (
 // pipeline's read timed out, go-redis resent it until the deadline, and Do
 // said "store the result: context deadline exceeded" for a stored result.
 func TestReplicaAcks_ALeaseShorterThanTheWaitStillReportsNotReplicated(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := testenv.NewReplicated(t)
 			cp := testenv.NewRedisClient(t, rp.Primary.Addr())

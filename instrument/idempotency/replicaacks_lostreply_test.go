@@ -29,9 +29,11 @@ import (
 // error (under FailOpen a success no replica has) nor a store error
 // without the result; the retry replays it. fn runs once in all.
 func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
+	t.Parallel()
 	for _, stopWhen := range []string{"claim", "completion"} {
 		for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 			t.Run(fmt.Sprintf("%s/%v", stopWhen, policy), func(t *testing.T) {
+				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
 				rp := testenv.NewReplicated(t)
 				c := replicaacktest.ClientWith(t, rp.Primary.Addr(), func(o *redis.Options) { o.MaxRetries = -1 })
@@ -108,8 +110,10 @@ func TestReplicaAcks_AWaitWhoseReplyIsLostIsNotReplicated(t *testing.T) {
 // result with ErrNotReplicated, not a success; with it running, fn's
 // result and the replica has the record. fn runs once in all.
 func TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce(t *testing.T) {
+	t.Parallel()
 	for _, stopped := range []bool{false, true} {
 		t.Run(map[bool]string{false: "replica running", true: "replica stopped"}[stopped], func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := testenv.NewReplicated(t)
 			c, px := replicaacktest.ResendingClient(t, rp)

@@ -55,6 +55,7 @@ func recordState(t *testing.T, ctx context.Context, c *redis.Client, key string)
 // option ignored), Do returns before the delayed record reaches the
 // replica, the link's close drops it, and the retry runs fn again.
 func TestReplicaAcks_ACompletedRecordSurvivesFailover(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, healthyAckTimeout))
@@ -84,6 +85,7 @@ func TestReplicaAcks_ACompletedRecordSurvivesFailover(t *testing.T) {
 // is released, so once the replica is back the next Do runs fn at once,
 // as the second attempt.
 func TestReplicaAcks_AnUnacknowledgedClaimRunsNoFn(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := testenv.NewReplicated(t)
 	cp := testenv.NewRedisClient(t, rp.Primary.Addr())
@@ -126,8 +128,10 @@ func TestReplicaAcks_AnUnacknowledgedClaimRunsNoFn(t *testing.T) {
 // not run fn: a replay is reported only once the replicas have the record.
 // Once the replica is back the retry replays; fn has run once.
 func TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplays(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := testenv.NewReplicated(t)
 			cp := testenv.NewRedisClient(t, rp.Primary.Addr())
@@ -178,6 +182,7 @@ func TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplay
 // for done while a failover can still lose it); the retry after the
 // replica is back replays the response without running the handler again.
 func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *testing.T) {
+	t.Parallel()
 	rp := testenv.NewReplicated(t)
 	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, ackTimeout))
 	var runs atomic.Int32
@@ -225,8 +230,10 @@ func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *test
 // its own (it must store fn's result even past the caller's) while its
 // WAIT still ends by the caller's.
 func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
+	t.Parallel()
 	for _, stopWhen := range []string{"claim", "completion"} {
 		t.Run(stopWhen, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := testenv.NewReplicated(t)
 			s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, healthyAckTimeout))
@@ -260,6 +267,7 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 // each is one pipeline of the script, the touch and WAIT (the control: the
 // hook sees pipelines).
 func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	rp := testenv.NewReplicated(t)
 	for _, tc := range []struct {
@@ -294,6 +302,7 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 // TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New
 // refuses each bad use of WithReplicaAcks with an error naming it.
 func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
+	t.Parallel()
 	replicaacktest.WantRefusals(t, func(c redis.UniversalClient, opt idempotency.Option) error {
 		_, err := idempotency.New(c, opt)
 		return err

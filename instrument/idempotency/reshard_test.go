@@ -19,6 +19,7 @@ import (
 // per key. Every script here has one key, so Redis never answers TRYAGAIN:
 // a resharding is invisible to Do but for a redirect.
 func TestDo_AcrossASlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	c := cl.Client(t)
 	s := newStore(t, c, idempotency.WithLease(600*time.Millisecond))

@@ -24,6 +24,7 @@ var idempotencyACL = []string{
 // limited to lockgov:idem:* and the Store's commands, Do runs the function
 // once and replays its result, and Redis refuses nothing.
 func TestTLSACL_DoRunsOnceAndReplaysWithTheMinimalACL(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t, testenv.WithRedisTLS(), testenv.WithRedisACLUser("idem", "idem-secret", idempotencyACL...))
 	c := redis.NewClient(r.ClientOptions("idem", "idem-secret"))
 	defer c.Close()

@@ -19,6 +19,7 @@ import (
 // TestDo_ThousandConcurrentCallsRunFnOnce: 1,000 concurrent Do calls with
 // one key; fn runs exactly once and every caller gets its result.
 func TestDo_ThousandConcurrentCallsRunFnOnce(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
 	s := newStore(t, single(t), idempotency.WithRegisterer(reg))
 	ctx := timeout(t, 3*time.Minute)
@@ -70,6 +71,7 @@ lockgov_idempotency_requests_total{outcome="replay"} 999
 // ends while fn runs; of 50 later concurrent attempts exactly one runs fn
 // and all get its result.
 func TestDo_OwnerCancelledThenExactlyOneRetryRuns(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, single(t))
 	ctx := timeout(t, 2*time.Minute)
 	octx, cancel := context.WithCancel(ctx)
@@ -120,6 +122,7 @@ func TestDo_OwnerCancelledThenExactlyOneRetryRuns(t *testing.T) {
 // TestDo_FailingFnLeavesKeyRetryable: fn's error releases the key, so the
 // next Do runs fn again (no marker left before the write succeeded).
 func TestDo_FailingFnLeavesKeyRetryable(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, single(t))
 	ctx := timeout(t, time.Minute)
 	boom := errors.New("write failed")
@@ -146,6 +149,7 @@ func TestDo_FailingFnLeavesKeyRetryable(t *testing.T) {
 // renewing (killed) blocks the key until its lease ends; then the next
 // attempt runs with a higher fence.
 func TestDo_DeadOwnersLeaseExpiresAndNextAttemptRuns(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	// A lease long enough that the NoWait check below always finds it live
 	// on a loaded machine.
@@ -171,6 +175,7 @@ func nil2(context.Context, idempotency.Attempt) ([]byte, error) { return nil, ni
 // TestDo_WaitsUntilCtxEnds: a waiter gives up with ErrInProgress when its
 // context ends while another attempt owns the key.
 func TestDo_WaitsUntilCtxEnds(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, single(t))
 	ctx := timeout(t, time.Minute)
 	release := make(chan struct{})
@@ -199,6 +204,7 @@ func TestDo_WaitsUntilCtxEnds(t *testing.T) {
 }
 
 func TestDo_MismatchAndBadInput(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	s := newStore(t, c, idempotency.WithMaxResultBytes(4))
 	ctx := timeout(t, time.Minute)
@@ -244,6 +250,7 @@ func TestDo_MismatchAndBadInput(t *testing.T) {
 // TestDo_PanickingFnReleasesTheKey: a panic in fn propagates, stops the
 // lease renewal (goleak) and releases the key for the next attempt.
 func TestDo_PanickingFnReleasesTheKey(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, single(t))
 	ctx := timeout(t, time.Minute)
 	func() {
@@ -265,6 +272,7 @@ func TestDo_PanickingFnReleasesTheKey(t *testing.T) {
 // the next renewal fails, fn's context ends with cause ErrLeaseLost and
 // its result is not stored.
 func TestDo_OwnerThatLosesItsKeyIsCancelled(t *testing.T) {
+	t.Parallel()
 	c := single(t)
 	s := newStore(t, c, idempotency.WithLease(300*time.Millisecond))
 	ctx := timeout(t, time.Minute)

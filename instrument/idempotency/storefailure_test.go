@@ -70,6 +70,7 @@ func degradedCount(t *testing.T, reg *prometheus.Registry, component string) flo
 // returns, a key completed before the outage replays and fn does not run
 // again.
 func TestStoreFailure_RedisKilled(t *testing.T) {
+	t.Parallel()
 	r, c := durableRedis(t)
 	reg := prometheus.NewPedanticRegistry()
 	closed := newStore(t, c, idempotency.WithRegisterer(reg))
@@ -150,6 +151,10 @@ func TestStoreFailure_RedisKilled(t *testing.T) {
 		t.Fatalf(`lockgov_idempotency_requests_total{outcome="degraded"} = %v, want 4`, got)
 	}
 }
+
+// The tests below on a 300ms-timeout client are not parallel: their margin is that
+// read timeout, and they run before the package's parallel tests, not among them.
+// (So is the deadline attack.)
 
 // proxiedStore is a Store with policy on a Redis behind the fault proxy,
 // through a client whose reads and writes time out after 300 ms and that

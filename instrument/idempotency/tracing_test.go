@@ -20,6 +20,7 @@ import (
 // span "idempotency do" under the caller's span, carrying its outcome and
 // no key; a mismatch is an error span.
 func TestDo_SpansAreChildrenOfTheCallerWithTheOutcome(t *testing.T) {
+	t.Parallel()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
