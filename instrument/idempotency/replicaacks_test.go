@@ -140,6 +140,10 @@ func TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplay
 			s := newStore(t, cp, append(opts, idempotency.WithRegisterer(reg))...)
 			var runs atomic.Int32
 			var resume func()
+			// The claim must be acknowledged within ackTimeout: a replica just
+			// synced may not acknowledge at once (once, on a loaded machine, it
+			// did not, and fn never ran).
+			rp.CaughtUp(t)
 
 			res, err := s.Do(ctx, "pay:order-1", []byte("fp"), func(ctx context.Context, a idempotency.Attempt) ([]byte, error) {
 				resume = rp.PauseReplica(t) // after the claim was acknowledged

@@ -191,8 +191,9 @@ func TestDo_WaitsUntilCtxEnds(t *testing.T) {
 	}()
 	<-started
 	// The owner holds the key until release is closed, so this deadline
-	// always ends while the waiter waits.
-	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	// always ends while the waiter waits. 5s, not 1s: the waiter's first
+	// begin must come back before it (once, on a loaded machine, it did not).
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := s.Do(wctx, "k", nil, nil2); !errors.Is(err, idempotency.ErrInProgress) {
 		t.Fatalf("waiter with an ended ctx: %v, want ErrInProgress", err)

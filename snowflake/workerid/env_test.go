@@ -34,13 +34,21 @@ func redisClient(addr string) *redis.Client {
 		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, ContextTimeoutEnabled: true})
 }
 
+// storeClient is the client of a store's registries: its server is killed, never paused
+// or cut (a refused connection or EOF is seen at once), so its timeouts only have to be
+// long enough for a loaded machine; 300ms was not, once (a claim's i/o timeout).
+func storeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 2 * time.Second,
+		ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, ContextTimeoutEnabled: true})
+}
+
 func redisStore(t *testing.T) store {
 	r := testenv.NewRedis(t)
 	return store{
 		name: "redis",
 		addr: r.Addr(),
 		registry: func(t *testing.T, opts ...workerid.Option) *workerid.Registry {
-			c := redisClient(r.Addr())
+			c := storeClient(r.Addr())
 			t.Cleanup(func() { _ = c.Close() })
 			reg, err := workerid.NewRedis(c, append([]workerid.Option{workerid.WithTTL(testTTL)}, opts...)...)
 			if err != nil {
@@ -49,7 +57,7 @@ func redisStore(t *testing.T) store {
 			return reg
 		},
 		crashable: func(t *testing.T, opts ...workerid.Option) (*workerid.Registry, func()) {
-			c := redisClient(r.Addr())
+			c := storeClient(r.Addr())
 			t.Cleanup(func() { _ = c.Close() })
 			reg, err := workerid.NewRedis(c, append([]workerid.Option{workerid.WithTTL(testTTL)}, opts...)...)
 			if err != nil {
