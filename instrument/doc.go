@@ -144,9 +144,12 @@
 //     does not run fn.
 //   - FailOpen: Acquire falls back to a process-local lock on the key, with
 //     the same wait strategy (FailFast, Retry, WaitUntilDeadline), metrics
-//     and spans (attribute lock.degraded). Its lease has Fence 0, so a write
+//     and spans (attribute lock.degraded; a caller waiting there counts in
+//     lockgov_lock_waiters). Its lease has Fence 0, so a write
 //     guarded by the fence refuses it; Release and the release of a dropped
-//     handle work as for any lease. Every such decision is counted in
+//     handle work as for any lease. Every such decision (a grant, or a
+//     refusal by the process-local lock; not a caller whose own context
+//     ended first, who decided nothing) is counted in
 //     lockgov_store_degraded_total{component="lock"} (LockgovLockStoreDegraded
 //     pages on it) and logged at most once a minute with the count and the
 //     transport error (never the key or a token).

@@ -201,12 +201,19 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	if err != nil && g.cfg.storeFailure == FailOpen && storefail.Ended(ctx) == nil && storefail.Unavailable(err) {
 		// The store is unreachable: a process-local lock on the key, with
 		// the same wait strategy and observer, stands in for it.
-		g.degraded.Degraded(err)
+		storeErr := err
 		degraded = true
 		if recording {
 			span.AddEvent("store unreachable: process-local lock", trace.WithAttributes(attribute.String("error", err.Error())))
 		}
 		inner, err = g.local.Acquire(ctx, key, obs.opt[:]...)
+		// Counted once the process-local lock has decided: a grant or its
+		// refusal. A caller whose own context ended first (waiting on the
+		// process-local lock, or in the gap before it) gave up, as on the
+		// store, and decided nothing.
+		if err == nil || storefail.Ended(ctx) == nil {
+			g.degraded.Degraded(storeErr)
+		}
 	}
 	// One wall clock read per acquire: durations need only the monotonic
 	// clock, which time.Since reads alone.

@@ -104,6 +104,14 @@ func (l *localLocks) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 // wait takes s as the wait strategy says: one try, tries with backoff, or
 // until ctx ends.
 func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) error {
+	// Waiting on the process-local lock is waiting for another holder, as
+	// on the store: lockgov_lock_waiters shows a pile-up in an outage too.
+	waiting := false
+	defer func() {
+		if waiting {
+			cfg.Observer.Waiting(false)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		select {
 		case s.held <- struct{}{}:
@@ -123,6 +131,10 @@ func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) 
 			}
 			t = time.NewTimer(cfg.Backoff.Delay(attempt))
 			delay = t.C
+		}
+		if !waiting {
+			waiting = true
+			cfg.Observer.Waiting(true)
 		}
 		select {
 		case s.held <- struct{}{}:

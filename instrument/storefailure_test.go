@@ -285,10 +285,12 @@ func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(
 		}
 		got <- l
 	}()
-	// The waiter decides without the store (counted) and must then wait
-	// for the Redis lease, not be granted the key beside it.
-	testenv.WaitFor(t, time.Minute, "the waiter to fall back to the process-local lock", func() bool {
-		return degradedLocks(t, f.reg) == 2
+	// The waiter falls back to the process-local lock and must then wait
+	// for the Redis lease, not be granted the key beside it. Redis is
+	// down, so the only wait it can be in is the process-local one (the
+	// count comes when that lock decides: not yet).
+	testenv.WaitFor(t, time.Minute, "the waiter to wait on the process-local lock", func() bool {
+		return counter(t, f.reg, "lockgov_lock_waiters", nil) == 1
 	})
 	select {
 	case l := <-got:
@@ -303,6 +305,9 @@ func TestStoreFailure_FailOpenNeverGrantsALocalLockOverAStoreLeaseOfThisProcess(
 	case l := <-got:
 		if l.Fence() != 0 {
 			t.Errorf("waiter's lease fence %d, want 0 (process-local)", l.Fence())
+		}
+		if n := degradedLocks(t, f.reg); n != 2 {
+			t.Errorf("degraded = %v, want 2 (the FailFast refusal and the waiter's grant)", n)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
