@@ -67,6 +67,7 @@ func (w *compactingWatcher) Watch(ctx context.Context, key string, opts ...clien
 // the holder releases, never while the holder or the waiter ahead of it
 // holds it, in queue order.
 func TestAttack_QueueWatchCompactedFallsBackWithoutATakeoverWhileHeld(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	lh := newLocker(t, admin)
@@ -161,8 +162,10 @@ func TestAttack_QueueWatchCompactedFallsBackWithoutATakeoverWhileHeld(t *testing
 // waiters' own-entry watches are held back, so those watching the whole
 // queue must learn of it from that stream.
 func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			lh := newLocker(t, admin)
@@ -252,6 +255,7 @@ func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
 // applies both a little after the leader, must not get the lock; the waiter
 // behind it must.
 func TestAttack_ThreeMemberCluster_RevokedWaiterOnLaggingFollowerDoesNotGetTheLock(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
@@ -325,8 +329,10 @@ func TestAttack_ThreeMemberCluster_RevokedWaiterOnLaggingFollowerDoesNotGetTheLo
 // deadline: holders never overlap, fences strictly increase, every give-up
 // is ErrNotAcquired, and the queue ends empty.
 func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			c := testenv.NewEtcd(t).Client(t)
 			const key, workers, total = "random-give-ups", 10, 300
 			lockers := make([]*etcdlock.Locker, 3)
@@ -418,6 +424,7 @@ func etcdServerDeadline(ctx context.Context, method string, req, reply any, cc *
 // store error). Whatever request it ends, the caller gets ErrNotAcquired
 // with DeadlineExceeded, as for any give-up, and nothing stays in the queue.
 func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	c := interceptedClient(t, e.Endpoints(), etcdServerDeadline)
 	s, err := concurrency.NewSession(c)
@@ -494,6 +501,7 @@ func (f *failingReads) intercept(ctx context.Context, method string, req, reply 
 // the holder releases, in both wait modes, instead of returning the
 // transport error while its deadline is still far.
 func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
+	t.Parallel()
 	readsFailWhileQueued(t, "read-fails-", nil, func(t *testing.T, _ context.Context, got <-chan acquired, h instrument.Lease, f *failingReads) {
 		deadline := time.Now().Add(10 * time.Second)
 		for f.failed.Load() < 3 {
@@ -576,6 +584,7 @@ func waiterOnOwnClient(t *testing.T, e *testenv.Etcd, admin *clientv3.Client, ma
 // error, in both wait modes: no read can get through any more, so it must
 // not keep its place until its deadline.
 func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
@@ -615,6 +624,7 @@ func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 // lock stays free, and everyone queued behind the waiter stays queued, until
 // the waiter's deadline.
 func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
@@ -661,6 +671,7 @@ func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *t
 // after a read that worked, an outage long over is not why it gave up, and
 // naming it would send an operator after the wrong cause.
 func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
@@ -712,6 +723,7 @@ func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
 // the caller matches a give-up with errors.Is, whichever request its end
 // cut short.
 func TestAcquire_AWaiterWhoseContextEndsAsAReadFailsGetsErrNotAcquiredWithTheCause(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	cause := errors.New("caller gone")

@@ -87,6 +87,9 @@ func runMutexConformance(t *testing.T, endpoints []string) {
 	)
 }
 
+// The conformance tests stay serial: locktest's leak cases compare the
+// process's goroutines with a baseline (goleak.IgnoreCurrent), which the
+// goroutines of a test running alongside would break.
 func TestConformance_FromMutex(t *testing.T) {
 	e := testenv.NewEtcd(t)
 	runMutexConformance(t, e.Endpoints())

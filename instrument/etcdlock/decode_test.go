@@ -16,6 +16,7 @@ import (
 // agent depends on: the head entry under the key's queue prefix decodes to
 // the holder that wrote it, and its create revision is the lease's fence.
 func TestDecodeValue_ReadsBackTheHolderThatWroteIt(t *testing.T) {
+	t.Parallel()
 	cli := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, cli, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-3"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -45,6 +46,7 @@ func TestDecodeValue_ReadsBackTheHolderThatWroteIt(t *testing.T) {
 }
 
 func TestDecodeValue_ForeignValuesAndKeys(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"", "locked", `{"owner":"x"}`, "\x00\x01"} {
 		if h := etcdlock.DecodeValue([]byte(v)); !h.Foreign {
 			t.Errorf("%q decoded as %+v, want foreign", v, h)

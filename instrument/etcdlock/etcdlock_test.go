@@ -123,6 +123,7 @@ func queueLen(t *testing.T, c *clientv3.Client, l *etcdlock.Locker, key string) 
 }
 
 func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
+	t.Parallel()
 	if _, err := etcdlock.New(nil); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("nil client: %v", err)
 	}
@@ -133,8 +134,10 @@ func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
 }
 
 func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key, n = "fifo", 10
@@ -186,6 +189,7 @@ func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
 }
 
 func TestWaiter_StopsWithErrorWhenItsOwnSessionEnds(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
 	const key = "waiter-session"
@@ -234,6 +238,7 @@ func (s *fencedStore) write(fence uint64) bool {
 }
 
 func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
@@ -297,6 +302,7 @@ func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
 }
 
 func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
 	if err != nil {
@@ -351,6 +357,7 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 // line and returns from Lock at once; FromMutex keeps the second goroutine
 // waiting until the first releases.
 func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
 	if err != nil {
@@ -408,6 +415,7 @@ func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(
 }
 
 func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-7"))
 	const key = "lock:meta"
@@ -472,6 +480,7 @@ func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 // holds the lock, the time it queued: not when its lease was last renewed,
 // which for a pooled lease is before the waiter even called Acquire.
 func TestLockValue_APooledLeasesWaiterRecordsWhenItQueued(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	l, gate := newLocker(t, c), newLocker(t, c)
 	ttl := instrument.WithTTL(30 * time.Second)
@@ -530,6 +539,7 @@ func TestLockValue_APooledLeasesWaiterRecordsWhenItQueued(t *testing.T) {
 // put replays the previous entry's deletion, which must not read as a loss
 // of the new entry (nor as the release of a predecessor).
 func TestContention_ThreeMemberCluster_ReusedLeaseEntryIsNotMistakenForItsPredecessor(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
@@ -630,6 +640,7 @@ func (w *laggingWatcher) Watch(ctx context.Context, key string, opts ...clientv3
 // same name; the deletion of the previous entry, replayed by a watch on a
 // lagging member, is not the loss of the new one.
 func TestAcquire_ReusedLeaseEntrySurvivesAReplayOfItsPreviousDeletion(t *testing.T) {
+	t.Parallel()
 	c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
 	l := newLocker(t, c)
 	const key = "reuse-own"
@@ -658,8 +669,10 @@ func TestAcquire_ReusedLeaseEntrySurvivesAReplayOfItsPreviousDeletion(t *testing
 // deletion of that lease's previous entry, replayed by a lagging member, for
 // the predecessor's release: that would make two holders.
 func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
 			la, lb := newLocker(t, c), inWaitMode(newLocker(t, c), mode.max)
 			const key = "reuse-pred"
@@ -705,6 +718,7 @@ func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t
 // lease with ErrLockLost once the watch starts, and Release reports the lock
 // as not held.
 func TestHolder_EntryDeletedWithinTheWatchGraceEndsTheLease(t *testing.T) {
+	t.Parallel()
 	for _, wait := range []instrument.AcquireOption{instrument.FailFast(), instrument.WaitUntilDeadline()} {
 		c := testenv.NewEtcd(t).Client(t)
 		l := newLocker(t, c)

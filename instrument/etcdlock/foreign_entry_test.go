@@ -24,8 +24,10 @@ import (
 // empty) in either wait mode, and is handed the lock when the entry is
 // deleted. Decided in doc.go ("Failure modes"); the detectors say so.
 func TestAcquire_AnotherWritersEntryUnderAQueueCountsAsAHolder(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, time.Minute)
 			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)

@@ -29,6 +29,7 @@ import (
 // watch until the caller's context ends would hold the caller for nothing
 // (its place in the queue is gone), and end with a misleading error.
 func TestAcquire_AWaiterWhoseLeaseEndsWhileEtcdIsUnreachableStopsThen(t *testing.T) {
+	t.Parallel()
 	queuedWhenCut(t, "lease-ends-unreachable/", "the waiter's entry to go (its lease expired)",
 		nil, []instrument.AcquireOption{instrument.WithTTL(time.Hour)},
 		func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter) {
@@ -81,6 +82,7 @@ func (b *putBarrier) intercept(ctx context.Context, method string, req, reply an
 // one revoke in flight at a time; once etcd is reachable every entry must
 // go (TTL 1 h) and the lock be free after the holder releases.
 func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothingRunning(t *testing.T) {
+	// Serial: it counts the process's goroutines (runtime.NumGoroutine).
 	const waiters = 200
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
@@ -152,6 +154,7 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 // Locker takes and releases locks on other keys and holds one; none may
 // run on the ghost's lease, and the revoke must leave the held one alone.
 func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
@@ -226,6 +229,7 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 // however it ends (Orphan, Close, or its lease lapsing on the client side
 // while etcd cannot be reached), not only once etcd answers.
 func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 600)
@@ -289,6 +293,7 @@ func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(
 // order they queued, each only once every ghost's lease is gone, fences
 // increasing, and the queue ends empty.
 func TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWithoutAHandoff(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}

@@ -310,6 +310,7 @@ func mutexIsFree(t *testing.T, key, after string, holder instrument.Lease, other
 // sick. Its entry is then still there, on a lease nobody renews; once etcd
 // is reachable again it must go (TTL 1 h), and the lock with it.
 func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
@@ -354,6 +355,7 @@ func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *t
 // FailFast caller take it. Once the revoke gets through they take it in
 // the order they queued, without waiting for the ghost's TTL (1 h).
 func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoked(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
@@ -401,6 +403,7 @@ func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoke
 // once etcd is reachable again the adapter must still delete it, and
 // nobody may lock meanwhile.
 func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 600)
@@ -448,6 +451,7 @@ func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(
 // its session), others may lock, and the same Locker's next holder gets a
 // higher fence.
 func TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, tc := range []struct {

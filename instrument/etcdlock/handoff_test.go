@@ -58,8 +58,10 @@ func (w *gatedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.O
 // it re-checks its own entry. Either way it must report the loss itself, not
 // wait for its own-key watch (held back here) or its watchdog (30 s TTL).
 func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			lh := newLocker(t, admin)
@@ -119,8 +121,10 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 // still holds it: the deletion it sees is not the holder's. Once the holder
 // releases, it must take the lock without waiting for the poll.
 func TestWaiter_PredecessorGivingUpIsNotAHandoff(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key = "gives-up"

@@ -166,6 +166,7 @@ func lostWithLockLost(t *testing.T, lease instrument.Lease, what string) {
 // it lost, and its Release answers ErrNotHeld without touching the new
 // holder's entry.
 func TestGovern_AHolderCutOffFromEtcdPastItsTTLLosesTheLockForGood(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
@@ -206,6 +207,7 @@ func TestGovern_AHolderCutOffFromEtcdPastItsTTLLosesTheLockForGood(t *testing.T)
 // the lock with a higher fence, and the holder's guarded writes are
 // refused.
 func TestGovern_AHolderThroughAnEtcdOutagePastItsTTLLosesTheLockForGood(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	var k keepAlives

@@ -18,6 +18,7 @@ import (
 // (reported as leaked), so the key is free again: nothing the lease core's
 // timers or the own-key watch reference keeps the handle alive.
 func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	l, other := newLocker(t, c), newLocker(t, c)
 	var leaked atomic.Int32
@@ -41,6 +42,7 @@ func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // lease is kept alive for a wait longer than its TTL, and the lease then
 // ends by itself.
 func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	lh, lw := newLocker(t, admin), newLocker(t, e.Client(t))

@@ -266,6 +266,7 @@ func lockIsFree(t *testing.T, key string, lockers ...*etcdlock.Locker) {
 // ever, one left unrenewed for its TTL (an hour here). The lease must be
 // given up, and the lock with it, whether it was fresh or pooled.
 func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
@@ -304,6 +305,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 // up: nothing else ends it before its TTL (an hour here), and the lock
 // stays taken by nobody meanwhile.
 func TestAcquire_AnAttemptWhoseReplyIsLostAsEtcdBecomesUnreachableLeavesNoLockBehind(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
@@ -342,6 +344,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostAsEtcdBecomesUnreachableLeavesNoLockBe
 // under that lease, nobody keeps it alive, and it expires by itself: the
 // lock is free at once.
 func TestAcquire_AGrantWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, tc := range lostAcquireCases[:3] {
@@ -378,6 +381,7 @@ func TestAcquire_AGrantWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 // ends with ErrLockLost; the lock is free for the next caller, and the
 // lease is not pooled for a later Acquire.
 func TestRelease_ADeleteWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, ends := range []bool{true, false} {
@@ -422,6 +426,7 @@ func TestRelease_ADeleteWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 // nobody renews any more: once etcd can be reached again it must be given
 // up, not left to its TTL (an hour here).
 func TestRelease_ADeleteThatDoesNotReachEtcdLeavesNoLockBehind(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c, p := proxied(t, e)
@@ -450,6 +455,7 @@ func TestRelease_ADeleteThatDoesNotReachEtcdLeavesNoLockBehind(t *testing.T) {
 // cancelled) sends nothing on it and returns the context's error. The key
 // must still go, not stand on its unrenewed lease for its TTL (an hour).
 func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
 	const key = "release-ended-context"
@@ -476,6 +482,7 @@ func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
 // the background once etcd is reachable again), or every other session is
 // kept out for ever.
 func TestFromMutex_AnAttemptWhoseReplyIsLostLeavesNoKeyBehind(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 30)
@@ -617,6 +624,7 @@ func (g *revokeGate) waitFailed(t *testing.T) {
 // at a time (an outage in which many callers give up must not turn into as
 // many requests in flight), until every entry is gone.
 func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
@@ -679,6 +687,7 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 // lease meanwhile. (With the test's TTL of 1 s the key would go at its TTL
 // anyway; with an hour's, it would stand for that hour.)
 func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	var (
 		mu       sync.Mutex

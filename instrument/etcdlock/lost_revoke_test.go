@@ -55,6 +55,7 @@ func (r *revokes) succeeded(id int64) int {
 // lock): only a revoke can end it, and the waiter waits for ever without
 // one. Fences still refuse the old holder either way (holder_outage_test).
 func TestAcquire_AHolderThatLostItsLockInAnOutageRevokesItsLeaseOnceEtcdIsBack(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	var rv revokes
@@ -109,6 +110,7 @@ func TestAcquire_AHolderThatLostItsLockInAnOutageRevokesItsLeaseOnceEtcdIsBack(t
 // alone, so the session lives on, and the next Acquire on it works once
 // the lost holder has released.
 func TestAcquire_AHolderWhoseKeyIsDeletedRevokesItsLeaseButFromMutexKeepsItsSession(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c := e.Client(t)
@@ -156,6 +158,7 @@ func TestAcquire_AHolderWhoseKeyIsDeletedRevokesItsLeaseButFromMutexKeepsItsSess
 // gets that very lease, and once the background revoker has nothing left
 // to do the lease, and the new holder's entry, are still there.
 func TestRelease_ALossAsTheLeaseIsPooledDoesNotRevokeItUnderTheNextHolder(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l := newLocker(t, e.Client(t))

@@ -89,6 +89,7 @@ func (q *noQuorum) heal() {
 // holder releases (a fence above the holder's, no degrade), ahead of the
 // third session queued behind it, which gets it next with a higher fence.
 func TestGovern_FromMutexKeepsItsPlaceThroughANoLeaderPhaseShorterThanTheRequestTimeout(t *testing.T) {
+	t.Parallel()
 	q := queueBehindAHolderOnACluster(t, instrument.FailOpen, time.Minute)
 	q.cut(t)
 	testenv.WaitFor(t, time.Minute, "a probe answered Unavailable without a leader", func() bool {
@@ -119,8 +120,10 @@ func TestGovern_FromMutexKeepsItsPlaceThroughANoLeaderPhaseShorterThanTheRequest
 // leader again, the waiter's Mutex key is deleted, and the holder's
 // release goes to the session that queued behind it.
 func TestGovern_FromMutexEndsTheWaitWithAStoreFailureWhenNoLeaderOutlastsTheRequestTimeout(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
 			q := queueBehindAHolderOnACluster(t, policy, 2*time.Second)
 			ctx := timeout(t, 2*time.Minute)
 			q.cut(t)

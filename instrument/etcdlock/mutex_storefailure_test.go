@@ -44,10 +44,12 @@ var mutexPaths = []struct {
 // Mutex key, if the put got through, is deleted once etcd is back, and the
 // key can be locked again from both sessions.
 func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(t *testing.T) {
+	t.Parallel()
 	for _, fault := range etcdFaults {
 		for _, path := range mutexPaths {
 			for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 				t.Run(fault.name+"/"+path.name+"/"+policy.String(), func(t *testing.T) {
+					t.Parallel()
 					e := testenv.NewEtcd(t)
 					admin := e.Client(t)
 					c, p := proxied(t, e)
@@ -114,6 +116,7 @@ func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(
 // FromMutex takes WithRequestTimeout (0, and a negative one refused, as
 // New) and no other Option: the Mutex's key prefix and value are its own.
 func TestFromMutex_TakesOnlyARequestTimeout(t *testing.T) {
+	t.Parallel()
 	s := newSession(t, testenv.NewEtcd(t).Client(t), 10)
 	if _, err := etcdlock.FromMutex(s, "/opts/", etcdlock.WithRequestTimeout(time.Second)); err != nil {
 		t.Fatalf("WithRequestTimeout: %v", err)
@@ -140,6 +143,7 @@ func TestFromMutex_TakesOnlyARequestTimeout(t *testing.T) {
 // bound), and gets the lock with a fence when the holder releases, under
 // FailOpen and FailClosed, without degrading.
 func TestGovern_FromMutexOverASlowEtcdWithinTheRequestTimeoutWaitsForTheHolder(t *testing.T) {
+	t.Parallel()
 	waitsOnASlowEtcd(t, slowWaiter{
 		what:    "probe etcd",
 		counted: isProbe,

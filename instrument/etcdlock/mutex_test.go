@@ -42,6 +42,7 @@ func fromMutex(t *testing.T, s *concurrency.Session, pfx string) *etcdlock.Mutex
 // step that fails on that context, must not leave the Mutex key behind: the
 // session's keepalive would keep it, and the key locked, for ever.
 func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	s := newSession(t, c, 30)
 	m := fromMutex(t, s, "/after-lock/")
@@ -96,6 +97,7 @@ func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
 // create revision fails, and the next holder's key is another one anyway
 // (a Mutex names its key after the session's lease).
 func TestFromMutex_ReleaseAfterALossLeavesTheNextHoldersLock(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	sa := newSession(t, c, 30)
 	ma, mb := fromMutex(t, sa, "/lost/"), fromMutex(t, newSession(t, c, 30), "/lost/")
@@ -152,6 +154,7 @@ func waitReachable(t *testing.T, c *clientv3.Client) {
 // compacted revision) must not leave the lease blind: the deletion of the
 // key afterwards still ends it.
 func TestFromMutex_DeletionAfterItsWatchWasCompactedAwayEndsTheLease(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c, p := proxied(t, e)
@@ -197,6 +200,7 @@ func TestFromMutex_DeletionAfterItsWatchWasCompactedAwayEndsTheLease(t *testing.
 // before etcd expires the session lease and hands the Mutex to another
 // session.
 func TestFromMutex_HolderCutOffFromEtcdIsCancelledBeforeAnotherSessionLocks(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	ma := fromMutex(t, newSession(t, c, 3), "/cutoff/")
@@ -229,6 +233,7 @@ func TestFromMutex_HolderCutOffFromEtcdIsCancelledBeforeAnotherSessionLocks(t *t
 // A lease dropped without Release is released when it is collected, so the
 // key (and the adapter's in-process turn) is free again.
 func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	m := fromMutex(t, newSession(t, c, 30), "/dropped/")
 	func() {
@@ -244,6 +249,7 @@ func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // locked in this adapter for ever. The lease core releases only a live
 // dropped lease.
 func TestFromMutex_LostLeaseDroppedWithoutReleaseGivesItsTurnBack(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	m := fromMutex(t, newSession(t, c, 30), "/lost-dropped/")
 	func() {
@@ -269,6 +275,7 @@ func TestFromMutex_LostLeaseDroppedWithoutReleaseGivesItsTurnBack(t *testing.T) 
 // the same adapter re-enters the key and hands out the same fence again,
 // and every other session waits until the session ends.
 func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	ma := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
 	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
@@ -309,6 +316,7 @@ func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
 // fence), and must delete the key once etcd can be reached again, rather
 // than leave it locked for every other session until the session ends.
 func TestFromMutex_AReleaseThatDoesNotReachEtcdIsRetriedAndNeverRepeatsAFence(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	ma := fromMutex(t, newSession(t, c, 10), "/unreached/")
@@ -354,6 +362,7 @@ func TestFromMutex_AReleaseThatDoesNotReachEtcdIsRetriedAndNeverRepeatsAFence(t 
 // adapter must not hand that fence out again, but delete the key and lock
 // anew.
 func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	s := newSession(t, c, 30)
 	m := fromMutex(t, s, "/reentered/")
@@ -385,6 +394,7 @@ func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *test
 // once took that for "the key is gone" and gave the turn back, and the next
 // Acquire re-entered the standing key with the dropped holder's fence.
 func TestFromMutex_ADroppedLeaseWhoseReleaseFailsKeepsTheKeyUntilItIsDeleted(t *testing.T) {
+	t.Parallel()
 	const pfx = "/dropped-failed/"
 	e := testenv.NewEtcd(t, testenv.WithEtcdUser("app", "pw", pfx))
 	root := e.Client(t)

@@ -20,8 +20,10 @@ import (
 // the entry must be given back (revoked), so that a third process queued
 // behind it takes the lock when the holder releases, not ten minutes later.
 func TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
 			e := testenv.NewEtcd(t)
 			holderLocker := newLocker(t, e.Client(t))
 			l := newLocker(t, e.Client(t), etcdlock.WithRequestTimeout(shortRequests))
@@ -82,8 +84,10 @@ func TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack(t
 // before the outage (fence = that entry's create revision) while the third
 // process still waits, and the third gets it after.
 func TestGovern_AWaiterKeepsItsPlaceThroughAnEtcdRestartShorterThanTheRequestTimeout(t *testing.T) {
+	t.Parallel()
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			holderLocker := newLocker(t, e.Client(t))

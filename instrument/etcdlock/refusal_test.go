@@ -25,6 +25,7 @@ import (
 // lasts) and FailClosed names the refusal. Each wait strategy; the lease
 // grant, which needs no permission, works.
 func TestGovern_AnEtcdThatRefusesThePutIsNoStoreFailureUnderTheDefaultRequestTimeout(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t, testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
 	cfg := e.ClientConfig(nil)
 	cfg.Username, cfg.Password = "lockgov-app", "app-secret"

@@ -100,6 +100,7 @@ func (g *grantWatch) intercept(ctx context.Context, method string, req, reply an
 // has settled, not stand on a lease nobody renews for its TTL (an hour):
 // the lease is revoked (not pooled), and a second Release is ErrNotHeld.
 func TestRelease_OnAnEndedContextWithARenewalInFlightGivesTheLockUp(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	g := &grantWatch{told: 3} // the watchdog renews a second after the grant
@@ -145,6 +146,7 @@ func TestRelease_OnAnEndedContextWithARenewalInFlightGivesTheLockUp(t *testing.T
 // lease, with nothing attached any more and not pooled, must be revoked
 // too, not left to its TTL (an hour).
 func TestRelease_ADeleteWhoseWatchStopIsInterruptedGivesTheLeaseUp(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	const key = "release-watch-stop-interrupted"

@@ -59,6 +59,7 @@ func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
 // transport error. Do then reports that error, not ErrLockLost: fn ran under
 // the lock.
 func TestDo_ReleaseWhoseReplyIsLostIsNotALockLoss(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	kv := &lostReplyKV{KV: c.KV}
 	c.KV = kv

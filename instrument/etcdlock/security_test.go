@@ -34,6 +34,7 @@ func appClient(t *testing.T, e *testenv.Etcd, password string) (*clientv3.Client
 // lock to a waiter with a higher fence. A wrong password is refused at
 // login naming it.
 func TestClientCertTLS_AcquireRenewReleaseAndWake(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS(), testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
 	ctx := timeout(t, time.Minute)
 	ca, err := appClient(t, e, "app-secret")
@@ -84,6 +85,7 @@ func TestClientCertTLS_AcquireRenewReleaseAndWake(t *testing.T) {
 // certificate: the agent probes TLS itself at start for that
 // (internal/agent TestTLSACL_*).
 func TestClientCertTLS_WrongCAOrNoClientCertFailsByTheDeadline(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS())
 	other := testenv.NewCerts(t)
 	for _, tc := range []struct {

@@ -158,11 +158,13 @@ var acquirePaths = []struct {
 // (fence 0, counted, span marked), at the grant, the put (each wait
 // strategy) and a waiter's read of the queue.
 func TestGovern_OverEtcdTheRequestTimeoutMakesAnUnreachableEtcdAStoreFailure(t *testing.T) {
+	t.Parallel()
 	for _, fault := range etcdFaults {
 		for _, path := range acquirePaths {
 			for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 				name := fault.name + "/" + path.name + "/" + policy.String()
 				t.Run(name, func(t *testing.T) {
+					t.Parallel()
 					e := testenv.NewEtcd(t)
 					c, p := proxied(t, e)
 					t.Cleanup(p.Reset) // before the client's Close
@@ -223,6 +225,7 @@ func TestGovern_OverEtcdTheRequestTimeoutMakesAnUnreachableEtcdAStoreFailure(t *
 // first caller has released it, and a store lease this process took
 // before the partition (still valid) keeps the fallback out of its key.
 func TestGovern_FailOpenOverAPartitionedEtcdStillExcludesThisProcessesGoroutines(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	t.Cleanup(p.Reset)
@@ -303,6 +306,7 @@ func acquiredNow(lease instrument.Lease, err error) acquired { return acquired{l
 // waiter gets the lock from etcd when the holder releases, with a fence,
 // and nothing degrades, under FailOpen and FailClosed alike.
 func TestGovern_OverASlowEtcdWithinTheRequestTimeoutDoesNotDegrade(t *testing.T) {
+	t.Parallel()
 	ttl := instrument.WithTTL(time.Minute)
 	waitsOnASlowEtcd(t, slowWaiter{
 		what:    "read the queue",
@@ -408,6 +412,7 @@ func isQueueRead(method string, req any) bool {
 // waiter queued behind it gets the lock, and this process's next Acquire
 // goes to etcd again.
 func TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	elsewhere := newLocker(t, admin)
@@ -469,6 +474,7 @@ func TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost(t *testing.
 
 // The Locker's WithRequestTimeout is refused when negative.
 func TestNew_RefusesANegativeRequestTimeout(t *testing.T) {
+	t.Parallel()
 	c := testenv.NewEtcd(t).Client(t)
 	if _, err := etcdlock.New(c, etcdlock.WithRequestTimeout(-time.Second)); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("negative request timeout: %v, want ErrInvalidOption", err)
@@ -497,6 +503,7 @@ func (f failPut) intercept(ctx context.Context, method string, req, reply any, c
 // read as no store failure, and FailOpen never degraded on them. An answer
 // that is a refusal (permission denied) is no store failure.
 func TestAcquire_EtcdsCouldNotDecideAnswersAreAStoreFailure(t *testing.T) {
+	t.Parallel()
 	e := testenv.NewEtcd(t)
 	for _, tc := range []struct {
 		status, want error
@@ -536,6 +543,7 @@ func TestAcquire_EtcdsCouldNotDecideAnswersAreAStoreFailure(t *testing.T) {
 // Its caller's context has a hundred times that left: the wait ends with a
 // store failure naming etcd's answer, not at the caller's deadline.
 func TestAcquire_AWaiterWhoseReadsFailForARequestTimeoutIsAStoreFailure(t *testing.T) {
+	t.Parallel()
 	readsFailWhileQueued(t, "lock:reads-fail:", []etcdlock.Option{etcdlock.WithRequestTimeout(shortRequests)},
 		func(t *testing.T, ctx context.Context, got <-chan acquired, h instrument.Lease, _ *failingReads) {
 			defer mustRelease(t, h)
@@ -559,6 +567,7 @@ func TestAcquire_AWaiterWhoseReadsFailForARequestTimeoutIsAStoreFailure(t *testi
 // with a store failure, in both wait modes, and its entry is given back
 // once etcd is reachable again.
 func TestAcquire_AWaiterWhoseWatchEtcdDoesNotConfirmIsAStoreFailure(t *testing.T) {
+	t.Parallel()
 	queuedWhenCut(t, "lock:watch-unconfirmed:", "the waiter's entry to be given back once etcd is reachable",
 		[]etcdlock.Option{etcdlock.WithRequestTimeout(shortRequests)}, nil,
 		func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter) {
