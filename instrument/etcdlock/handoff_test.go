@@ -11,7 +11,6 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
-	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // gatedWatcher holds back every response of every watch whose key pass
@@ -62,7 +61,7 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			e := testenv.NewEtcd(t)
+			e := newEtcd(t)
 			admin := e.Client(t)
 			lh := newLocker(t, admin)
 			const key = "deleted-waiter"
@@ -125,7 +124,7 @@ func TestWaiter_PredecessorGivingUpIsNotAHandoff(t *testing.T) {
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			c := testenv.NewEtcd(t).Client(t)
+			c := newEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key = "gives-up"
 			h, err := l.Acquire(timeout(t, 5*time.Second), key)

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
-	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // A lease dropped without Release is released when it is collected
@@ -19,7 +18,7 @@ import (
 // timers or the own-key watch reference keeps the handle alive.
 func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewEtcd(t).Client(t)
+	c := newEtcd(t).Client(t)
 	l, other := newLocker(t, c), newLocker(t, c)
 	var leaked atomic.Int32
 	func() {
@@ -43,7 +42,7 @@ func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // ends by itself.
 func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T) {
 	t.Parallel()
-	e := testenv.NewEtcd(t)
+	e := newEtcd(t)
 	admin := e.Client(t)
 	lh, lw := newLocker(t, admin), newLocker(t, e.Client(t))
 	const key = "no-watchdog-waiter"
