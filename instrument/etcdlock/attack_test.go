@@ -451,6 +451,18 @@ func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
 				name string
 				opt  instrument.AcquireOption
 			}{{"deadline", instrument.WithTTL(10 * time.Second)}, {"fail-fast", instrument.FailFast()}, {"retry", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3)}} {
+				if m, ok := locker.l.(*etcdlock.MutexLocker); ok {
+					// The previous attempt's give-up may still be deleting its
+					// Mutex key in the background, keeping the key's
+					// in-process turn (see MutexLocker), and a FailFast or
+					// Retry attempt that finds the turn taken makes no request
+					// at all. On a loaded machine (-parallel 4 and a CPU
+					// burner) that delete outlasted the step to the next
+					// attempt: each attempt starts with the turn free.
+					testenv.WaitFor(t, 30*time.Second, "the previous attempt's cleanup to give "+key+"'s turn back", func() bool {
+						return !etcdlock.TurnHeld(m, key)
+					})
+				}
 				ctx := testenv.DeadlinePassed(t, timeout(t, time.Minute), time.Minute)
 				lease, err := locker.l.Acquire(ctx, key, w.opt)
 				if err == nil {
