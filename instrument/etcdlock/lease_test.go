@@ -50,7 +50,11 @@ func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithTTL(time.Second), instrument.WithoutWatchdog())
+	// A TTL of 3 s, not 1 s: the waiter's lease must be renewed, and seen
+	// renewed, within its TTL all through the wait, and with 1 s a loaded
+	// machine (-parallel 8) once let it expire locally ("expired without a
+	// confirmed renewal") while the waiter waited.
+	got := acquireInBackground(t, lw, key, 60*time.Second, instrument.WithTTL(3*time.Second), instrument.WithoutWatchdog())
 	waiter := newestEntry(t, admin, lw, key, 2)
 	ttl, err := admin.TimeToLive(timeout(t, 5*time.Second), clientv3.LeaseID(waiter.Lease))
 	if err != nil {
