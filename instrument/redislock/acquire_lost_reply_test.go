@@ -24,6 +24,7 @@ import (
 // token must give the lock up in the background, as a waiter that gave up
 // leaves the queue, and Acquire must say the lock was not acquired.
 func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		fair bool
@@ -98,6 +99,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 // caller from a majority for the TTL (an hour) after the other holder is
 // done. They must be given back in the background.
 func TestQuorum_AnAttemptWhoseRepliesAreLostLeavesNoLockBehind(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	cs, proxies, _ := proxiedClients(t, nodes, 2)
 	l, admins, ctx, ttl := warmQuorum(t, nodes, cs, 5*time.Second)
@@ -187,6 +189,7 @@ func (h *inFlightLeaves) counts() (maxInFlight, tries, ok int) {
 // answer, which the application needs too): at most MaxLeaving tries are
 // in flight, and every leave still runs once the server answers again.
 func TestAcquire_LeavesInAnOutageAreBounded(t *testing.T) {
+	t.Parallel()
 	const callers = 3 * redislock.MaxLeaving
 	_, p, h := giveUpInAnOutage(t, callers)
 	// Every caller has given up; let the leaves try against the silent

@@ -31,6 +31,7 @@ func lockFence(t *testing.T, ctx context.Context, c redis.UniversalClient, key s
 // owned_fence), in both modes, and in quorum mode, whose fence is the
 // largest of its nodes'.
 func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
 			r, admin := setup(t)

@@ -69,6 +69,7 @@ func (h *retryDialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // nothing about the tries before it: the lock must be given back all the
 // same, not kept for its whole TTL (an hour here).
 func TestAcquire_AResentAttemptThatFailsOtherwiseStillGivesTheLockBack(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// fault breaks the resend; heal undoes it after Acquire returned.

@@ -18,6 +18,7 @@ import (
 // Release then frees the lock: it is not handed to the closed waiter's
 // token, where it would stand unused for its TTL (an hour here).
 func TestClose_DuringAFairWaitLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, time.Minute)
 	const key = "lock:close-fair-wait"
@@ -78,6 +79,7 @@ func TestClose_DuringAFairWaitLeavesNothingQueued(t *testing.T) {
 // and Release work (Release ends the Context with ErrReleased), and a
 // second Release is ErrNotHeld.
 func TestClose_ConcurrentWithAcquireRefreshReleaseAndTheWatchdog(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	ctx := timeout(t, time.Minute)
 	l := newLocker(t, c)

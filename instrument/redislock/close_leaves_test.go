@@ -23,6 +23,7 @@ import (
 // and far longer with thousands waiting). It waits for the tries in flight
 // only; goleak (TestMain) checks that nothing outlives it.
 func TestClose_StopsTheLeavesWaitingInAnOutage(t *testing.T) {
+	t.Parallel()
 	const callers = 10 * redislock.MaxLeaving
 	l, _, h := giveUpInAnOutage(t, callers)
 	eventually(t, "every leave slot to be taken", func() bool {
@@ -78,6 +79,7 @@ func (h *stallLive) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // it would never return): it returns at once, with an error that says the
 // Locker is closed and the lock is left to its TTL, and sends nothing.
 func TestRelease_AfterCloseOnAnEndedContextReturnsAtOnce(t *testing.T) {
+	t.Parallel()
 	for _, quorum := range []bool{false, true} {
 		name := "single"
 		if quorum {
@@ -175,6 +177,7 @@ func (h *giveBackHooks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // the caller, bounded by a second of its own), and Release says the lock
 // is left to its TTL.
 func TestRelease_AfterCloseGivesBackWithinTheCallersContext(t *testing.T) {
+	t.Parallel()
 	t.Run("given-back", func(t *testing.T) {
 		r, admin := setup(t)
 		h := &giveBackHooks{}

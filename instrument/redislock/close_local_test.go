@@ -17,6 +17,7 @@ import (
 // keeps waiting until its deadline or the release, and then takes the lock
 // through the closed Locker.
 func TestClose_EndsWaitsBehindAHolderOfTheSameLocker(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	ctx := timeout(t, 30*time.Second)
 	const key = "lock:close-local"

@@ -31,6 +31,7 @@ func newClusterClient(t testing.TB, addrs []string) *redis.ClusterClient {
 // Cluster: every key of one lock (lock, fence counter, channel) sits in one
 // slot, and release notifications reach waiters connected to other nodes.
 func TestConformance_Cluster(t *testing.T) {
+	// locktest.Run checks goroutines against a goleak.IgnoreCurrent snapshot: serial.
 	cl := testenv.NewRedisCluster(t, 3)
 	admin := newClusterClient(t, cl.Addrs())
 	locktest.Run(t,
@@ -47,6 +48,7 @@ func TestConformance_Cluster(t *testing.T) {
 // notification (its poll interval and the holder's TTL are both beyond its
 // deadline) when the lock lives on another node than its pub/sub connection.
 func TestCluster_KeysShareASlotAndNotificationsCrossNodes(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	c := newClusterClient(t, cl.Addrs())
 	ctx := timeout(t, 30*time.Second)
@@ -102,6 +104,7 @@ func TestCluster_KeysShareASlotAndNotificationsCrossNodes(t *testing.T) {
 // finds no key) or the fence must prove the overlap; never a silent double
 // hold.
 func TestSentinelFailover_LockNotOnNewPrimaryIsReported(t *testing.T) {
+	t.Parallel()
 	s := testenv.NewSentinel(t)
 	newFailover := func() *redis.Client {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{

@@ -9,6 +9,7 @@ import (
 )
 
 func TestConformance_SingleNode(t *testing.T) {
+	// locktest.Run checks goroutines against a goleak.IgnoreCurrent snapshot: serial.
 	r, admin := setup(t)
 	locktest.Run(t,
 		func(t *testing.T) instrument.Locker {

@@ -24,6 +24,7 @@ import (
 // (subscribed, join, subscribe, unsubscribe), so it waits for the redial
 // instead.
 func TestWait_AcquireReturnsByItsDeadlineWhileThePubSubReconnects(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	// go-redis's default ReadTimeout (3s); deadlines bound every call.
@@ -102,6 +103,7 @@ func TestWait_AcquireReturnsByItsDeadlineWhileThePubSubReconnects(t *testing.T) 
 // Through a partition that round trip takes its whole second: it must not
 // hold Acquire past its deadline.
 func TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	l := newLocker(t, newClient(t, p.Addr()))
@@ -148,6 +150,7 @@ func TestWait_GivingUpReturnsByTheDeadlineWhenLeaveCannotReachRedis(t *testing.T
 // again, the waiter's leave must run and hand it on (here: free it), not
 // leave it held for the minute of its TTL.
 func TestWait_ALeaveThatCannotReachRedisIsTriedAgain(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	ctx := timeout(t, time.Minute)
@@ -184,6 +187,7 @@ func TestWait_ALeaveThatCannotReachRedisIsTriedAgain(t *testing.T) {
 // the lock at its next retry, a minute later here (Fair, waiter timeout 3
 // minutes, poll interval a minute).
 func TestWait_AHalfOpenPubSubConnectionIsReplaced(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	w := newLocker(t, newClient(t, p.Addr()), redislock.Fair(), redislock.WithWaiterTimeout(3*time.Minute))

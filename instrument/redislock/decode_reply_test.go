@@ -11,6 +11,7 @@ import (
 // {1, fence} of an acquire script before this one included, is an error
 // naming the reply, never a lease with a made-up fence.
 func TestDecodeAcquire_ReplyShapes(t *testing.T) {
+	t.Parallel()
 	a, rest, err := decodeAcquire(int64(1796634386772111))
 	if err != nil || !a.acquired || a.fence != 1796634386772111 || rest != nil {
 		t.Errorf("bare fence: %+v %v %v", a, rest, err)

@@ -14,6 +14,7 @@ import (
 // agent depends on: what a Locker stores decodes to that Locker's holder,
 // with the lease's fence, and without the owner token.
 func TestDecodeValue_ReadsBackTheHolderThatWroteIt(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c, redislock.WithService("payments"), redislock.WithInstance("pod-3"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -44,6 +45,7 @@ func TestDecodeValue_ReadsBackTheHolderThatWroteIt(t *testing.T) {
 }
 
 func TestDecodeValue_OtherLibrariesValuesAreForeign(t *testing.T) {
+	t.Parallel()
 	for name, v := range map[string]string{
 		"bare token":             "x7Qf3bRk2V9pLq0sYt1uWw",
 		"redsync":                "Hn0mfBRhbDx5LkO7nQrf3A==",
@@ -62,6 +64,7 @@ func TestDecodeValue_OtherLibrariesValuesAreForeign(t *testing.T) {
 }
 
 func TestKeysFor_AndCompanionKeys(t *testing.T) {
+	t.Parallel()
 	for _, key := range []string{"lock:order:1", "lock:quota:{42}"} {
 		k, err := redislock.KeysFor(key)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 // holder's lease with ErrLockLost, and the second holder's fence is above the
 // first's, so a fenced write of the first is refused.
 func TestEviction_HolderLearnsAtItsNextRenewalAndTheNextFenceIsHigher(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"volatile-lru", "volatile-ttl", "allkeys-lru", "allkeys-random"} {
 		t.Run(policy, func(t *testing.T) {
 			_, c := setup(t)

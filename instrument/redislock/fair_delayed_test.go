@@ -19,6 +19,7 @@ import (
 // the counter expires; W's next attempt reports 0 as the counter it saw; the
 // late notification then makes W a holder beside X, with a lower fence.
 func TestFair_DelayedHandoffNotificationAfterTheCounterExpired(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	var viaProxy atomic.Bool

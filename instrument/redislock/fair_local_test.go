@@ -16,6 +16,7 @@ import (
 // first waiter never reaches the Redis queue while the lock is held, and
 // the release hands the lock to the second.
 func TestFair_AWaiterOfTheHoldersLockerKeepsItsPlace(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 30*time.Second)
 	const key = "lock:fair-local"

@@ -22,6 +22,7 @@ import (
 // fence below the holder's) makes it a second holder, with a fence below the
 // current holder's.
 func TestFair_StaleNotificationIsIgnoredAfterTheFenceCounterExpired(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 30*time.Second)
 	const key = "lock:stale-counter"

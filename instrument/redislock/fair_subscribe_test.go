@@ -34,6 +34,7 @@ func (c *resetSubscribeConn) Write(b []byte) (int, error) {
 // for its confirmation did not listen: it took the lock only when its poll
 // interval (here a minute) ran out.
 func TestFair_AWaiterWhoseSubscriptionKeepsFailingStillTakesTheLockItWasHanded(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	const key = "lock:fair-sub-fails"
 	var failing atomic.Bool

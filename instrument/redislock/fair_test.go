@@ -13,6 +13,7 @@ import (
 )
 
 func TestConformance_Fair(t *testing.T) {
+	// locktest.Run checks goroutines against a goleak.IgnoreCurrent snapshot: serial.
 	r, admin := setup(t)
 	locktest.Run(t,
 		func(t *testing.T) instrument.Locker {
@@ -31,6 +32,7 @@ func TestConformance_Fair(t *testing.T) {
 // effect) queue one after another behind a holder; they must get the lock in
 // that order.
 func TestFair_WaitersAcquireInQueueOrder(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 60*time.Second)
 	const key, waiters = "lock:fair", 10
@@ -81,6 +83,7 @@ func TestFair_WaitersAcquireInQueueOrder(t *testing.T) {
 // TestFair_ReleaserCannotBargeAheadOfAWaiter: right after releasing, the
 // former holder finds the lock promised to the waiter at the head.
 func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 20*time.Second)
 	a := newLocker(t, c, redislock.Fair())
@@ -130,6 +133,7 @@ func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
 // TestFair_GoneWaiterIsSkipped: a waiter that died in the queue (here: an
 // entry whose deadline passes) does not block the waiters behind it.
 func TestFair_GoneWaiterIsSkipped(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 20*time.Second)
 	l := newLocker(t, c, redislock.Fair(), redislock.WithWaiterTimeout(300*time.Millisecond))

@@ -59,6 +59,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // stale. B's fence on the new primary must still be above the fence A holds
 // from the old one, or a fenced resource accepts A's late write after B's.
 func TestFailover_FenceAboveEveryFenceTheLostPrimaryIssued(t *testing.T) {
+	t.Parallel()
 	// No delay before the full sync the replica asks for (default 5s).
 	primary := testenv.NewRedis(t, testenv.WithRedisArgs("--repl-diskless-sync-delay", "0"))
 	link := testenv.NewProxy(t, primary.Addr())
@@ -107,6 +108,7 @@ func TestFailover_FenceAboveEveryFenceTheLostPrimaryIssued(t *testing.T) {
 // an RDB snapshot taken before the last two fences were issued: the counter
 // it loads is present but stale.
 func TestRestartFromOldSnapshot_FenceAboveEveryFenceIssued(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := newClient(t, r.Addr())
 	l := newLocker(t, c)
@@ -136,6 +138,7 @@ func TestRestartFromOldSnapshot_FenceAboveEveryFenceIssued(t *testing.T) {
 // every fence issued, that the counter is moved up to it and that it is
 // still under a TTL.
 func TestFence_StaleCounterIsMovedUp(t *testing.T) {
+	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
 			_, c := setup(t)
@@ -170,6 +173,7 @@ func TestFence_StaleCounterIsMovedUp(t *testing.T) {
 // back by up to a second's worth within every second. Each case starts from
 // no counter, so the fence is the clock's.
 func TestNextFence_MicrosecondsKeepTheirZeros(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	ctx := timeout(t, 10*time.Second)
 	probe := redis.NewScript(redislock.AcquireLibSrc + `

@@ -32,6 +32,7 @@ import (
 //     give-back must free A's lock there, so that another caller takes
 //     the lock instead of waiting out A's TTL (an hour).
 func TestGiveBack_OnAPromotedReplica(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		for _, replicated := range []bool{false, true} {
 			name := m.name + "/not-replicated"

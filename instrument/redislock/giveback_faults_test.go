@@ -165,6 +165,7 @@ func giveBackAfterATakeover(t *testing.T, lopts []redislock.Option, attl time.Du
 // server (its script cache empty too: NOSCRIPT, then EVAL), must leave
 // B's lock and X's entry alone.
 func TestGiveBack_PendingAcrossARestartLeavesTheNextHolderAlone(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			giveBackAfterATakeover(t, m.opts, time.Hour, func(ctx context.Context, r *testenv.Redis, _ *redis.Client, _ string) {
@@ -183,6 +184,7 @@ func TestGiveBack_PendingAcrossARestartLeavesTheNextHolderAlone(t *testing.T) {
 // lock's TTL plus the waiter timeout have not passed), must leave B's lock
 // and X's entry alone.
 func TestGiveBack_AfterTheTTLRanOutLeavesTheNextHolderAlone(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			giveBackAfterATakeover(t, m.opts, 500*time.Millisecond, func(ctx context.Context, _ *testenv.Redis, admin *redis.Client, key string) {
@@ -209,6 +211,7 @@ func TestGiveBack_AfterTheTTLRanOutLeavesTheNextHolderAlone(t *testing.T) {
 // Either way W holds the lock once the give-back has ended, and X gets it
 // from W's release.
 func TestGiveBack_FairWaiterQueuedWhenItRuns(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		expires bool

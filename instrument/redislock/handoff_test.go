@@ -68,6 +68,7 @@ func checkTTLs(t *testing.T, ctx context.Context, c *redis.Client) {
 // fence), so the releaser asking again at once cannot barge back in; the
 // waiter's lease carries that fence; nothing is left without a TTL.
 func TestHandoff_ReleaseHandsTheLockToTheQueuedWaiter(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, c := setup(t)
@@ -122,6 +123,7 @@ func TestHandoff_ReleaseHandsTheLockToTheQueuedWaiter(t *testing.T) {
 // a waiter that gave up before it heard; its leave hands the lock on to the
 // next waiter instead of leaving it unused for its TTL.
 func TestHandoff_WaiterThatGaveUpHandsTheLockOn(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, c := setup(t)
@@ -170,6 +172,7 @@ func TestHandoff_WaiterThatGaveUpHandsTheLockOn(t *testing.T) {
 // TestHandoff_GoneWaiterIsSkipped: an entry whose deadline passed (its
 // waiter stopped retrying: it died) is not handed the lock.
 func TestHandoff_GoneWaiterIsSkipped(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 20*time.Second)
 	const key = "lock:gone2"
@@ -200,6 +203,7 @@ func TestHandoff_GoneWaiterIsSkipped(t *testing.T) {
 // what that attempt saw) does not make it believe it holds the lock; it
 // tries again, and gets the lock only from the real handoff.
 func TestHandoff_StaleNotificationIsIgnored(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, c := setup(t)

@@ -17,6 +17,7 @@ import (
 // Lockers while redis-server restarts without persistence; a lease whose
 // Acquire started after another lease was granted carries a larger fence.
 func TestJepsen_FencesIncreaseAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, _ := setup(t)

@@ -25,6 +25,7 @@ import (
 // one holder at a time, fences increase holder to holder, no lease is lost,
 // no Acquire returns long after its deadline, and nothing is left held.
 func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		for _, chaos := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/chaos=%v", m.name, chaos), func(t *testing.T) {
@@ -85,6 +86,7 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 //     failing for want of Redis cannot end it (only expiry, or a renewal
 //     proving the lock gone), so no such lease may be lost.
 func TestJepsen_ExclusionUnderHalfOpenConnections(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, admin := setup(t)

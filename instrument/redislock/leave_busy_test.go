@@ -27,6 +27,7 @@ return 1`
 // release hands the lock to the waiter's entry (still live), and nobody
 // frees it until its TTL (a minute) runs out.
 func TestWait_ALeaveThatRedisAnswersBusyIsTriedAgain(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	ctx := timeout(t, 2*time.Minute)
 	if err := admin.ConfigSet(ctx, "busy-reply-threshold", "100").Err(); err != nil {

@@ -57,6 +57,7 @@ func (h *leaveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // (go-redis's or leaveUntil's) runs leave.lua again once X holds the lock.
 // It must not hand X's lock on or delete it: X stays the one holder.
 func TestWait_ALeaveWhoseReplyIsLostIsRunAgainHarmlessly(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		fair bool

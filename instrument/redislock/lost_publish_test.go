@@ -36,6 +36,7 @@ func psClient(t *testing.T, addr string, p *testenv.Proxy, viaProxy *atomic.Bool
 // waiter still gets the lock it was handed at its next poll; with little
 // time left, it gives up and its leave passes the lock on.
 func TestHandoff_LostNotification(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		for _, short := range []bool{false, true} {
 			name := m.name + map[bool]string{false: "/gets-it", true: "/gives-up"}[short]

@@ -48,6 +48,7 @@ func connectionsReceived(t testing.TB, c *redis.Client) int64 {
 // in use, so the whole run may open at most 16 new connections (8 pub/sub
 // connections plus slack; the clients' pools are warmed before counting).
 func TestContention_NoConnectionPerAcquisition(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []redislock.Option
@@ -222,6 +223,7 @@ func pubsubClients(t *testing.T, c *redis.Client) int {
 // TestWait_SubscriptionKeptBetweenWaits: a second wait on the same key uses
 // the connection and the subscription the first one left.
 func TestWait_SubscriptionKeptBetweenWaits(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	l := newLocker(t, newClient(t, r.Addr()))
 	other := newLocker(t, newClient(t, r.Addr()))
@@ -242,6 +244,7 @@ func TestWait_SubscriptionKeptBetweenWaits(t *testing.T) {
 // subscription and the connection go after the idle timeout, the reader
 // goroutine with them, and the next wait opens them again.
 func TestWait_IdleConnectionClosesAfterIdleTimeout(t *testing.T) {
+	// goleak.Find against an IgnoreCurrent snapshot: serial.
 	r, admin := setup(t)
 	c := newClient(t, r.Addr())
 	if err := c.Ping(timeout(t, 5*time.Second)).Err(); err != nil {
@@ -262,6 +265,7 @@ func TestWait_IdleConnectionClosesAfterIdleTimeout(t *testing.T) {
 // TestWait_IdleSubscriptionsBounded: a Locker that waited on more keys than
 // MaxIdleChannels keeps no more subscriptions than that.
 func TestWait_IdleSubscriptionsBounded(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	l := newLocker(t, newClient(t, r.Addr()))
 	other := newLocker(t, newClient(t, r.Addr()))
@@ -290,6 +294,7 @@ func TestWait_IdleSubscriptionsBounded(t *testing.T) {
 // still get the lock well within its 20 s deadline, and the next wait must
 // be notified again.
 func TestWait_WakeUpNotLostAcrossReconnect(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	l := newLocker(t, newClient(t, r.Addr()))
 	other := newLocker(t, newClient(t, r.Addr()))
@@ -321,6 +326,7 @@ func TestWait_WakeUpNotLostAcrossReconnect(t *testing.T) {
 // ErrClosed, closes the connection, leaves no goroutine, refuses later
 // Acquire calls with an error naming it, and can be called again.
 func TestClose_EndsWaitsAndRefusesAcquire(t *testing.T) {
+	// goleak.Find against an IgnoreCurrent snapshot: serial.
 	r, admin := setup(t)
 	c := newClient(t, r.Addr())
 	if err := c.Ping(timeout(t, 5*time.Second)).Err(); err != nil {
@@ -363,6 +369,7 @@ func TestClose_EndsWaitsAndRefusesAcquire(t *testing.T) {
 }
 
 func TestNew_IdleTimeoutMustBePositive(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	for _, d := range []time.Duration{0, -time.Second} {
 		if _, err := redislock.New(c, redislock.WithIdleTimeout(d)); !errors.Is(err, instrument.ErrInvalidOption) || !strings.Contains(err.Error(), "idle timeout") {
@@ -375,6 +382,7 @@ func TestNew_IdleTimeoutMustBePositive(t *testing.T) {
 // processes that failed in one outage (reconnections, leaves) do not reach
 // the server in step when it returns.
 func TestBackOff_StepsAreJitteredWithinHalfToFull(t *testing.T) {
+	t.Parallel()
 	for _, d := range []time.Duration{0, 1, 50 * time.Millisecond, time.Second} {
 		seen := map[time.Duration]bool{}
 		for range 200 {

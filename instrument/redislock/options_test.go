@@ -17,6 +17,7 @@ import (
 // option that does not apply to a mode (Fair over a quorum, a drift factor
 // on one node) is a compile error, not silently ignored.
 func TestOptions_EachConstructorTakesOnlyWhatApplies(t *testing.T) {
+	t.Parallel()
 	newType := reflect.TypeFor[redislock.Option]()
 	quorumType := reflect.TypeFor[redislock.QuorumOption]()
 	for _, tc := range []struct {
@@ -47,6 +48,7 @@ func TestOptions_EachConstructorTakesOnlyWhatApplies(t *testing.T) {
 // TestNew_RefusesOptionsThatDoNotApplyOrAreOutOfRange covers what the types
 // cannot say: a waiter timeout without Fair, and values out of range.
 func TestNew_RefusesOptionsThatDoNotApplyOrAreOutOfRange(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	for name, tc := range map[string]struct {
 		opts []redislock.Option

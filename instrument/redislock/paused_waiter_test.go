@@ -42,6 +42,7 @@ func TestHelperPausedWaiter(t *testing.T) {
 // release skips it; after it resumes it queues again and gets the lock only
 // after the holder released, with a larger fence.
 func TestPausedWaiter(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	ctx := timeout(t, 60*time.Second)
 	const key = "lock:paused"

@@ -150,6 +150,7 @@ func holdDirectSends(t *testing.T, ctx context.Context, b *combiner) []<-chan *r
 // under way, ten more calls queue; the first send to finish sends all ten
 // as one pipeline, and every call gets its own reply.
 func TestCombiner_QueuedCallsGoOutAsOnePipeline(t *testing.T) {
+	t.Parallel()
 	_, c, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -190,6 +191,7 @@ func TestCombiner_QueuedCallsGoOutAsOnePipeline(t *testing.T) {
 // context ends returns the context's error at once and its command never
 // reaches the server; the calls queued with it are unaffected.
 func TestCombiner_CancelledWhileQueuedIsNeverSent(t *testing.T) {
+	t.Parallel()
 	_, c, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -219,6 +221,7 @@ func TestCombiner_CancelledWhileQueuedIsNeverSent(t *testing.T) {
 // queued; every call, sent alone or in the batch, returns an error, none
 // waits past the client's timeouts, and none reads as a success.
 func TestCombiner_FailedBatchFailsEveryCall(t *testing.T) {
+	t.Parallel()
 	r, _, b, h := gatedCombiner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -249,6 +252,7 @@ func TestCombiner_FailedBatchFailsEveryCall(t *testing.T) {
 // combiner ends idle. Run under -race this is the check that the queue
 // handoff shares no state unguarded.
 func TestCombiner_ManyCallers(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
@@ -290,6 +294,7 @@ func TestCombiner_ManyCallers(t *testing.T) {
 // gets the lock with the fence its first try wrote. Then five releases do
 // the same: each is a release, not a loss, and every key is gone.
 func TestLocker_PipelineWhoseRepliesAreLostIsRetriedSafely(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())
 	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: 2,

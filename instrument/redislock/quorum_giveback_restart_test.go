@@ -45,6 +45,7 @@ func (h *releasesRan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // confirmed), and end, node 2 alone being a minority; once B is done
 // another caller takes the lock.
 func TestQuorum_GiveBackAfterANodeRestartLeavesTheNewHolderAlone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		ended bool

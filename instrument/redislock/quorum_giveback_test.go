@@ -64,6 +64,7 @@ func (h *cutAfterReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // majority that needs node 0. The failed give-back must be retried in the
 // background, as a lost reply's leave is.
 func TestQuorum_AGrantWhoseGiveBackFailsIsGivenBackLater(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	cs, proxies, clients := proxiedClients(t, nodes, 1)
 	p := proxies[0]

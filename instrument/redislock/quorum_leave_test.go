@@ -105,6 +105,7 @@ func (h *cutBeforeRelease) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 // after a final error (not tried again), and the leave ends once the
 // others have answered.
 func TestQuorum_ALeaveRefusedOnOneNodeStillGivesBackTheGrantOnAnother(t *testing.T) {
+	t.Parallel()
 	const refused, loading = "ERR release refused by the test", "LOADING Redis is loading the dataset in memory"
 	for _, tc := range []struct {
 		name  string

@@ -43,6 +43,7 @@ func (scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // their own deadline. A single Redis blackholed gives "i/o timeout", not
 // DeadlineExceeded.
 func TestQuorumReview_NodeTimeoutIsNotReadAsTheCallersDeadline(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	cs := make([]redis.UniversalClient, 3)
 	for i, n := range nodes {
@@ -75,6 +76,7 @@ func TestQuorumReview_NodeTimeoutIsNotReadAsTheCallersDeadline(t *testing.T) {
 // timeout would: the caller gave up, so ErrNotAcquired, never a transport
 // failure. The other way round (nothing cancelled): a transport failure.
 func TestQuorumReview_CallerCancelledAsTheNodesTimeOut(t *testing.T) {
+	t.Parallel()
 	for _, cancelCaller := range []bool{true, false} {
 		t.Run(map[bool]string{true: "caller-cancelled", false: "node-timeout-only"}[cancelCaller], func(t *testing.T) {
 			nodes := quorumNodes(t, 3)
@@ -112,6 +114,7 @@ func TestQuorumReview_CallerCancelledAsTheNodesTimeOut(t *testing.T) {
 // then killed. Acquire returns the transport failure before the deadline,
 // as the doc says (not ErrNotAcquired at the deadline).
 func TestQuorumReview_WaitersSeeTheMajorityGoMidWait(t *testing.T) {
+	t.Parallel()
 	for _, wait := range []string{"deadline", "retry"} {
 		t.Run(wait, func(t *testing.T) {
 			nodes := quorumNodes(t, 3)
@@ -162,6 +165,7 @@ func TestQuorumReview_WaitersSeeTheMajorityGoMidWait(t *testing.T) {
 // transport failure, and node 0's grant (TTL an hour) is given back in the
 // background.
 func TestQuorumReview_LostGrantBesideTwoNodesOutOfReachIsGivenBack(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	admins := quorumClients(t, nodes)
 	p := testenv.NewProxy(t, nodes[0].Addr())

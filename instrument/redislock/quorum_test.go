@@ -109,6 +109,7 @@ func dropNextReplies(t *testing.T, proxies []*testenv.Proxy) (allDropped func())
 }
 
 func TestConformance_Quorum(t *testing.T) {
+	// locktest.Run checks goroutines against a goleak.IgnoreCurrent snapshot: serial.
 	for _, down := range []int{0, 1} {
 		t.Run(map[int]string{0: "all-up", 1: "one-node-down"}[down], func(t *testing.T) {
 			nodes := quorumNodes(t, 3)
@@ -159,6 +160,7 @@ func TestConformance_Quorum(t *testing.T) {
 // transport failure. A caller whose own deadline ends first gets
 // ErrNotAcquired with it.
 func TestQuorum_TooFewNodesAnsweringIsAStoreFailureUnlessAnAnswerSaysOtherwise(t *testing.T) {
+	t.Parallel()
 	type want int
 	const (
 		unreachable want = iota // a transport failure, not ErrNotAcquired
@@ -282,6 +284,7 @@ func TestQuorum_TooFewNodesAnsweringIsAStoreFailureUnlessAnAnswerSaysOtherwise(t
 }
 
 func TestNewQuorum_BadInput(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 1)
 	cs := quorumClients(t, nodes)
 	for name, tc := range map[string]struct {
@@ -313,6 +316,7 @@ func TestNewQuorum_BadInput(t *testing.T) {
 // of a bare majority, another client could otherwise win X and Z while A
 // still believes its lease is valid.
 func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	x := testenv.NewProxy(t, nodes[0].Addr())
 	cs := quorumClients(t, nodes)
@@ -399,6 +403,7 @@ func TestQuorum_RetriedGrantLivesAsLongAsTheLeaseBelievesItValid(t *testing.T) {
 // conformance failure, built directly: A's key on node 2 is made to
 // outlive the others.)
 func TestQuorum_ReleaseAfterMajorityLostIsNotHeld(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	admins := quorumClients(t, nodes)
 	// A node timeout no loaded machine reaches: every node's grant counts.

@@ -17,6 +17,7 @@ import (
 // deletes it; the leave runs in the background, so that Acquire returns by
 // its deadline, and may end just after Acquire did).
 func TestHandoff_CancelRacingTheHandoffStrandsNothing(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r, c := setup(t)

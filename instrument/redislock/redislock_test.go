@@ -30,6 +30,7 @@ func timeout(t testing.TB, d time.Duration) context.Context {
 // GET/SET increment under the lock from 32 goroutines on two Lockers with
 // separate connections: any overlap of holders loses an update.
 func TestMutualExclusion_NoLostUpdateAndFencesIncrease(t *testing.T) {
+	t.Parallel()
 	r, _ := setup(t)
 	const lockers, goroutines, iterations = 2, 16, 500
 	const key = "lock:counter"
@@ -89,6 +90,7 @@ func TestMutualExclusion_NoLostUpdateAndFencesIncrease(t *testing.T) {
 // TestRelease_DoesNotDeleteAnotherOwnersLock is the spec's incident: A runs
 // past its TTL, the lock expires, B takes it, A finishes and releases.
 func TestRelease_DoesNotDeleteAnotherOwnersLock(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
@@ -127,6 +129,7 @@ func TestRelease_DoesNotDeleteAnotherOwnersLock(t *testing.T) {
 // TestRefresh_NeverExtendsAnotherOwnersLock: a bare EXPIRE would set B's
 // one-minute lock to A's 100 ms.
 func TestRefresh_NeverExtendsAnotherOwnersLock(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
@@ -171,6 +174,7 @@ func TestRefresh_NeverExtendsAnotherOwnersLock(t *testing.T) {
 // key left in Redis has a TTL, then that fences still increase on a key whose
 // counter has expired.
 func TestFences_NoPermanentKeys(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 2*time.Minute)
@@ -234,6 +238,7 @@ func TestFences_NoPermanentKeys(t *testing.T) {
 // TestBlackhole_LeaseLostNoLaterThanOtherAcquires cuts A off from Redis
 // while it holds the lock: A must know it lost the lock before B has it.
 func TestBlackhole_LeaseLostNoLaterThanOtherAcquires(t *testing.T) {
+	t.Parallel()
 	r, cb := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	ca := newClient(t, p.Addr())
@@ -277,6 +282,7 @@ func TestBlackhole_LeaseLostNoLaterThanOtherAcquires(t *testing.T) {
 // TestServerKilled_LossWithinTTLAndAcquireFailsFast kills redis-server under
 // a held lock.
 func TestServerKilled_LossWithinTTLAndAcquireFailsFast(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 20*time.Second)
@@ -324,6 +330,7 @@ func TestServerKilled_LossWithinTTLAndAcquireFailsFast(t *testing.T) {
 // the holder's TTL (1 min) are both beyond the waiter's 20 s deadline, so
 // only the release notification can let it acquire in time.
 func TestWait_WokenByReleaseNotification(t *testing.T) {
+	t.Parallel()
 	r, c := setup(t)
 	l := newLocker(t, c)
 	other := newLocker(t, newClient(t, r.Addr())) // another process, in effect
@@ -399,6 +406,7 @@ func TestNoGoroutineSurvivesReleaseOrLoss(t *testing.T) {
 
 // TestLeakedLease_IsReleased drops a held lease: the cleanup releases it.
 func TestLeakedLease_IsReleased(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
@@ -425,6 +433,7 @@ func TestLeakedLease_IsReleased(t *testing.T) {
 // TestBadInput_ClearErrorNothingWritten covers every refusal that must
 // happen before a round trip.
 func TestBadInput_ClearErrorNothingWritten(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
@@ -470,6 +479,7 @@ func TestBadInput_ClearErrorNothingWritten(t *testing.T) {
 
 // TestStrategies covers fail-fast and bounded retry against a held lock.
 func TestStrategies_GiveUpWithErrNotAcquired(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
@@ -501,6 +511,7 @@ func TestStrategies_GiveUpWithErrNotAcquired(t *testing.T) {
 
 // TestLockValue_CarriesReadableMetadata: the agent reads who holds a lock.
 func TestLockValue_CarriesReadableMetadata(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c, redislock.WithService("payments"), redislock.WithInstance("pod-3"))
 	ctx := timeout(t, 10*time.Second)
@@ -526,6 +537,7 @@ var _ redis.UniversalClient = (*redis.Client)(nil)
 // release is one command (EVALSHA; EVAL only the first time a script meets
 // a server), the same as a hand-written SET NX PX + EVALSHA pair.
 func TestFastPath_OneRoundTripEach(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	var commands int
 	c.AddHook(countHook{&commands})
@@ -551,6 +563,7 @@ func TestFastPath_OneRoundTripEach(t *testing.T) {
 // TestMaxHold_WatchdogStopsAndLeaseExpires: the watchdog renews a 300 ms
 // lease until max hold (700 ms), then lets it expire; the context says why.
 func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)

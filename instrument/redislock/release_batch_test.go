@@ -26,6 +26,7 @@ import (
 // reports ErrNotHeld for a lock it released: instrument.Do reports a
 // finished critical section as lost.
 func TestRelease_BatchedWithALaterDeadlineAndItsReplyLostIsNotALoss(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	p := testenv.NewProxy(t, r.Addr())
 	// go-redis's default read timeout (3s), one resend.

@@ -51,6 +51,7 @@ func gatedClient(t *testing.T, addr string, gate <-chan struct{}) *redis.Client 
 // holder's), which is not a loss: fn finished under the lock and Do must say
 // so, not ErrLockLost (callers would redo the work).
 func TestDo_RetriedReleaseIsNotALoss(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fair  bool
@@ -118,6 +119,7 @@ func TestDo_RetriedReleaseIsNotALoss(t *testing.T) {
 // TestRelease_ExpiredLockIsNotHeld: a lock that vanished by expiry leaves
 // no tombstone, so Release still reports the loss.
 func TestRelease_ExpiredLockIsNotHeld(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 30*time.Second)
@@ -137,6 +139,7 @@ func TestRelease_ExpiredLockIsNotHeld(t *testing.T) {
 // memory for an hour, one key per release. The bounds are read from the
 // test's own clock around the release, so a slow machine cannot fail it.
 func TestRelease_TombstoneLivesAsLongAsARetry(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 30*time.Second)
@@ -194,6 +197,7 @@ func TestDo_RetriedReleaseAfterHandoff(t *testing.T) { retriedReleaseAfterHandof
 // the retry, which finds B's lock, must pop nothing, so C stays queued and
 // B stays the one holder.
 func TestDo_RetriedReleaseAfterHandoffLeavesTheNextWaiterQueued(t *testing.T) {
+	t.Parallel()
 	retriedReleaseAfterHandoff(t, true)
 }
 

@@ -23,6 +23,7 @@ import (
 // the entry of the waiter queued behind them (X, Y), nor hand a held lock
 // on (Fair: leave.lua hands on a free lock only).
 func TestRelease_GiveBackAfterALostReplyLeavesTheNextHolderAlone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		fair  bool
@@ -157,6 +158,7 @@ func TestRelease_GiveBackAfterALostReplyLeavesTheNextHolderAlone(t *testing.T) {
 // (one goroutine each), the rest left to their TTL. Once Redis answers
 // again every give-back that waited runs.
 func TestRelease_AFloodOnEndedContextsInAnOutageIsBounded(t *testing.T) {
+	// counts runtime.NumGoroutine: serial.
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	c := newClient(t, p.Addr())

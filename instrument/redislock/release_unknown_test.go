@@ -22,6 +22,7 @@ import (
 // in time is unknown), and give the lock up in the background: to the
 // queued waiter, or by deleting it.
 func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		fair   bool
@@ -94,6 +95,7 @@ func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
 // and the caller's context ends before go-redis can resend it. The lock
 // stood for its TTL; it must be given up once Redis can be reached again.
 func TestRelease_ThatNeverReachesRedisGivesTheLockUpOnceItDoes(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	l := newLocker(t, newClient(t, p.Addr()))
@@ -124,6 +126,7 @@ func TestRelease_ThatNeverReachesRedisGivesTheLockUpOnceItDoes(t *testing.T) {
 // given back (on every node that answers the give-back before the nodes
 // left are a minority), or a majority stays out of reach for the TTL.
 func TestQuorum_ReleaseOnAnEndedContextGivesTheLockUpOnEveryNode(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	l := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
 	admins := quorumClients(t, nodes)
@@ -202,6 +205,7 @@ func givenBackToAMajority(t *testing.T, ctx context.Context, l, other *redislock
 // lock's whole TTL (an hour here), a background try every second after
 // every such Release, holding one of the Locker's few give-back slots.
 func TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	l := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
 	other := newQuorum(t, nodes, redislock.WithNodeTimeout(time.Second))
@@ -235,6 +239,7 @@ func TestQuorum_ReleaseOnAnEndedContextWithANodeDownGivesBackAndEnds(t *testing.
 // read in the join of every node's error, said "nothing was sent" for all
 // of them, and their grants stood for the TTL, a majority out of reach.
 func TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	p0, p1 := testenv.NewProxy(t, nodes[0].Addr()), testenv.NewProxy(t, nodes[1].Addr())
 	c2 := newClient(t, nodes[2].Addr())
@@ -276,6 +281,7 @@ func TestQuorum_ReleaseThatNoNodeConfirmedGivesBackAlthoughANodesClientIsClosed(
 // a majority, and nobody else can take the lock until its TTL (an hour
 // here). Their grants must be given back once they can be reached.
 func TestQuorum_ReleaseThatOneNodeConfirmedGivesBackOnACutOffMajority(t *testing.T) {
+	t.Parallel()
 	nodes := quorumNodes(t, 3)
 	p1, p2 := testenv.NewProxy(t, nodes[1].Addr()), testenv.NewProxy(t, nodes[2].Addr())
 	l := newQuorumOn(t, []redis.UniversalClient{newClient(t, nodes[0].Addr()), newClient(t, p1.Addr()), newClient(t, p2.Addr())},

@@ -27,6 +27,7 @@ import (
 // millisecond) has passed, not with the client's read timeout on a WAIT
 // that never answers (after which go-redis resends the whole pipeline).
 func TestReplicaAcks_ASubMillisecondTimeoutStillBoundsTheWait(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, 500*time.Microsecond))
@@ -114,6 +115,7 @@ func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // the replica healthy, the resend is granted with the first try's fence,
 // and the replica holds the lock.
 func TestReplicaAcks_ALostReplyIsGrantedOnlyByTheResendsWait(t *testing.T) {
+	t.Parallel()
 	for _, stop := range []bool{true, false} {
 		name := map[bool]string{true: "replica-stopped-before-resend", false: "replica-healthy"}[stop]
 		t.Run(name, func(t *testing.T) {
@@ -196,6 +198,7 @@ func TestReplicaAcks_ALostReplyIsGrantedOnlyByTheResendsWait(t *testing.T) {
 // primary is given back, so another caller takes it at once, not after its
 // hour.
 func TestReplicaAcks_AContextShorterThanTheWaitGivesTheLockBack(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		for _, wait := range []struct {
 			name string
@@ -244,6 +247,7 @@ func TestReplicaAcks_AContextShorterThanTheWaitGivesTheLockBack(t *testing.T) {
 // lease while no replica acknowledges, and the lock ends free with the
 // queue empty. Once the replica is back a caller takes it.
 func TestReplicaAcks_AHandoffNoReplicaAcknowledgesGrantsNobody(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	const key = "lock:replica-acks-fair-handoff"
@@ -321,6 +325,7 @@ type window struct{ from, to time.Time }
 // stream must also see grants and ErrNotReplicated refusals both, so that
 // it ran through both states.
 func TestReplicaAcks_AFlappingReplicaNeverAcknowledgesAGrantMadeWhileStopped(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, 300*time.Millisecond))

@@ -32,6 +32,7 @@ import (
 // on the wire, two acquires with a minute queue and go out as one pipeline
 // of both scripts and one WAIT, and both are granted.
 func TestReplicaAcks_CallsSentApartFromABatchEndTheirSendOnce(t *testing.T) {
+	t.Parallel()
 	const ackTimeout = time.Second
 	replica, c, _, h, recorded := ackedGatedCombiner(t, ackTimeout)
 	l, b := combinedLocker(t, c, WithReplicaAcks(1, ackTimeout))

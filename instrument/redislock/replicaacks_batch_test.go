@@ -181,6 +181,7 @@ func checkOneWaitEndsTheBatch(t *testing.T, batch []redis.Cmder) *redis.IntCmd {
 // lock; with it stopped every acquire fails with ErrNotReplicated, while
 // the releases and the INCR, which asked for no acknowledgement, succeed.
 func TestReplicaAcks_ABatchEndsWithOneWaitWhoseAnswerEveryAcquireGets(t *testing.T) {
+	t.Parallel()
 	for _, stopped := range []bool{false, true} {
 		name := map[bool]string{false: "replica-healthy", true: "replica-stopped"}[stopped]
 		t.Run(name, func(t *testing.T) {

@@ -94,6 +94,7 @@ func (h *waitRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // Acquire fails as one whose deadline cut it (ErrNotAcquired and
 // DeadlineExceeded, not a store failure), and the lock is given back.
 func TestReplicaAcks_TheWaitSentFitsTheContextsDeadline(t *testing.T) {
+	t.Parallel()
 	// Long enough that a stall of a loaded machine between the context's
 	// start and the send does not end it before the WAIT is sent (the
 	// ContextTimeoutEnabled=false cases then see the context's error, not
@@ -167,6 +168,7 @@ func TestReplicaAcks_TheWaitSentFitsTheContextsDeadline(t *testing.T) {
 // errors.Is(err, ErrNotReplicated) matches, and that Govern's
 // store-failure policy reads as the store out of reach.
 func TestReplicaAcks_NotReplicatedErrorCarriesTheCounts(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	check := func(what string, err error, want redislock.NotReplicatedError) {
@@ -215,6 +217,7 @@ func TestReplicaAcks_NotReplicatedErrorCarriesTheCounts(t *testing.T) {
 // whole timeout while replicas are down. Only the first attempt, which may
 // well acquire, is followed by a WAIT: one WAIT in all, not four.
 func TestReplicaAcks_ARetryAfterARefusalWaitsForNoReplica(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
@@ -277,6 +280,7 @@ func (h *releaseAfterFirstWait) ProcessPipelineHook(next redis.ProcessPipelineHo
 // acknowledges. The Acquire fails with ErrNotReplicated and gives the
 // lock back.
 func TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
@@ -327,6 +331,7 @@ func TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait(t *testing.T) {
 // ErrNotReplicated and give the lock back, and one WAIT must follow the
 // EVAL.
 func TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
@@ -378,6 +383,7 @@ func TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval(t *testing.T) {
 // out, with a fence above A's. Nobody held a lease at the same time as
 // another: the release lost costs the TTL (liveness), not exclusion.
 func TestReplicaAcks_AReleaseLostInAFailoverLeavesTheLockToItsTTL(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)

@@ -21,6 +21,7 @@ import (
 // a client that does not send a pipeline to one node on one connection
 // (Cluster, Ring), where WAIT would not follow the script.
 func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testing.T) {
+	t.Parallel()
 	_, c := setup(t) // ReadTimeout 1s
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { _ = cluster.Close() })

@@ -87,6 +87,7 @@ func (rp replicated) pauseReplica(t *testing.T) (resume func()) {
 // failure for Govern); the lock it took is given back, so another caller
 // takes it at once instead of waiting out its TTL (an hour).
 func TestReplicaAcks_AcquireUnacknowledgedFailsAndGivesTheLockBack(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		for _, wait := range []struct {
 			name string
@@ -139,6 +140,7 @@ func TestReplicaAcks_AcquireUnacknowledgedFailsAndGivesTheLockBack(t *testing.T)
 // promoted (as Sentinel does): the promoted replica holds the lock under
 // the holder's value, and nobody else can take it.
 func TestReplicaAcks_AcquiredLockSurvivesFailover(t *testing.T) {
+	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
@@ -181,6 +183,7 @@ type deadliner interface{ Deadline() time.Time }
 // the replica forgets); the lease is not lost by it, and a Refresh after
 // the replica is back extends it.
 func TestReplicaAcks_UnacknowledgedRefreshDoesNotExtendTheLease(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, healthyAckTimeout))
@@ -227,6 +230,7 @@ func TestReplicaAcks_UnacknowledgedRefreshDoesNotExtendTheLease(t *testing.T) {
 // the last acknowledged write gave it, each renewal reported as failed
 // with ErrNotReplicated (or cut by the lease's deadline).
 func TestReplicaAcks_WatchdogUnacknowledgedLosesTheLease(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	l := newLocker(t, ackClient(t, rp.primary.Addr()), redislock.WithReplicaAcks(1, healthyAckTimeout))
@@ -318,6 +322,7 @@ func (h *waitCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // release, refresh, release, concurrent calls that pipeline); with it, an
 // acquire and a refresh do (the hook sees WAIT at all).
 func TestReplicaAcks_DefaultSendsNoWait(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	rp := newReplicated(t, ctx)
 	for _, tc := range []struct {

@@ -12,6 +12,7 @@ import (
 // the allocation count (what BenchmarkAcquireRelease was checked by)
 // unchanged. A field that needs room goes into padding (see request).
 func TestRequest_FitsItsSizeClass(t *testing.T) {
+	t.Parallel()
 	const mallocHeader, sizeClass = 8, 576
 	if n := unsafe.Sizeof(request{}); n+mallocHeader > sizeClass {
 		t.Fatalf("request is %d bytes: with the malloc header past the %d-byte size class (every Acquire allocates the next, 640)", n, sizeClass)

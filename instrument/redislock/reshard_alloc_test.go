@@ -18,6 +18,7 @@ func TestResharding_NilErrorAllocatesNothing(t *testing.T) {
 }
 
 func TestResharding_ReadsClusterAnswersOnly(t *testing.T) {
+	t.Parallel()
 	reply := func(s string) error { return fmt.Errorf("redislock: release: %w", redisError(s)) }
 	for _, tc := range []struct {
 		err  error

@@ -25,6 +25,7 @@ import (
 // higher fence, and so does a fresh Acquire after it. Never two holders;
 // a Release never claims the lock was lost (ErrNotHeld, ErrLockLost).
 func TestReshard_Lock(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	for _, mode := range []string{"default", "fair"} {
 		// Which of the lock's keys the first batch moves: the lock alone

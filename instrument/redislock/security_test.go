@@ -67,6 +67,7 @@ func noACLDenials(t *testing.T, ctx context.Context, r *testenv.Redis) {
 // modes, and a lease's watchdog renews it; Redis refuses nothing (ACL LOG
 // stays empty). The loser deletes keys as the default user.
 func TestTLSACL_ConformanceWithTheMinimalACL(t *testing.T) {
+	// locktest.Run checks goroutines against a goleak.IgnoreCurrent snapshot: serial.
 	r := secureRedis(t)
 	admin := r.Client(t)
 	for _, mode := range []struct {
@@ -111,6 +112,7 @@ func TestTLSACL_ConformanceWithTheMinimalACL(t *testing.T) {
 // certificate, and a key outside the user's patterns each fail Acquire
 // within its deadline with an error that says which.
 func TestTLSACL_BadCredentialsAndKeysFailFastNamingTheProblem(t *testing.T) {
+	t.Parallel()
 	r := secureRedis(t)
 	other := testenv.NewCerts(t)
 	for _, tc := range []struct {

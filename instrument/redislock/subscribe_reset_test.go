@@ -26,6 +26,7 @@ import (
 // catches it deterministically. This one keeps the guarantee under real
 // resets: the release is heard.
 func TestWait_ReleaseHeardOnAKeyFirstWaitedOnRightAfterTwoResets(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	p := testenv.NewProxy(t, r.Addr())
 	l := newLocker(t, newClient(t, p.Addr()))

@@ -82,6 +82,7 @@ func clientDialingThrough(t *testing.T, addr string, wrap func(net.Conn) net.Con
 // 488ae86, subscribe failed the Acquire on a failed SUBSCRIBE write and
 // kept no channel state.
 func TestWait_ReleaseHeardAfterAFailedSubscribeWrite(t *testing.T) {
+	t.Parallel()
 	r, admin := setup(t)
 	const key = "lock:lost-sub"
 	var fail atomic.Pointer[string]
