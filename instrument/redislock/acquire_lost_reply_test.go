@@ -37,6 +37,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 		{"fair/wait", true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			var opts []redislock.Option

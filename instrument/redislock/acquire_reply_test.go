@@ -34,6 +34,7 @@ func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
 	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			var opts []redislock.Option
@@ -63,6 +64,7 @@ func TestAcquire_TheFenceReportedIsTheOneTheLockCarries(t *testing.T) {
 		})
 	}
 	t.Run("quorum", func(t *testing.T) {
+		t.Parallel()
 		nodes := quorumNodes(t, 3)
 		cs, proxies, _ := proxiedClients(t, nodes, 1)
 		l, admins, ctx, ttl := warmQuorum(t, nodes, cs, 5*time.Second)

@@ -117,6 +117,7 @@ func TestAcquire_AResentAttemptThatFailsOtherwiseStillGivesTheLockBack(t *testin
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			h := &retryDialHook{fault: tc.fault(t, admin)}

@@ -179,6 +179,7 @@ func (h *giveBackHooks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestRelease_AfterCloseGivesBackWithinTheCallersContext(t *testing.T) {
 	t.Parallel()
 	t.Run("given-back", func(t *testing.T) {
+		t.Parallel()
 		r, admin := setup(t)
 		h := &giveBackHooks{}
 		c := newClient(t, r.Addr())
@@ -202,6 +203,7 @@ func TestRelease_AfterCloseGivesBackWithinTheCallersContext(t *testing.T) {
 		}
 	})
 	t.Run("caller-cancels", func(t *testing.T) {
+		t.Parallel()
 		r, admin := setup(t)
 		h := &giveBackHooks{}
 		c := newClient(t, r.Addr())

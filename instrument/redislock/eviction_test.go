@@ -22,6 +22,7 @@ func TestEviction_HolderLearnsAtItsNextRenewalAndTheNextFenceIsHigher(t *testing
 	t.Parallel()
 	for _, policy := range []string{"volatile-lru", "volatile-ttl", "allkeys-lru", "allkeys-random"} {
 		t.Run(policy, func(t *testing.T) {
+			t.Parallel()
 			_, c := setup(t)
 			la, lb := newLocker(t, c), newLocker(t, c)
 			ctx := timeout(t, 30*time.Second)

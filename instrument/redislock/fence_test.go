@@ -141,6 +141,7 @@ func TestFence_StaleCounterIsMovedUp(t *testing.T) {
 	t.Parallel()
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			t.Parallel()
 			_, c := setup(t)
 			var opts []redislock.Option
 			if fair {

@@ -40,6 +40,7 @@ func TestGiveBack_OnAPromotedReplica(t *testing.T) {
 				name = m.name + "/replicated"
 			}
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				// No delay before the full sync the replica asks for (default 5s).
 				primary := testenv.NewRedis(t, testenv.WithRedisArgs("--repl-diskless-sync-delay", "0"))
 				link := testenv.NewProxy(t, primary.Addr())

@@ -168,6 +168,7 @@ func TestGiveBack_PendingAcrossARestartLeavesTheNextHolderAlone(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			giveBackAfterATakeover(t, m.opts, time.Hour, func(ctx context.Context, r *testenv.Redis, _ *redis.Client, _ string) {
 				if err := r.Restart(); err != nil {
 					t.Fatal(err)
@@ -187,6 +188,7 @@ func TestGiveBack_AfterTheTTLRanOutLeavesTheNextHolderAlone(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			giveBackAfterATakeover(t, m.opts, 500*time.Millisecond, func(ctx context.Context, _ *testenv.Redis, admin *redis.Client, key string) {
 				testenv.WaitFor(t, giveBackWithin, "A's lock to run out its TTL", func() bool {
 					n, err := admin.Exists(ctx, key).Result()
@@ -217,6 +219,7 @@ func TestGiveBack_FairWaiterQueuedWhenItRuns(t *testing.T) {
 		expires bool
 	}{{"held", false}, {"expired", true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			ctx := timeout(t, 2*time.Minute)
 			const key = "lock:give-back-fair-waiter"

@@ -71,6 +71,7 @@ func TestHandoff_ReleaseHandsTheLockToTheQueuedWaiter(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, c := setup(t)
 			ctx := timeout(t, 20*time.Second)
 			const key = "lock:handoff"
@@ -126,6 +127,7 @@ func TestHandoff_WaiterThatGaveUpHandsTheLockOn(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, c := setup(t)
 			ctx := timeout(t, 20*time.Second)
 			const key = "lock:gaveup"
@@ -206,6 +208,7 @@ func TestHandoff_StaleNotificationIsIgnored(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, c := setup(t)
 			ctx := timeout(t, 20*time.Second)
 			const key = "lock:stale"

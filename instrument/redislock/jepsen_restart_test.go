@@ -20,6 +20,7 @@ func TestJepsen_FencesIncreaseAcrossRestarts(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, _ := setup(t)
 			const key = "lock:jepsen-restart"
 			var lockers []*redislock.Locker

@@ -29,6 +29,7 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 	for _, m := range modes {
 		for _, chaos := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/chaos=%v", m.name, chaos), func(t *testing.T) {
+				t.Parallel()
 				r, admin := setup(t)
 				j := jepsen{
 					admin: admin,
@@ -89,6 +90,7 @@ func TestJepsen_ExclusionUnderHalfOpenConnections(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			j := jepsen{
 				admin: admin,

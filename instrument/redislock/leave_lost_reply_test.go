@@ -68,6 +68,7 @@ func TestWait_ALeaveWhoseReplyIsLostIsRunAgainHarmlessly(t *testing.T) {
 		{"fair/free", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			key := "lock:leave-lost-reply"

@@ -41,6 +41,7 @@ func TestHandoff_LostNotification(t *testing.T) {
 		for _, short := range []bool{false, true} {
 			name := m.name + map[bool]string{false: "/gets-it", true: "/gives-up"}[short]
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				r, admin := setup(t)
 				p := testenv.NewProxy(t, r.Addr())
 				var viaProxy atomic.Bool

@@ -57,6 +57,7 @@ func TestContention_NoConnectionPerAcquisition(t *testing.T) {
 		{"fair", []redislock.Option{redislock.Fair()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			const contenders, total, budget = 8, 2000, 16
 			const key = "lock:storm"

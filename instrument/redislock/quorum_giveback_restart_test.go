@@ -51,6 +51,7 @@ func TestQuorum_GiveBackAfterANodeRestartLeavesTheNewHolderAlone(t *testing.T) {
 		ended bool
 	}{{"release-confirmed-by-node-0", false}, {"release-on-an-ended-context", true}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			nodes := quorumNodes(t, 3)
 			p1, p2 := testenv.NewProxy(t, nodes[1].Addr()), testenv.NewProxy(t, nodes[2].Addr())
 			c1 := newClient(t, p1.Addr())

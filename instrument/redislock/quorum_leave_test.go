@@ -118,6 +118,7 @@ func TestQuorum_ALeaveRefusedOnOneNodeStillGivesBackTheGrantOnAnother(t *testing
 		{name: "loading", node2: releaseAnswer{reply: loading, times: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			nodes := quorumNodes(t, 3)
 			cs, proxies, clients := proxiedClients(t, nodes, 3)
 			cut := &cutBeforeRelease{p: proxies[0]}

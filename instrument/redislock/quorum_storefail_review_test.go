@@ -79,6 +79,7 @@ func TestQuorumReview_CallerCancelledAsTheNodesTimeOut(t *testing.T) {
 	t.Parallel()
 	for _, cancelCaller := range []bool{true, false} {
 		t.Run(map[bool]string{true: "caller-cancelled", false: "node-timeout-only"}[cancelCaller], func(t *testing.T) {
+			t.Parallel()
 			nodes := quorumNodes(t, 3)
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
@@ -117,6 +118,7 @@ func TestQuorumReview_WaitersSeeTheMajorityGoMidWait(t *testing.T) {
 	t.Parallel()
 	for _, wait := range []string{"deadline", "retry"} {
 		t.Run(wait, func(t *testing.T) {
+			t.Parallel()
 			nodes := quorumNodes(t, 3)
 			admins := quorumClients(t, nodes)
 			const key = "lock:review:wait"

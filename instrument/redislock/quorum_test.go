@@ -199,6 +199,7 @@ func TestQuorum_TooFewNodesAnsweringIsAStoreFailureUnlessAnAnswerSaysOtherwise(t
 		{name: "callers-deadline", blackhole: []int{0, 1, 2}, deadline: 300 * time.Millisecond, want: gaveUp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			nodes := quorumNodes(t, 3)
 			admins := quorumClients(t, nodes)
 			cs := quorumClients(t, nodes)

@@ -20,6 +20,7 @@ func TestHandoff_CancelRacingTheHandoffStrandsNothing(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			r, c := setup(t)
 			ctx := timeout(t, 60*time.Second)
 			const key = "lock:race-leave"

@@ -63,6 +63,7 @@ func TestDo_RetriedReleaseIsNotALoss(t *testing.T) {
 		{"fair/taken", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			gate := make(chan struct{})
@@ -189,7 +190,10 @@ func TestRelease_TombstoneLivesAsLongAsARetry(t *testing.T) {
 // queued waiter, its reply is lost, and go-redis retries it. The retry finds
 // the waiter's lock: it must neither touch it (hand it on again, delete it)
 // nor report a loss.
-func TestDo_RetriedReleaseAfterHandoff(t *testing.T) { retriedReleaseAfterHandoff(t, false) }
+func TestDo_RetriedReleaseAfterHandoff(t *testing.T) {
+	t.Parallel()
+	retriedReleaseAfterHandoff(t, false)
+}
 
 // TestDo_RetriedReleaseAfterHandoffLeavesTheNextWaiterQueued: as
 // TestDo_RetriedReleaseAfterHandoff, with a second waiter C queued behind
@@ -206,6 +210,7 @@ func TestDo_RetriedReleaseAfterHandoffLeavesTheNextWaiterQueued(t *testing.T) {
 func retriedReleaseAfterHandoff(t *testing.T, withC bool) {
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			gate := make(chan struct{})

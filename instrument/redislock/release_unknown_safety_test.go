@@ -35,6 +35,7 @@ func TestRelease_GiveBackAfterALostReplyLeavesTheNextHolderAlone(t *testing.T) {
 		{"fair/taken", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			p := testenv.NewProxy(t, r.Addr())
 			var opts []redislock.Option

@@ -34,6 +34,7 @@ func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
 		{"fair/with-a-waiter", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r, admin := setup(t)
 			var opts []redislock.Option
 			if tc.fair {

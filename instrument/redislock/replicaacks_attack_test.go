@@ -119,6 +119,7 @@ func TestReplicaAcks_ALostReplyIsGrantedOnlyByTheResendsWait(t *testing.T) {
 	for _, stop := range []bool{true, false} {
 		name := map[bool]string{true: "replica-stopped-before-resend", false: "replica-healthy"}[stop]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			p := testenv.NewProxy(t, rp.primary.Addr())
@@ -205,6 +206,7 @@ func TestReplicaAcks_AContextShorterThanTheWaitGivesTheLockBack(t *testing.T) {
 			opt  instrument.AcquireOption
 		}{{"fail-fast", instrument.FailFast()}, {"deadline", instrument.WaitUntilDeadline()}} {
 			t.Run(m.name+"/"+wait.name, func(t *testing.T) {
+				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
 				rp := newReplicated(t, ctx)
 				l := newLocker(t, ackClient(t, rp.primary.Addr()), append(m.opts, redislock.WithReplicaAcks(1, healthyAckTimeout))...)

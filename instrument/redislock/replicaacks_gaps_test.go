@@ -104,6 +104,7 @@ func TestReplicaAcks_TheWaitSentFitsTheContextsDeadline(t *testing.T) {
 	for _, m := range modes {
 		for _, cte := range []bool{true, false} {
 			t.Run(m.name+"/ContextTimeoutEnabled="+strconv.FormatBool(cte), func(t *testing.T) {
+				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
 				rp := newReplicated(t, ctx)
 				h := &waitRecorder{}
@@ -220,6 +221,7 @@ func TestReplicaAcks_ARetryAfterARefusalWaitsForNoReplica(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			const key = "lock:replica-acks-refused-retry"
@@ -283,6 +285,7 @@ func TestReplicaAcks_ARetryThatAcquiresIsConfirmedByAWait(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			const key = "lock:replica-acks-retry-confirmed"
@@ -334,6 +337,7 @@ func TestReplicaAcks_AFlushedScriptCacheStillWaitsAfterTheEval(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			rp.pauseReplica(t)
@@ -386,6 +390,7 @@ func TestReplicaAcks_AReleaseLostInAFailoverLeavesTheLockToItsTTL(t *testing.T) 
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			const key = "lock:replica-acks-release-lost"

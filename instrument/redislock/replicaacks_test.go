@@ -94,6 +94,7 @@ func TestReplicaAcks_AcquireUnacknowledgedFailsAndGivesTheLockBack(t *testing.T)
 			opt  instrument.AcquireOption
 		}{{"fail-fast", instrument.FailFast()}, {"deadline", instrument.WaitUntilDeadline()}} {
 			t.Run(m.name+"/"+wait.name, func(t *testing.T) {
+				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
 				rp := newReplicated(t, ctx)
 				l := newLocker(t, newClient(t, rp.primary.Addr()), append(m.opts, redislock.WithReplicaAcks(1, ackTimeout))...)
@@ -143,6 +144,7 @@ func TestReplicaAcks_AcquiredLockSurvivesFailover(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := timeout(t, 2*time.Minute)
 			rp := newReplicated(t, ctx)
 			l := newLocker(t, ackClient(t, rp.primary.Addr()), append(m.opts, redislock.WithReplicaAcks(1, healthyAckTimeout))...)
