@@ -560,18 +560,21 @@ func TestFastPath_OneRoundTripEach(t *testing.T) {
 	}
 }
 
-// TestMaxHold_WatchdogStopsAndLeaseExpires: the watchdog renews a 300 ms
-// lease until max hold (700 ms), then lets it expire; the context says why.
+// TestMaxHold_WatchdogStopsAndLeaseExpires: the watchdog renews a lease
+// until max hold (2.1 s), then lets it expire; the context says why.
 func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
 	t.Parallel()
 	_, c := setup(t)
 	l := newLocker(t, c)
 	ctx := timeout(t, 10*time.Second)
 	var renewals atomic.Int32
-	// A TTL of 900 ms leaves the watchdog's first renewal (due at 300 ms) 580 ms
-	// of scheduling delay before the lease would end by expiry instead: a
-	// loaded 2-core CI machine under -race has stalled a process for 200 ms.
-	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(900*time.Millisecond), instrument.WithMaxHold(2100*time.Millisecond))
+	// A TTL of 1.5 s leaves the watchdog's first renewal (due at 500 ms)
+	// about 950 ms of scheduling delay before the lease would end by expiry
+	// instead: a loaded 2-core CI machine under -race has stalled a process
+	// for 200 ms, and this test runs beside the package's other parallel
+	// tests (900 ms, a 580 ms margin, before they did).
+	const ttl = 1500 * time.Millisecond
+	cfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(ttl), instrument.WithMaxHold(2100*time.Millisecond))
 	cfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) {
 		if err == nil {
 			renewals.Add(1)
@@ -591,7 +594,7 @@ func TestMaxHold_WatchdogStopsAndLeaseExpires(t *testing.T) {
 	if renewals.Load() == 0 {
 		t.Fatal("the watchdog never renewed before max hold")
 	}
-	if held < 900*time.Millisecond {
+	if held < ttl {
 		t.Fatalf("lease ended after %v, before even one TTL", held)
 	}
 	// The context ends a drift margin before Redis expires the key, so the
