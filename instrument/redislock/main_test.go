@@ -2,6 +2,11 @@ package redislock_test
 
 import (
 	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +20,47 @@ import (
 
 func TestMain(m *testing.M) {
 	leakcheck.VerifyTestMain(m)
+}
+
+// aloneEnv names, in a child process of inOwnProcess, the test it runs.
+const aloneEnv = "REDISLOCK_TEST_ALONE"
+
+// inOwnProcess lets a test whose checks see the whole process (a goleak
+// snapshot, as locktest.Run's NoGoroutineSurvives* take) run beside the
+// package's parallel tests: in the test binary go test runs, it marks t
+// parallel, runs t's test again in a child process of the same binary
+// (-test.run naming it alone, so nothing else runs there), fails t if the
+// child fails, and returns true: the caller returns at once. In that child
+// it returns false, and the caller runs its test, alone in its process.
+func inOwnProcess(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(aloneEnv) == t.Name() {
+		return false
+	}
+	t.Parallel()
+	run := "^" + regexp.QuoteMeta(t.Name()) + "$"
+	if f := flag.Lookup("test.run"); f != nil {
+		if _, sub, ok := strings.Cut(f.Value.String(), "/"); ok {
+			run += "/" + sub // -run naming some of its subtests
+		}
+	}
+	args := []string{"-test.run=" + run, "-test.count=1", "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	if dl, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+time.Until(dl).String())
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = append(os.Environ(), aloneEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	// Prefixed, so that the child's "--- PASS" lines read as its log, not
+	// as results of this process's tests.
+	t.Logf("%s in a process of its own (%v):\n%s", t.Name(), cmd.ProcessState, "| "+strings.ReplaceAll(strings.TrimRight(string(out), "\n"), "\n", "\n| "))
+	if err != nil {
+		t.Errorf("%s in a process of its own: %v", t.Name(), err)
+	}
+	return true
 }
 
 // newClient dials addr the way lockgov recommends: context deadlines bound
