@@ -29,7 +29,10 @@ func TestFair_StaleNotificationIsIgnoredAfterTheFenceCounterExpired(t *testing.T
 	// A short retention makes the counter expire while X holds; with the
 	// default (10 minutes) the same happens to a holder that holds longer.
 	x := newLocker(t, c, redislock.Fair(), redislock.WithFenceRetention(time.Millisecond))
-	held, err := x.Acquire(ctx, key, instrument.WithTTL(600*time.Millisecond)) // the watchdog renews it
+	// The watchdog renews it every 500 ms, ~1 s before it would expire on a
+	// loaded machine with the package's other tests running beside this
+	// one (600 ms left 400 ms).
+	held, err := x.Acquire(ctx, key, instrument.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -207,7 +207,10 @@ func reshardHalfway(t *testing.T, cl *testenv.RedisCluster, first string, opts .
 	key := fmt.Sprintf("lock:reshard:{%s}", t.Name())
 
 	renewed := make(chan error, 64)
-	hcfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(900 * time.Millisecond))
+	// The watchdog renews every 500 ms: a renewal may come ~1 s late on a
+	// loaded machine, with the package's other tests running beside this
+	// one, before the lease would end by expiry (900 ms left 600 ms).
+	hcfg, _ := instrument.ApplyAcquireOptions(instrument.WithTTL(1500 * time.Millisecond))
 	hcfg.Observer = instrument.ObserverFuncs{OnRenewed: func(err error) { renewed <- err }}
 	holderC := cl.Client(t)
 	holderRefused := make(chan struct{}, 1)

@@ -89,7 +89,9 @@ func TestTLSACL_ConformanceWithTheMinimalACL(t *testing.T) {
 			)
 			t.Run("WatchdogRenews", func(t *testing.T) {
 				ctx := timeout(t, 30*time.Second)
-				withRenewals, renewed := renewedSignal(300 * time.Millisecond)
+				// A renewal every 500 ms, ~1 s before the lease would expire,
+				// with the package's other tests running beside this one.
+				withRenewals, renewed := renewedSignal(1500 * time.Millisecond)
 				lease, err := newLocker(t, appClient(t, r, nil), mode.opts...).Acquire(ctx, "lock:tls:renew:"+mode.name, withRenewals)
 				if err != nil {
 					t.Fatalf("Acquire over TLS+ACL: %v", err)
