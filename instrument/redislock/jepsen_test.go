@@ -25,11 +25,11 @@ import (
 // one holder at a time, fences increase holder to holder, no lease is lost,
 // no Acquire returns long after its deadline, and nothing is left held.
 func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
-	t.Parallel()
+	// Serial, subtests too: Acquire must return within 1s of its deadline, which
+	// overran by up to 2.9s with parallel tests beside it on a loaded 2-core machine.
 	for _, m := range modes {
 		for _, chaos := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/chaos=%v", m.name, chaos), func(t *testing.T) {
-				t.Parallel()
 				r, admin := setup(t)
 				j := jepsen{
 					admin: admin,
@@ -87,10 +87,10 @@ func TestJepsen_ExclusionUnderRandomCancellation(t *testing.T) {
 //     failing for want of Redis cannot end it (only expiry, or a renewal
 //     proving the lock gone), so no such lease may be lost.
 func TestJepsen_ExclusionUnderHalfOpenConnections(t *testing.T) {
-	t.Parallel()
+	// Serial, subtests too: Acquire must return within 1s of its deadline, which
+	// overran by up to 2.9s with parallel tests beside it on a loaded 2-core machine.
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
 			r, admin := setup(t)
 			j := jepsen{
 				admin: admin,
