@@ -53,6 +53,7 @@ type Etcd struct {
 	stopping *atomic.Bool // set by Stop: the running server's logger drops its shutdown errors
 	grpc     *grpcServers // the running server's client gRPC servers, stopped hard by Stop
 	closed   bool
+	hold     *portHold // the ports while stopped, until Restart or Close
 }
 
 // NewEtcd starts a single-member etcd for the test and stops it, removing
@@ -144,6 +145,8 @@ func (e *Etcd) startLocked() error {
 	if e.e != nil {
 		return nil
 	}
+	e.hold.release()
+	e.hold = nil
 	cfg := embed.NewConfig()
 	cfg.Name = e.name
 	cfg.Dir = e.dir
@@ -305,7 +308,19 @@ func (e *Etcd) Stop() {
 		stopping.Store(true)
 		servers.stop()
 		srv.Close()
+		// Keep the ports for Restart (Redis.Kill says how): held from
+		// here, not at the top, since the member listens until Close.
+		e.mu.Lock()
+		if !e.closed && e.e == nil && e.hold == nil {
+			e.hold = holdPorts(urlPort(e.clientURL), urlPort(e.peerURL))
+		}
+		e.mu.Unlock()
 	}
+}
+
+func urlPort(u url.URL) int {
+	p, _ := strconv.Atoi(u.Port())
+	return p
 }
 
 // Restart starts a stopped member again on the same ports with the same
@@ -335,6 +350,8 @@ func (e *Etcd) Close() {
 	e.mu.Lock()
 	already := e.closed
 	e.closed = true
+	e.hold.release()
+	e.hold = nil
 	e.mu.Unlock()
 	if !already {
 		_ = os.RemoveAll(e.dir)

@@ -76,6 +76,7 @@ type Redis struct {
 	exited chan struct{} // closed when cmd.Wait has returned
 	paused bool
 	closed bool
+	hold   *portHold // the ports while killed, until Restart or Close
 }
 
 // NewRedis starts a Redis for the test and stops it, removing its directory,
@@ -163,15 +164,38 @@ func (r *Redis) Addr() string {
 func (r *Redis) Port() int { return r.port }
 
 // Kill sends SIGKILL to the server and waits for it to exit, like a crash.
-// The port number is kept for Restart, but nothing holds it while the server
-// is down. Killing a Redis that is not running is a no-op.
+// The port number is kept for Restart: while the server is down a socket
+// bound to it without listening keeps other servers and outgoing
+// connections off it (a client's dial is refused, as by a crashed server).
+// Killing a Redis that is not running is a no-op.
 func (r *Redis) Kill() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return ErrClosed
 	}
-	return r.killLocked()
+	running := r.cmd != nil
+	if err := r.killLocked(); err != nil {
+		return err
+	}
+	if running && r.hold == nil {
+		r.hold = holdPorts(r.ports()...)
+	}
+	return nil
+}
+
+// ports are the server's TCP ports: its client port and, in a Redis
+// Cluster, its cluster bus port.
+func (r *Redis) ports() []int {
+	ports := []int{r.port}
+	for i, a := range r.args {
+		if a == "--cluster-port" && i+1 < len(r.args) {
+			if bus, err := strconv.Atoi(r.args[i+1]); err == nil && bus != 0 {
+				ports = append(ports, bus)
+			}
+		}
+	}
+	return ports
 }
 
 // Restart starts the server again on the same port and waits until it answers
@@ -222,6 +246,8 @@ func (r *Redis) Close() error {
 	}
 	r.closed = true
 	err := r.killLocked()
+	r.hold.release()
+	r.hold = nil
 	if rmErr := os.RemoveAll(r.dir); rmErr != nil && err == nil {
 		err = fmt.Errorf("testenv: remove redis dir: %w", rmErr)
 	}
@@ -263,6 +289,8 @@ func (r *Redis) logPath() string { return r.dir + "/redis.log" }
 // startLocked starts redis-server on r.port and waits for PING. On failure
 // the process is reaped and r.cmd is nil.
 func (r *Redis) startLocked() error {
+	r.hold.release()
+	r.hold = nil
 	var args []string
 	if r.configFile != "" {
 		args = append(args, r.configFile)
