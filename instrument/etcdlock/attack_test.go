@@ -68,7 +68,7 @@ func (w *compactingWatcher) Watch(ctx context.Context, key string, opts ...clien
 // holds it, in queue order.
 func TestAttack_QueueWatchCompactedFallsBackWithoutATakeoverWhileHeld(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	lh := newLocker(t, admin)
 	const key = "compacted-queue-watch"
@@ -166,7 +166,7 @@ func TestAttack_QueueDeletedInOneRevisionGivesNoWaiterTheLock(t *testing.T) {
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEtcd(t)
+			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			lh := newLocker(t, admin)
 			const key = "queue-deleted"
@@ -259,7 +259,7 @@ func TestAttack_ThreeMemberCluster_RevokedWaiterOnLaggingFollowerDoesNotGetTheLo
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
-	cl := newEtcdCluster(t, 3)
+	cl := testenv.NewEtcdCluster(t, 3)
 	leader, err := cl.Leader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +333,7 @@ func TestAttack_ContendersGivingUpAtRandomNeverMakeTwoHolders(t *testing.T) {
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			c := newEtcd(t).Client(t)
+			c := testenv.NewEtcd(t).Client(t)
 			const key, workers, total = "random-give-ups", 10, 300
 			lockers := make([]*etcdlock.Locker, 3)
 			for i := range lockers {
@@ -425,7 +425,7 @@ func etcdServerDeadline(ctx context.Context, method string, req, reply any, cc *
 // with DeadlineExceeded, as for any give-up, and nothing stays in the queue.
 func TestAttack_ADeadlinePassedBeforeItsTimerFiredIsAGiveUp(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	c := interceptedClient(t, e.Endpoints(), etcdServerDeadline)
 	s, err := concurrency.NewSession(c)
 	if err != nil {
@@ -554,7 +554,7 @@ func TestAcquire_AWaiterKeepsItsPlaceWhenAQueueReadFails(t *testing.T) {
 func readsFailWhileQueued(t *testing.T, prefix string, opts []etcdlock.Option,
 	check func(t *testing.T, ctx context.Context, got <-chan acquired, h instrument.Lease, f *failingReads)) {
 	t.Helper()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
@@ -597,7 +597,7 @@ func waiterOnOwnClient(t *testing.T, e *testenv.Etcd, admin *clientv3.Client, ma
 // not keep its place until its deadline.
 func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
@@ -637,7 +637,7 @@ func TestAcquire_AWaiterWhoseClientIsClosedStopsWaiting(t *testing.T) {
 // the waiter's deadline.
 func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
@@ -684,7 +684,7 @@ func TestAcquire_AWaiterWhoseReadFailsAtTheReleaseTakesTheLockOnceReadsWork(t *t
 // naming it would send an operator after the wrong cause.
 func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, mode := range waitModes[:2] {
 		for _, stillFailing := range []bool{true, false} {
@@ -736,7 +736,7 @@ func TestAcquire_ADeadlineNamesAFailedReadOnlyIfReadsStillFail(t *testing.T) {
 // cut short.
 func TestAcquire_AWaiterWhoseContextEndsAsAReadFailsGetsErrNotAcquiredWithTheCause(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	cause := errors.New("caller gone")
 	for _, mode := range waitModes[:2] {

@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 const (
@@ -100,7 +102,7 @@ func contend(b *testing.B, newLock func(b *testing.B) func(ctx context.Context) 
 // (one Session per goroutine, so they really exclude each other) on the
 // same embedded etcd, in one run.
 func BenchmarkContention(b *testing.B) {
-	e := newEtcd(b)
+	e := testenv.NewEtcd(b)
 	b.Run("etcdlock", func(b *testing.B) {
 		l := newLocker(b, e.Client(b))
 		contend(b, func(b *testing.B) func(ctx context.Context) (func(), error) {
@@ -134,7 +136,7 @@ func BenchmarkContention(b *testing.B) {
 
 // BenchmarkUncontended is one acquire+release of a free key.
 func BenchmarkUncontended(b *testing.B) {
-	e := newEtcd(b)
+	e := testenv.NewEtcd(b)
 	b.Run("etcdlock", func(b *testing.B) {
 		l := newLocker(b, e.Client(b))
 		ctx := context.Background()
@@ -182,7 +184,7 @@ func BenchmarkHandoffFloor(b *testing.B) {
 		idle, read bool
 	}{{"hot", false, false}, {"cold", true, false}, {"cold+read", true, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := newEtcd(b).Client(b)
+			c := testenv.NewEtcd(b).Client(b)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			const key = "bench:floor"

@@ -91,12 +91,12 @@ func runMutexConformance(t *testing.T, endpoints []string) {
 // process's goroutines with a baseline (goleak.IgnoreCurrent), which the
 // goroutines of a test running alongside would break.
 func TestConformance_FromMutex(t *testing.T) {
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	runMutexConformance(t, e.Endpoints())
 }
 
 func TestConformance_SingleMember(t *testing.T) {
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	runConformance(t, e.Endpoints())
 }
 
@@ -104,7 +104,7 @@ func TestConformance_ThreeMemberCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
-	c := newEtcdCluster(t, 3)
+	c := testenv.NewEtcdCluster(t, 3)
 	runConformance(t, c.Endpoints())
 }
 

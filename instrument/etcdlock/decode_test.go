@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // TestDecodeValue_ReadsBackTheHolderThatWroteIt holds the round trip the
@@ -16,7 +17,7 @@ import (
 // the holder that wrote it, and its create revision is the lease's fence.
 func TestDecodeValue_ReadsBackTheHolderThatWroteIt(t *testing.T) {
 	t.Parallel()
-	cli := newEtcd(t).Client(t)
+	cli := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, cli, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-3"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

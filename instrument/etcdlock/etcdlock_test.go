@@ -127,7 +127,7 @@ func TestNew_RefusesNilClientAndEmptyPrefix(t *testing.T) {
 	if _, err := etcdlock.New(nil); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("nil client: %v", err)
 	}
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	if _, err := etcdlock.New(c, etcdlock.WithPrefix("")); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("empty prefix: %v", err)
 	}
@@ -138,7 +138,7 @@ func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			c := newEtcd(t).Client(t)
+			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key, n = "fifo", 10
 			h, err := l.Acquire(timeout(t, 5*time.Second), key)
@@ -190,7 +190,7 @@ func TestAcquire_WaitersAcquireInTheOrderTheyQueued(t *testing.T) {
 
 func TestWaiter_StopsWithErrorWhenItsOwnSessionEnds(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
 	const key = "waiter-session"
 	h, err := l.Acquire(timeout(t, 5*time.Second), key)
@@ -242,7 +242,7 @@ func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
-	cl := newEtcdCluster(t, 3)
+	cl := testenv.NewEtcdCluster(t, 3)
 	la := newLocker(t, cl.Client(t))
 	lb := newLocker(t, cl.Client(t))
 	const key = "leader-kill"
@@ -267,7 +267,6 @@ func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
 		}
 	}()
 
-	restarted := outage(t)
 	old, err := cl.StopLeader()
 	if err != nil {
 		t.Fatal(err)
@@ -300,12 +299,11 @@ func TestLeaderKilled_LeaseSurvivesOrHolderIsCancelledFirst(t *testing.T) {
 	if err := cl.Members[old].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted()
 }
 
 func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +358,7 @@ func TestFromMutex_SharedSessionGoroutinesNeverBothHold(t *testing.T) {
 // waiting until the first releases.
 func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	s, err := concurrency.NewSession(c, concurrency.WithTTL(5))
 	if err != nil {
 		t.Fatal(err)
@@ -418,7 +416,7 @@ func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(
 
 func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c, etcdlock.WithService("payments"), etcdlock.WithInstance("pod-7"))
 	const key = "lock:meta"
 	h, err := l.Acquire(timeout(t, 5*time.Second), key)
@@ -483,7 +481,7 @@ func TestLockValue_CarriesHolderMetadataAndFenceIsCreateRevision(t *testing.T) {
 // which for a pooled lease is before the waiter even called Acquire.
 func TestLockValue_APooledLeasesWaiterRecordsWhenItQueued(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	l, gate := newLocker(t, c), newLocker(t, c)
 	ttl := instrument.WithTTL(30 * time.Second)
 	h, err := l.Acquire(timeout(t, 5*time.Second), "pooled", ttl)
@@ -545,7 +543,7 @@ func TestContention_ThreeMemberCluster_ReusedLeaseEntryIsNotMistakenForItsPredec
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
-	cl := newEtcdCluster(t, 3)
+	cl := testenv.NewEtcdCluster(t, 3)
 	leader, err := cl.Leader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -643,7 +641,7 @@ func (w *laggingWatcher) Watch(ctx context.Context, key string, opts ...clientv3
 // lagging member, is not the loss of the new one.
 func TestAcquire_ReusedLeaseEntrySurvivesAReplayOfItsPreviousDeletion(t *testing.T) {
 	t.Parallel()
-	c := withLaggingWatches(newEtcd(t).Client(t), 3)
+	c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
 	l := newLocker(t, c)
 	const key = "reuse-own"
 	first, err := l.Acquire(timeout(t, 5*time.Second), key)
@@ -675,7 +673,7 @@ func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			c := withLaggingWatches(newEtcd(t).Client(t), 3)
+			c := withLaggingWatches(testenv.NewEtcd(t).Client(t), 3)
 			la, lb := newLocker(t, c), inWaitMode(newLocker(t, c), mode.max)
 			const key = "reuse-pred"
 			first, err := la.Acquire(timeout(t, 5*time.Second), key)
@@ -722,7 +720,7 @@ func TestWaiter_DoesNotTakeOverOnAReplayedDeletionOfItsPredecessorsReusedEntry(t
 func TestHolder_EntryDeletedWithinTheWatchGraceEndsTheLease(t *testing.T) {
 	t.Parallel()
 	for _, wait := range []instrument.AcquireOption{instrument.FailFast(), instrument.WaitUntilDeadline()} {
-		c := newEtcd(t).Client(t)
+		c := testenv.NewEtcd(t).Client(t)
 		l := newLocker(t, c)
 		const key = "deleted-in-grace"
 		// A long TTL: the watchdog would find a revoked lease on its own, and this

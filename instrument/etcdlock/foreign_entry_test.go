@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // TestAcquire_AnotherWritersEntryUnderAQueueCountsAsAHolder: another
@@ -28,7 +29,7 @@ func TestAcquire_AnotherWritersEntryUnderAQueueCountsAsAHolder(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := timeout(t, time.Minute)
-			c := newEtcd(t).Client(t)
+			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key = "lock:q"
 			foreign := l.QueuePrefix(key) + "other"

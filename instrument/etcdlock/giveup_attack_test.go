@@ -84,12 +84,12 @@ func (b *putBarrier) intercept(ctx context.Context, method string, req, reply an
 func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothingRunning(t *testing.T) {
 	// Serial: it counts the process's goroutines (runtime.NumGoroutine).
 	const waiters = 200
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	const key = "burst-of-give-ups"
 	holder := mustAcquire(t, other, key, instrument.WithTTL(time.Hour))
-	p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 	b := &putBarrier{n: waiters, cut: p.HalfOpen, all: make(chan struct{})}
 	g := newRevokeGate()
 	c := interceptedClient(t, []string{"http://" + p.Addr()}, b.intercept, grpc.WithChainUnaryInterceptor(g.intercept))
@@ -155,7 +155,7 @@ func TestAcquire_HundredsOfWaitersGivingUpAtOnceWhileEtcdIsUnreachableLeaveNothi
 // run on the ghost's lease, and the revoke must leave the held one alone.
 func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
 	other := newLocker(t, admin)
@@ -230,7 +230,7 @@ func TestAcquire_AGhostsLeaseIsNeverReusedAndItsLateRevokeEndsNoLiveLock(t *test
 // while etcd cannot be reached), not only once etcd answers.
 func TestFromMutex_ATurnKeptForAMutexLockThatDoesNotReturnIsBoundedByTheSession(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 600)
 	for _, tc := range []struct {
@@ -297,7 +297,7 @@ func TestAttack_GhostsOfAPartitionedMemberSurviveALeaderChangeAndACompactionWith
 	if testing.Short() {
 		t.Skip("3-member cluster in -short")
 	}
-	cl := newEtcdClusterWithPeerProxies(t, 3)
+	cl := testenv.NewEtcdClusterWithPeerProxies(t, 3)
 	leader, err := cl.Leader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -171,7 +171,7 @@ func stillWaiting(t *testing.T, what string, ws ...<-chan acquired) {
 // connection goes half-open right after the next put once cut is armed.
 func halfOpenAfterPut(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv.Proxy, *cutAfter) {
 	t.Helper()
-	p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 	cut := newCutAfter(putTxn, p.HalfOpen)
 	return interceptedClient(t, []string{"http://" + p.Addr()}, cut.intercept), p, cut
 }
@@ -188,7 +188,7 @@ func halfOpenAfterPut(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv
 func queuedWhenCut(t *testing.T, prefix, gone string, opts []etcdlock.Option, holderOpts []instrument.AcquireOption,
 	wait func(t *testing.T, l *etcdlock.Locker, key string, cut *cutAfter)) {
 	t.Helper()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	for _, mode := range waitModes[:2] {
@@ -311,7 +311,7 @@ func mutexIsFree(t *testing.T, key, after string, holder instrument.Lease, other
 // is reachable again it must go (TTL 1 h), and the lock with it.
 func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	ttl := instrument.WithTTL(time.Hour)
@@ -356,7 +356,7 @@ func TestAcquire_AWaiterWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *t
 // the order they queued, without waiting for the ghost's TTL (1 h).
 func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoked(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
 	other, elsewhere := newLocker(t, admin), newLocker(t, admin)
@@ -404,7 +404,7 @@ func TestAcquire_AWaiterThatGaveUpKeepsLaterWaitersBehindItsEntryUntilItIsRevoke
 // nobody may lock meanwhile.
 func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 600)
 	for _, tc := range []acquireCase{
@@ -452,7 +452,7 @@ func TestFromMutex_AnAcquireWhoseContextEndsWhileEtcdIsUnreachableReturnsAtOnce(
 // higher fence.
 func TestRelease_OnAnEndedContextWhileEtcdIsUnreachableReturnsAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, tc := range []struct {
 		name string

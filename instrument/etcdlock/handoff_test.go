@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // gatedWatcher holds back every response of every watch whose key pass
@@ -61,7 +62,7 @@ func TestWaiter_WhoseEntryWasDeletedWhileWaitingDoesNotGetTheLock(t *testing.T) 
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEtcd(t)
+			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			lh := newLocker(t, admin)
 			const key = "deleted-waiter"
@@ -124,7 +125,7 @@ func TestWaiter_PredecessorGivingUpIsNotAHandoff(t *testing.T) {
 	for _, mode := range waitModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			c := newEtcd(t).Client(t)
+			c := testenv.NewEtcd(t).Client(t)
 			l := inWaitMode(newLocker(t, c), mode.max)
 			const key = "gives-up"
 			h, err := l.Acquire(timeout(t, 5*time.Second), key)

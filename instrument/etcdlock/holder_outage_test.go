@@ -19,6 +19,7 @@ import (
 	"github.com/lockgov/lockgov/instrument/fence"
 	"github.com/lockgov/lockgov/instrument/fence/etcdfence"
 	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // keepAlives records the lease keepalives a client sends, by lease ID, and
@@ -166,9 +167,9 @@ func lostWithLockLost(t *testing.T, lease instrument.Lease, what string) {
 // holder's entry.
 func TestGovern_AHolderCutOffFromEtcdPastItsTTLLosesTheLockForGood(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
-	p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 	t.Cleanup(p.Reset)
 	var k keepAlives
 	c := keepAliveClient(t, []string{"http://" + p.Addr()}, &k)
@@ -207,7 +208,7 @@ func TestGovern_AHolderCutOffFromEtcdPastItsTTLLosesTheLockForGood(t *testing.T)
 // refused.
 func TestGovern_AHolderThroughAnEtcdOutagePastItsTTLLosesTheLockForGood(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	var k keepAlives
 	c := keepAliveClient(t, e.Endpoints(), &k)
@@ -224,14 +225,12 @@ func TestGovern_AHolderThroughAnEtcdOutagePastItsTTLLosesTheLockForGood(t *testi
 	}
 	leaseID := newestEntry(t, admin, l, key, 1).Lease
 
-	restarted := outage(t)
 	e.Stop()
 	lostWithLockLost(t, lease, "etcd stopped past the TTL")
 	k.markLost(leaseID)
 	if err := e.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted()
 	waitReachable(t, c)
 	lostLockChecks(t, admin, l, lease, guard, &k, leaseID)
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // A lease dropped without Release is released when it is collected
@@ -18,7 +19,7 @@ import (
 // timers or the own-key watch reference keeps the handle alive.
 func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	l, other := newLocker(t, c), newLocker(t, c)
 	var leaked atomic.Int32
 	func() {
@@ -42,7 +43,7 @@ func TestAcquire_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // ends by itself.
 func TestWithoutWatchdog_WaiterOutlivesItsTTLAndTheHeldLeaseExpires(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	lh, lw := newLocker(t, admin), newLocker(t, e.Client(t))
 	const key = "no-watchdog-waiter"

@@ -267,7 +267,7 @@ func lockIsFree(t *testing.T, key string, lockers ...*etcdlock.Locker) {
 // given up, and the lock with it, whether it was fresh or pooled.
 func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	for _, tc := range lostAcquireCases {
@@ -306,7 +306,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostLeavesNoLockBehind(t *testing.T) {
 // stays taken by nobody meanwhile.
 func TestAcquire_AnAttemptWhoseReplyIsLostAsEtcdBecomesUnreachableLeavesNoLockBehind(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	other := newLocker(t, admin)
 	for _, tc := range lostAcquireCases {
@@ -314,7 +314,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostAsEtcdBecomesUnreachableLeavesNoLockBe
 			name := fmt.Sprintf("%s/pooled=%t", tc.name, pooled)
 			t.Run(name, func(t *testing.T) {
 				key := "lost-acquire-cut/" + name
-				p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+				p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 				f := newLostReply(putTxn)
 				f.afterLoss = p.HalfOpen
 				l := newLocker(t, faultyClient(t, []string{"http://" + p.Addr()}, f))
@@ -345,7 +345,7 @@ func TestAcquire_AnAttemptWhoseReplyIsLostAsEtcdBecomesUnreachableLeavesNoLockBe
 // lock is free at once.
 func TestAcquire_AGrantWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, tc := range lostAcquireCases[:3] {
 		t.Run(tc.name, func(t *testing.T) {
@@ -382,7 +382,7 @@ func TestAcquire_AGrantWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 // lease is not pooled for a later Acquire.
 func TestRelease_ADeleteWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	for _, ends := range []bool{true, false} {
 		t.Run(fmt.Sprintf("caller-ends=%t", ends), func(t *testing.T) {
@@ -427,7 +427,7 @@ func TestRelease_ADeleteWhoseReplyIsLostLeavesTheLockFree(t *testing.T) {
 // up, not left to its TTL (an hour here).
 func TestRelease_ADeleteThatDoesNotReachEtcdLeavesNoLockBehind(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c, p := proxied(t, e)
 	l := newLocker(t, c)
@@ -456,7 +456,7 @@ func TestRelease_ADeleteThatDoesNotReachEtcdLeavesNoLockBehind(t *testing.T) {
 // must still go, not stand on its unrenewed lease for its TTL (an hour).
 func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	l := newLocker(t, c)
 	const key = "release-ended-context"
 	h, err := l.Acquire(timeout(t, 10*time.Second), key, instrument.WithTTL(time.Hour))
@@ -483,7 +483,7 @@ func TestRelease_OnAnEndedContextGivesTheLockUp(t *testing.T) {
 // kept out for ever.
 func TestFromMutex_AnAttemptWhoseReplyIsLostLeavesNoKeyBehind(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	otherSession := newSession(t, admin, 30)
 	for _, tc := range lostAcquireCases {
@@ -499,7 +499,7 @@ func TestFromMutex_AnAttemptWhoseReplyIsLostLeavesNoKeyBehind(t *testing.T) {
 				endpoints := e.Endpoints()
 				var p *testenv.Proxy
 				if cut {
-					p = newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+					p = testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 					f.afterLoss, endpoints = p.HalfOpen, []string{"http://" + p.Addr()}
 				}
 				s := newSession(t, faultyClient(t, endpoints, f), 30)
@@ -625,7 +625,7 @@ func (g *revokeGate) waitFailed(t *testing.T) {
 // many requests in flight), until every entry is gone.
 func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l, g := gatedLocker(t, e.Endpoints())
 	other := newLocker(t, admin)
@@ -688,7 +688,7 @@ func TestAcquire_WaitersThatGiveUpWhileEtcdIsUnreachableLeaveTheQueue(t *testing
 // anyway; with an hour's, it would stand for that hour.)
 func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	var (
 		mu       sync.Mutex
 		leaseID  int64
@@ -721,7 +721,6 @@ func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *t
 	leaseID = resp.Kvs[0].Lease
 	mu.Unlock()
 
-	restarted := outage(t)
 	e.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -737,7 +736,6 @@ func TestRelease_ARevokeThatCannotGetThroughForTwoTTLsIsTriedOnceEtcdIsBack(t *t
 	if err := e.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted()
 	testenv.WaitFor(t, 20*time.Second, "the background revoke to reach etcd once it is back", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -56,7 +56,7 @@ func (r *revokes) succeeded(id int64) int {
 // one. Fences still refuse the old holder either way (holder_outage_test).
 func TestAcquire_AHolderThatLostItsLockInAnOutageRevokesItsLeaseOnceEtcdIsBack(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	var rv revokes
 	c := interceptedClient(t, e.Endpoints(), rv.unary)
@@ -70,13 +70,11 @@ func TestAcquire_AHolderThatLostItsLockInAnOutageRevokesItsLeaseOnceEtcdIsBack(t
 	got := acquireInBackground(t, other, key, time.Minute, watchOnly...)
 	waitWatching(t, other, 1)
 
-	restarted := outage(t)
 	e.Stop()
 	lostWithLockLost(t, lease, "etcd stopped past the TTL")
 	if err := e.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted()
 	keeper := testenv.NewEtcdClient(t, e.Endpoint())
 	kept := false
 	if ka, err := keeper.KeepAliveOnce(timeout(t, callerTime), clientv3.LeaseID(leaseID)); err == nil {
@@ -113,7 +111,7 @@ func TestAcquire_AHolderThatLostItsLockInAnOutageRevokesItsLeaseOnceEtcdIsBack(t
 // the lost holder has released.
 func TestAcquire_AHolderWhoseKeyIsDeletedRevokesItsLeaseButFromMutexKeepsItsSession(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c := e.Client(t)
 	l := newLocker(t, c)
@@ -161,7 +159,7 @@ func TestAcquire_AHolderWhoseKeyIsDeletedRevokesItsLeaseButFromMutexKeepsItsSess
 // to do the lease, and the new holder's entry, are still there.
 func TestRelease_ALossAsTheLeaseIsPooledDoesNotRevokeItUnderTheNextHolder(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	l := newLocker(t, e.Client(t))
 	const key = "lock:lost-as-pooled"

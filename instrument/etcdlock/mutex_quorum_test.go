@@ -35,7 +35,7 @@ type noQuorum struct {
 
 func queueBehindAHolderOnACluster(t *testing.T, policy instrument.StoreFailurePolicy, bound time.Duration) *noQuorum {
 	t.Helper()
-	q := &noQuorum{cl: newEtcdClusterWithPeerProxies(t, 3), probes: &countGets{}, pfx: "/mutex-no-quorum/", key: "k"}
+	q := &noQuorum{cl: testenv.NewEtcdClusterWithPeerProxies(t, 3), probes: &countGets{}, pfx: "/mutex-no-quorum/", key: "k"}
 	q.admin = q.cl.Client(t)
 	c := interceptedClient(t, q.cl.Members[0].Endpoints(), q.probes.intercept)
 	// Session TTLs the test never outlives: no lease may end in it.

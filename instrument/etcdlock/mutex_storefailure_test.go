@@ -50,7 +50,7 @@ func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(
 			for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 				t.Run(fault.name+"/"+path.name+"/"+policy.String(), func(t *testing.T) {
 					t.Parallel()
-					e := newEtcd(t)
+					e := testenv.NewEtcd(t)
 					admin := e.Client(t)
 					c, p := proxied(t, e)
 					pfx := "/mutex-outage/"
@@ -79,10 +79,6 @@ func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(
 							return mutexKeys(t, admin, pfx, key, s) == 1
 						})
 					}
-					restarted := func() {}
-					if fault.name == "killed" {
-						restarted = outage(t)
-					}
 					fault.cut(e, p)
 					ctx := timeout(t, callerTime)
 					if got == nil {
@@ -105,7 +101,6 @@ func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(
 						if err := e.Restart(); err != nil {
 							t.Fatal(err)
 						}
-						restarted()
 					}
 					p.Reset() // the client reconnects
 					testenv.WaitFor(t, callerTime, "this session's Mutex key to be gone once etcd is back", func() bool {
@@ -122,7 +117,7 @@ func TestGovern_FromMutexWithARequestTimeoutMakesAnUnreachableEtcdAStoreFailure(
 // New) and no other Option: the Mutex's key prefix and value are its own.
 func TestFromMutex_TakesOnlyARequestTimeout(t *testing.T) {
 	t.Parallel()
-	s := newSession(t, newEtcd(t).Client(t), 10)
+	s := newSession(t, testenv.NewEtcd(t).Client(t), 10)
 	if _, err := etcdlock.FromMutex(s, "/opts/", etcdlock.WithRequestTimeout(time.Second)); err != nil {
 		t.Fatalf("WithRequestTimeout: %v", err)
 	}

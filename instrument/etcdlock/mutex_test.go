@@ -43,7 +43,7 @@ func fromMutex(t *testing.T, s *concurrency.Session, pfx string) *etcdlock.Mutex
 // session's keepalive would keep it, and the key locked, for ever.
 func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	s := newSession(t, c, 30)
 	m := fromMutex(t, s, "/after-lock/")
 	other := fromMutex(t, newSession(t, c, 30), "/after-lock/")
@@ -98,7 +98,7 @@ func TestFromMutex_FailureAfterASuccessfulLockUnlocksTheMutex(t *testing.T) {
 // (a Mutex names its key after the session's lease).
 func TestFromMutex_ReleaseAfterALossLeavesTheNextHoldersLock(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	sa := newSession(t, c, 30)
 	ma, mb := fromMutex(t, sa, "/lost/"), fromMutex(t, newSession(t, c, 30), "/lost/")
 	a, err := ma.Acquire(timeout(t, 5*time.Second), "k")
@@ -131,7 +131,7 @@ func TestFromMutex_ReleaseAfterALossLeavesTheNextHoldersLock(t *testing.T) {
 // proxied returns a client that reaches e through a fault proxy.
 func proxied(t *testing.T, e *testenv.Etcd) (*clientv3.Client, *testenv.Proxy) {
 	t.Helper()
-	p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+	p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 	return testenv.NewEtcdClient(t, "http://"+p.Addr()), p
 }
 
@@ -155,7 +155,7 @@ func waitReachable(t *testing.T, c *clientv3.Client) {
 // key afterwards still ends it.
 func TestFromMutex_DeletionAfterItsWatchWasCompactedAwayEndsTheLease(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	c, p := proxied(t, e)
 	m := fromMutex(t, newSession(t, c, 30), "/compacted/")
@@ -201,7 +201,7 @@ func TestFromMutex_DeletionAfterItsWatchWasCompactedAwayEndsTheLease(t *testing.
 // session.
 func TestFromMutex_HolderCutOffFromEtcdIsCancelledBeforeAnotherSessionLocks(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	ma := fromMutex(t, newSession(t, c, 3), "/cutoff/")
 	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/cutoff/")
@@ -234,7 +234,7 @@ func TestFromMutex_HolderCutOffFromEtcdIsCancelledBeforeAnotherSessionLocks(t *t
 // key (and the adapter's in-process turn) is free again.
 func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	m := fromMutex(t, newSession(t, c, 30), "/dropped/")
 	func() {
 		if _, err := m.Acquire(timeout(t, 5*time.Second), "k"); err != nil {
@@ -250,7 +250,7 @@ func TestFromMutex_DroppedLeaseIsReleasedWhenCollected(t *testing.T) {
 // dropped lease.
 func TestFromMutex_LostLeaseDroppedWithoutReleaseGivesItsTurnBack(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	m := fromMutex(t, newSession(t, c, 30), "/lost-dropped/")
 	func() {
 		h, err := m.Acquire(timeout(t, 5*time.Second), "k")
@@ -276,7 +276,7 @@ func TestFromMutex_LostLeaseDroppedWithoutReleaseGivesItsTurnBack(t *testing.T) 
 // and every other session waits until the session ends.
 func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	ma := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
 	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/ended-release/")
 	h1, err := ma.Acquire(timeout(t, 5*time.Second), "k")
@@ -317,7 +317,7 @@ func TestFromMutex_AReleaseOnAnEndedContextNeverRepeatsAFence(t *testing.T) {
 // than leave it locked for every other session until the session ends.
 func TestFromMutex_AReleaseThatDoesNotReachEtcdIsRetriedAndNeverRepeatsAFence(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	ma := fromMutex(t, newSession(t, c, 10), "/unreached/")
 	mb := fromMutex(t, newSession(t, e.Client(t), 30), "/unreached/")
@@ -363,7 +363,7 @@ func TestFromMutex_AReleaseThatDoesNotReachEtcdIsRetriedAndNeverRepeatsAFence(t 
 // anew.
 func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	s := newSession(t, c, 30)
 	m := fromMutex(t, s, "/reentered/")
 	// The key of a holder whose delete never got through.
@@ -396,7 +396,7 @@ func TestFromMutex_ALockThatReentersAStandingKeyIsNotHandedItsFenceAgain(t *test
 func TestFromMutex_ADroppedLeaseWhoseReleaseFailsKeepsTheKeyUntilItIsDeleted(t *testing.T) {
 	t.Parallel()
 	const pfx = "/dropped-failed/"
-	e := newEtcd(t, testenv.WithEtcdUser("app", "pw", pfx))
+	e := testenv.NewEtcd(t, testenv.WithEtcdUser("app", "pw", pfx))
 	root := e.Client(t)
 	cfg := e.ClientConfig(nil)
 	cfg.Username, cfg.Password = "app", "pw"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 // TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack:
@@ -23,7 +24,7 @@ func TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack(t
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
 			t.Parallel()
-			e := newEtcd(t)
+			e := testenv.NewEtcd(t)
 			holderLocker := newLocker(t, e.Client(t))
 			l := newLocker(t, e.Client(t), etcdlock.WithRequestTimeout(shortRequests))
 			g := governEtcd(t, l, policy)
@@ -34,7 +35,6 @@ func TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack(t
 			admin := e.Client(t)
 			waiterLease := newestEntry(t, admin, l, key, 2).Lease
 
-			restarted := outage(t)
 			e.Stop()
 			r := waitAcquired(t, got, callerTime, "the waiter in an etcd outage")
 			if policy == instrument.FailClosed {
@@ -48,7 +48,6 @@ func TestGovern_AWaiterThatFailedInAnEtcdOutageGivesItsEntryBackOnceEtcdIsBack(t
 			if err := e.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			restarted()
 			waitReachable(t, admin)
 
 			third := newLocker(t, admin)
@@ -89,7 +88,7 @@ func TestGovern_AWaiterKeepsItsPlaceThroughAnEtcdRestartShorterThanTheRequestTim
 	for _, mode := range waitModes[:2] {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEtcd(t)
+			e := testenv.NewEtcd(t)
 			admin := e.Client(t)
 			holderLocker := newLocker(t, e.Client(t))
 			// Stopping etcd takes seconds (its graceful stop waits for the
@@ -108,12 +107,10 @@ func TestGovern_AWaiterKeepsItsPlaceThroughAnEtcdRestartShorterThanTheRequestTim
 			waitWatching(t, third, 1)
 			newestEntry(t, admin, l, key, 3)
 
-			restarted := outage(t)
 			e.Stop()
 			if err := e.Restart(); err != nil {
 				t.Fatal(err)
 			}
-			restarted()
 			waitReachable(t, admin)
 			stillWaiting(t, "behind the holder across the restart", ours, theirs)
 			mustRelease(t, holder)

@@ -26,7 +26,7 @@ import (
 // grant, which needs no permission, works.
 func TestGovern_AnEtcdThatRefusesThePutIsNoStoreFailureUnderTheDefaultRequestTimeout(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t, testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
+	e := testenv.NewEtcd(t, testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
 	cfg := e.ClientConfig(nil)
 	cfg.Username, cfg.Password = "lockgov-app", "app-secret"
 	c, err := clientv3.New(cfg)

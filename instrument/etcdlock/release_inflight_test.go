@@ -101,7 +101,7 @@ func (g *grantWatch) intercept(ctx context.Context, method string, req, reply an
 // the lease is revoked (not pooled), and a second Release is ErrNotHeld.
 func TestRelease_OnAnEndedContextWithARenewalInFlightGivesTheLockUp(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	g := &grantWatch{told: 3} // the watchdog renews a second after the grant
 	renewal := newHeldCall(t, func(method string, _ any) bool { return method == "/etcdserverpb.Lease/LeaseKeepAlive" })
@@ -147,7 +147,7 @@ func TestRelease_OnAnEndedContextWithARenewalInFlightGivesTheLockUp(t *testing.T
 // too, not left to its TTL (an hour).
 func TestRelease_ADeleteWhoseWatchStopIsInterruptedGivesTheLeaseUp(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	const key = "release-watch-stop-interrupted"
 	prefix := newLocker(t, admin).QueuePrefix(key)

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/internal/testenv"
 )
 
 var errReplyLost = errors.New("reply lost (injected after etcd applied the txn)")
@@ -59,7 +60,7 @@ func (t *lostReplyTxn) Commit() (*clientv3.TxnResponse, error) {
 // the lock.
 func TestDo_ReleaseWhoseReplyIsLostIsNotALockLoss(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	kv := &lostReplyKV{KV: c.KV}
 	c.KV = kv
 	l := newLocker(t, c)

@@ -35,7 +35,7 @@ func appClient(t *testing.T, e *testenv.Etcd, password string) (*clientv3.Client
 // login naming it.
 func TestClientCertTLS_AcquireRenewReleaseAndWake(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t, testenv.WithEtcdClientCertTLS(), testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
+	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS(), testenv.WithEtcdUser("lockgov-app", "app-secret", etcdlock.DefaultPrefix))
 	ctx := timeout(t, time.Minute)
 	ca, err := appClient(t, e, "app-secret")
 	if err != nil {
@@ -86,7 +86,7 @@ func TestClientCertTLS_AcquireRenewReleaseAndWake(t *testing.T) {
 // (internal/agent TestTLSACL_*).
 func TestClientCertTLS_WrongCAOrNoClientCertFailsByTheDeadline(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t, testenv.WithEtcdClientCertTLS())
+	e := testenv.NewEtcd(t, testenv.WithEtcdClientCertTLS())
 	other := testenv.NewCerts(t)
 	for _, tc := range []struct {
 		name string

@@ -169,7 +169,7 @@ func TestGovern_OverEtcdTheRequestTimeoutMakesAnUnreachableEtcdAStoreFailure(t *
 				name := fault.name + "/" + path.name + "/" + policy.String()
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					e := newEtcd(t)
+					e := testenv.NewEtcd(t)
 					c, p := proxied(t, e)
 					t.Cleanup(p.Reset) // before the client's Close
 					l := newLocker(t, c, etcdlock.WithRequestTimeout(shortRequests))
@@ -230,7 +230,7 @@ func TestGovern_OverEtcdTheRequestTimeoutMakesAnUnreachableEtcdAStoreFailure(t *
 // before the partition (still valid) keeps the fallback out of its key.
 func TestGovern_FailOpenOverAPartitionedEtcdStillExcludesThisProcessesGoroutines(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	c, p := proxied(t, e)
 	t.Cleanup(p.Reset)
 	l := newLocker(t, c, etcdlock.WithRequestTimeout(shortRequests))
@@ -347,7 +347,7 @@ type slowWaiter struct {
 // when the holder releases (a fence above the holder's) and degrade
 // nothing.
 func waitsOnASlowEtcd(t *testing.T, w slowWaiter) {
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	const (
 		latency = 20 * time.Millisecond
@@ -357,7 +357,7 @@ func waitsOnASlowEtcd(t *testing.T, w slowWaiter) {
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
 			counted := &countRequests{match: w.counted}
-			p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 			c := interceptedClient(t, []string{"http://" + p.Addr()}, counted.intercept)
 			t.Cleanup(func() { p.SetLatency(0) })
 			l, other, waiting := w.lockers(t, c, admin, policy.String(), bound)
@@ -417,7 +417,7 @@ func isQueueRead(method string, req any) bool {
 // goes to etcd again.
 func TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	admin := e.Client(t)
 	elsewhere := newLocker(t, admin)
 	for _, tc := range lostAcquireCases {
@@ -425,7 +425,7 @@ func TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost(t *testing.
 			key := "lock:lost-put:" + tc.name
 			// Past anything the test waits for, within Govern's TTL bounds.
 			ttl := instrument.WithTTL(10 * time.Minute)
-			p := newProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint(), "http://"))
 			t.Cleanup(p.Reset)
 			f := newLostReply(putTxn)
 			f.afterLoss, f.withheld = p.HalfOpen, true
@@ -479,7 +479,7 @@ func TestGovern_FailOpenOverEtcdGivesBackAnEntryWhosePutReplyWasLost(t *testing.
 // The Locker's WithRequestTimeout is refused when negative.
 func TestNew_RefusesANegativeRequestTimeout(t *testing.T) {
 	t.Parallel()
-	c := newEtcd(t).Client(t)
+	c := testenv.NewEtcd(t).Client(t)
 	if _, err := etcdlock.New(c, etcdlock.WithRequestTimeout(-time.Second)); !errors.Is(err, instrument.ErrInvalidOption) {
 		t.Fatalf("negative request timeout: %v, want ErrInvalidOption", err)
 	}
@@ -508,7 +508,7 @@ func (f failPut) intercept(ctx context.Context, method string, req, reply any, c
 // that is a refusal (permission denied) is no store failure.
 func TestAcquire_EtcdsCouldNotDecideAnswersAreAStoreFailure(t *testing.T) {
 	t.Parallel()
-	e := newEtcd(t)
+	e := testenv.NewEtcd(t)
 	for _, tc := range []struct {
 		status, want error
 		failure      bool
