@@ -18,15 +18,13 @@ import (
 // (component=go-redis, Warn), not go-redis's default "redis: <date> pool.go"
 // line. The command's own error stays the last line.
 func TestCLI_GoRedisMessagesAreSlogLines(t *testing.T) {
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Parallel()
+	port := testenv.ClosedPort(t)
 	bin := buildLockgov(t)
 	cmd := exec.Command(bin, "locks", "ls", "--redis", fmt.Sprintf("redis://127.0.0.1:%d", port))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("locks ls against a closed port: %v, want exit 1; stderr:\n%s", err, stderr.String())

@@ -81,10 +81,7 @@ func TestAcquire_AResentAttemptThatFailsOtherwiseStillGivesTheLockBack(t *testin
 		{
 			name: "dial-refused",
 			fault: func(t *testing.T, _ *redis.Client) func(ctx context.Context, network, addr string) (net.Conn, error) {
-				port, err := testenv.FreePort()
-				if err != nil {
-					t.Fatal(err)
-				}
+				port := testenv.ClosedPort(t)
 				return func(ctx context.Context, network, _ string) (net.Conn, error) {
 					var d net.Dialer
 					return d.DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // handedOut is every port FreePort has returned in this process. Tests run
@@ -119,4 +120,29 @@ func (h *portHold) release() {
 		_ = syscall.Close(fd)
 	}
 	h.fds = nil
+}
+
+// ClosedPort returns a loopback port that refuses connections until the
+// test ends: bound, never listening. A test that wants a dial refused used
+// FreePort, a port free a moment ago, which a server of a test running
+// beside it (another package's, another process) could take meanwhile: a
+// Proxy there in blackhole mode turned "connection refused" into an i/o
+// timeout (cmd/lockgov, once). Bound without SO_REUSEADDR, the port is
+// taken neither by the kernel's choices nor by anyone's bind.
+func ClosedPort(t testing.TB) int {
+	t.Helper()
+	for range freePortTries {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := bindOnly(port, false)
+		if err != nil {
+			continue // taken since: try another
+		}
+		t.Cleanup(func() { _ = syscall.Close(fd) })
+		return port
+	}
+	t.Fatalf("testenv: no port could be held closed in %d tries", freePortTries)
+	return 0
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"net"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -70,4 +71,18 @@ func TestRedis_KillHoldsThePortUntilRestartOrClose(t *testing.T) {
 		t.Fatalf("port %d after Close: %v, want it let go", port, err)
 	}
 	_ = syscall.Close(fd)
+}
+
+// TestClosedPort_RefusesAndCannotBeTaken: the port refuses a dial and
+// nobody's bind takes it while the test runs.
+func TestClosedPort_RefusesAndCannotBeTaken(t *testing.T) {
+	port := ClosedPort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if _, err := net.DialTimeout("tcp", addr, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial the closed port: %v, want connection refused", err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		_ = ln.Close()
+		t.Fatalf("another listener took closed port %d", port)
+	}
 }
