@@ -414,7 +414,11 @@
 //     that waits (WaitUntilDeadline, Retry) keeps waiting, within its
 //     deadline (Retry: its attempts), trying again after 10 ms doubling to
 //     320 ms (or its poll interval); a waiter queued before is handed the
-//     lock after, its queue place kept; FailFast gets the error.
+//     lock after, its queue place kept. One that does not wait (FailFast,
+//     Retry out of attempts) is refused as by a holder: ErrNotAcquired,
+//     naming Redis's answer in its text only. It is no store failure, so
+//     instrument's FailOpen takes no process-local lock beside the
+//     holder's, which keeps renewing.
 //   - Release is refused throughout (its tombstone key does not exist yet)
 //     and tried again, with the same back-off, until the slot has moved,
 //     its context ends or the next try would pass the lease's local

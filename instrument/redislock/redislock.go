@@ -208,13 +208,22 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...instrument.Acq
 			// The lock's slot is being moved to another primary: Redis
 			// runs no script of this lock until its keys are on one
 			// node. A caller that waits keeps waiting, within its
-			// deadline (Retry: its attempts), as it would for a holder;
-			// FailFast gets the error.
-			if !isQuorum && cfg.Wait != instrument.WaitFailFast && l.movesSlot(err) {
+			// deadline (Retry: its attempts), as it would for a holder,
+			// and one that does not wait (FailFast, Retry out of
+			// attempts) is refused as by a holder: ErrNotAcquired. The
+			// store answered and is serving; the lock may well be held
+			// (its holder's renewals follow the move). The answer goes
+			// in as text, not in the error chain, where TRYAGAIN reads
+			// as a server not serving (storefail) and Govern's FailOpen
+			// would take a process-local lock beside the store's holder.
+			if !isQuorum && l.movesSlot(err) {
+				if cfg.Wait == instrument.WaitFailFast {
+					return nil, fmt.Errorf("redislock: acquire %q: %w: the lock's hash slot is moving (%v)", key, instrument.ErrNotAcquired, err)
+				}
 				var sleep time.Duration
 				if cfg.Wait == instrument.WaitRetry {
 					if n >= cfg.MaxAttempts {
-						return nil, fmt.Errorf("redislock: acquire %q after %d attempts: %w", key, n, err)
+						return nil, fmt.Errorf("redislock: acquire %q after %d attempts: %w: the lock's hash slot is moving (%v)", key, n, instrument.ErrNotAcquired, err)
 					}
 					sleep = cfg.Backoff.Delay(n)
 				} else {

@@ -7,6 +7,8 @@
 // Only transport failures degrade: a refused or reset connection, a
 // timeout, a server that says it is not serving (LOADING, CLUSTERDOWN,
 // MASTERDOWN, TRYAGAIN), a client pool that found no connection in time.
+// (redislock reads a lock's TRYAGAIN itself: its slot is moving, which it
+// answers as contention, ErrNotAcquired, with the reply in the text only.)
 // An answer from the store (lock held, fingerprint mismatch, insufficient
 // balance, a script error) is never a reason to decide without it, and
 // neither is the caller's own context ending.
