@@ -152,7 +152,11 @@
 //     ended first, who decided nothing) is counted in
 //     lockgov_store_degraded_total{component="lock"} (LockgovLockStoreDegraded
 //     pages on it) and logged at most once a minute with the count and the
-//     transport error (never the key or a token).
+//     transport error (never the key or a token). The process's heartbeat
+//     lists the fallback lease and a wait for a fallback lock with
+//     "fallback": true (fleet.HeldLock.Fallback), so that the agent's
+//     deadlock detector never joins them to another process's locks on
+//     the key.
 //
 // Only transport failures degrade: ErrNotAcquired, a policy refusal and the
 // caller's own context ending are returned as they are. An error that joins

@@ -203,6 +203,10 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 		// the same wait strategy and observer, stands in for it.
 		storeErr := err
 		degraded = true
+		// Its wait and hold are this process's alone: the heartbeat says
+		// so, or the agent draws wait-for edges to other processes'
+		// fallback locks on the key (see fleet.HeldLock.Fallback).
+		obs.fallback = true
 		if recording {
 			span.AddEvent("store unreachable: process-local lock", trace.WithAttributes(attribute.String("error", err.Error())))
 		}
@@ -430,6 +434,9 @@ type leaseObserver struct {
 	ended      atomic.Bool
 	key        string
 	holds      []string // keys the acquiring context already holds, for the heartbeat
+	// fallback: the lease or wait is the process-local lock of FailOpen
+	// (set by the acquiring goroutine before it waits on that lock).
+	fallback bool
 
 	// The acquire span of a lease, recording and not ended yet (see
 	// deferSpanEnd), and spanState: spanNone, spanKept (span and spanEnd

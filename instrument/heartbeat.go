@@ -79,7 +79,7 @@ func (g *Governed) trackHeld(o *leaseObserver, fence uint64) {
 		return
 	}
 	g.beat.TrackHeld(o, fleet.HeldLock{
-		Key: o.key, Pattern: o.pm.pattern, Backend: g.backend, Fence: fence, Since: o.acquiredAt.UTC(),
+		Key: o.key, Pattern: o.pm.pattern, Backend: g.backend, Fence: fence, Since: o.acquiredAt.UTC(), Fallback: o.fallback,
 	})
 }
 
@@ -110,5 +110,6 @@ func (g *Governed) trackWaiting(o *leaseObserver, waiting bool) {
 	}
 	g.beat.TrackWaiting(o, fleet.WaitingLock{
 		Key: o.key, Pattern: o.pm.pattern, Backend: g.backend, Since: time.Now().UTC(), HoldsWhileWaiting: o.holds,
+		Fallback: o.fallback,
 	})
 }

@@ -9,6 +9,13 @@
 //
 // Heartbeats never carry owner tokens.
 //
+// Held and Waiting list the process's locks and waits; an entry with
+// "fallback": true (HeldLock.Fallback, WaitingLock.Fallback) is a
+// process-local lock instrument.FailOpen took in the store's place during
+// an outage, which no other process's lock on the key excludes or waits
+// for. A beat without the field (an older process, or no fallback) lists
+// the store's locks, as before the field existed.
+//
 // # Publisher
 //
 // A process publishes one heartbeat per store, not one per Locker: Attach

@@ -106,6 +106,12 @@ type HeldLock struct {
 	Backend string    `json:"backend"`
 	Fence   uint64    `json:"fence,omitempty"`
 	Since   time.Time `json:"since"`
+	// Fallback marks a process-local lock taken in the store's place
+	// (instrument.FailOpen during an outage): it excludes only this
+	// process's goroutines, so it is no lock of the store and none of
+	// another process's fallback on the same key. Absent (false): the
+	// store's lock, as in every beat written before the field existed.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // WaitingLock is a key a goroutine of the process waits for.
@@ -117,6 +123,10 @@ type WaitingLock struct {
 	// HoldsWhileWaiting are the keys the waiting goroutine already holds
 	// (from its context): the edges of a lock-order inversion.
 	HoldsWhileWaiting []string `json:"holds_while_waiting,omitempty"`
+	// Fallback marks a wait for a process-local lock taken in the store's
+	// place (see HeldLock.Fallback): only a holder in this process can be
+	// what it waits for.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // Limits of one heartbeat.
