@@ -3,6 +3,7 @@ package detectors
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -35,9 +36,26 @@ import (
 // (HoldsWhileWaiting, which may be in another store) is the lock of that
 // key the instance holds in any store.
 //
+// Process-local fallback locks (Fallback in a heartbeat: instrument.FailOpen
+// stands one in for the store's lock during an outage) are locks of their
+// instance alone: a's fallback lock on k, b's fallback lock on k and the
+// store's lock on k are three locks. A fallback wait is blocked only by a
+// goroutine of its own instance, and a fallback hold blocks only its own
+// instance's fallback waiters, so such an edge stays inside one instance
+// and is drawn only when the instance lists per-goroutine holds; it joins a
+// cycle only through store edges to other instances (an instance's
+// goroutine waiting locally for its sibling, which waits in the store for
+// another instance). Cycles within one instance are not reported, fallback
+// or not.
+//
 // Lock order: a waiter holding A while waiting for B records "A before B"
 // (by pattern when both keys have distinct declared patterns, else by key;
-// either way in the stores the locks are in).
+// either way in the stores the locks are in). A fallback lock counts as the
+// store's lock it stands in for: the order is the code's, which takes the
+// store's locks in that order again when the store is back, so two
+// processes taking A and B in opposite orders during an outage are a
+// `lock_order_inversion` (though never, through their fallback locks, a
+// `deadlock`).
 // The detector remembers these orders across calls (WithMemory, bounded to
 // MaxOrders pairs), and reports each pair seen in both orders once as
 // `lock_order_inversion`, except pairs inside a deadlock it reports.
@@ -80,11 +98,14 @@ func NewDeadlock(s Store, opts ...Option) (*Deadlock, error) {
 func (d *Deadlock) Name() string { return DetectorDeadlock }
 
 type dlInstance struct {
-	hb      *fleet.Heartbeat
-	store   Store
-	held    map[string]fleet.HeldLock // resource -> lock
-	waiters []int                     // indices into nodes
-	precise bool                      // waiters list HoldsWhileWaiting
+	hb    *fleet.Heartbeat
+	store Store
+	held  map[string]fleet.HeldLock // resource -> lock
+	// local are the process-local fallback locks it holds (Fallback), by
+	// the resource they stand in for: locks of this instance alone.
+	local   map[string]fleet.HeldLock
+	waiters []int // indices into nodes
+	precise bool  // waiters list HoldsWhileWaiting
 }
 
 type dlWaiter struct {
@@ -96,6 +117,10 @@ type dlWaiter struct {
 	since    time.Time
 	holdKeys []string        // HoldsWhileWaiting
 	holds    map[string]bool // resources
+	// fallback: it waits for its instance's process-local lock on want;
+	// localHolds are the process-local locks it holds (by resource).
+	fallback   bool
+	localHolds map[string]bool
 }
 
 // resource names a lock across the fleet: the address of the store its
@@ -128,13 +153,19 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 	for _, b := range beats {
 		in := insts[b.hb.Instance]
 		if in == nil {
-			in = &dlInstance{hb: b.hb, store: b.store, held: map[string]fleet.HeldLock{}}
+			in = &dlInstance{hb: b.hb, store: b.store, held: map[string]fleet.HeldLock{}, local: map[string]fleet.HeldLock{}}
 			insts[b.hb.Instance] = in
 			names = append(names, b.hb.Instance)
 		}
 		addr := b.store.Addr()
 		for _, h := range b.hb.Held {
 			r := resource(addr, h.Key)
+			if h.Fallback {
+				if _, ok := in.local[r]; !ok {
+					in.local[r] = h
+				}
+				continue
+			}
 			if _, ok := in.held[r]; !ok {
 				in.held[r] = h
 				holders[r] = append(holders[r], b.hb.Instance)
@@ -142,7 +173,7 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 		}
 		for _, w := range b.hb.Waiting {
 			n := dlWaiter{inst: b.hb.Instance, store: addr, want: resource(addr, w.Key), key: w.Key, pattern: w.Pattern,
-				since: w.Since, holdKeys: w.HoldsWhileWaiting}
+				since: w.Since, holdKeys: w.HoldsWhileWaiting, fallback: w.Fallback}
 			if len(w.HoldsWhileWaiting) > 0 {
 				in.precise = true
 			}
@@ -158,12 +189,17 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 			continue
 		}
 		in := insts[n.inst]
-		n.holds = map[string]bool{}
+		n.holds, n.localHolds = map[string]bool{}, map[string]bool{}
 		for _, k := range n.holdKeys {
 			found := false
 			for r := range in.held {
 				if resourceKey(r) == k {
 					n.holds[r], found = true, true
+				}
+			}
+			for r := range in.local {
+				if resourceKey(r) == k {
+					n.localHolds[r], found = true, true
 				}
 			}
 			if !found {
@@ -175,6 +211,22 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 	// Edges.
 	adj := make([][]int, len(nodes))
 	for i, w := range nodes {
+		if w.fallback {
+			// Only a goroutine of its own process holds what it waits
+			// for. Which one is known only from per-goroutine holds;
+			// without them the instance is one node, and an edge to
+			// itself says nothing.
+			in := insts[w.inst]
+			if _, ok := in.local[w.want]; !ok || !in.precise {
+				continue
+			}
+			for _, j := range in.waiters {
+				if j != i && nodes[j].localHolds[w.want] {
+					adj[i] = append(adj[i], j)
+				}
+			}
+			continue
+		}
 		for _, hi := range holders[w.want] {
 			if hi == w.inst {
 				continue
@@ -230,13 +282,17 @@ func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[strin
 			keys = append(keys, w.key)
 		}
 		inDeadlock[w.want] = true
-		var by []string
-		for _, hi := range sortedHolders(w.want, insts) {
-			if hi != w.inst {
-				by = append(by, hi)
+		if w.fallback {
+			steps = append(steps, fmt.Sprintf("%s waits for %s held by %s (its process-local fallback lock)", w.inst, w.key, w.inst))
+		} else {
+			var by []string
+			for _, hi := range sortedHolders(w.want, insts) {
+				if hi != w.inst {
+					by = append(by, hi)
+				}
 			}
+			steps = append(steps, fmt.Sprintf("%s waits for %s held by %s", w.inst, w.key, strings.Join(by, ", ")))
 		}
-		steps = append(steps, fmt.Sprintf("%s waits for %s held by %s", w.inst, w.key, strings.Join(by, ", ")))
 		if !w.since.IsZero() && (oldest.IsZero() || w.since.Before(oldest)) {
 			oldest = w.since
 		}
@@ -284,9 +340,15 @@ func overlapping(comp []int, nodes []dlWaiter, insts map[string]*dlInstance) boo
 		if w.since.After(latest) {
 			latest = w.since
 		}
-		for _, in := range insts {
-			if h, ok := in.held[w.want]; ok && h.Since.After(latest) {
+		if w.fallback {
+			if h, ok := insts[w.inst].local[w.want]; ok && h.Since.After(latest) {
 				latest = h.Since
+			}
+		} else {
+			for _, in := range insts {
+				if h, ok := in.held[w.want]; ok && h.Since.After(latest) {
+					latest = h.Since
+				}
 			}
 		}
 		if sent := insts[w.inst].hb.SentAt; !sent.IsZero() && (oldestBeat.IsZero() || sent.Before(oldestBeat)) {
@@ -308,16 +370,21 @@ func sortedHolders(r string, insts map[string]*dlInstance) []string {
 }
 
 // remember records "held before wanted" for every waiter that says what it
-// holds.
+// holds. A process-local fallback lock counts as the store's lock it
+// stands in for: the order is the code's, which takes the store's locks in
+// it again once the store is back.
 func (d *Deadlock) remember(nodes []dlWaiter, insts map[string]*dlInstance, now time.Time) {
 	for _, w := range nodes {
 		in := insts[w.inst]
 		wantPat := w.pattern
-		for r := range w.holds {
+		for r := range mergedHolds(w) {
 			if r == w.want {
 				continue
 			}
 			heldPat := in.held[r].Pattern
+			if h, ok := in.local[r]; ok && heldPat == "" {
+				heldPat = h.Pattern
+			}
 			k := orderKey{first: r, then: w.want}
 			if heldPat != "" && wantPat != "" && heldPat != wantPat {
 				k = orderKey{byPattern: true, first: resource(resourceStore(r), heldPat), then: resource(w.store, wantPat)}
@@ -340,6 +407,20 @@ func (d *Deadlock) remember(nodes []dlWaiter, insts map[string]*dlInstance, now 
 		}
 		delete(d.orders, oldest)
 	}
+}
+
+// mergedHolds is what w holds, store and process-local locks alike, by
+// resource.
+func mergedHolds(w dlWaiter) map[string]bool {
+	if len(w.localHolds) == 0 {
+		return w.holds
+	}
+	m := maps.Clone(w.holds)
+	if m == nil {
+		m = map[string]bool{}
+	}
+	maps.Copy(m, w.localHolds)
+	return m
 }
 
 func (d *Deadlock) inversions(out *capped, inDeadlock map[string]bool) {

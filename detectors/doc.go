@@ -39,6 +39,11 @@
 //     lock orders seen both ways over time are lock_order_inversion. A
 //     lock is named by the store its heartbeat was read from and its key,
 //     so the same key in two deployments is two locks that never meet.
+//     A process-local fallback lock (an entry with "fallback": true,
+//     instrument.FailOpen during a store outage) is its process's alone:
+//     it meets neither the store's lock on the key nor another process's
+//     fallback lock on it, so processes that fell back never deadlock each
+//     other through them; their lock orders still count (as the store's).
 //   - WorkerIDs ("workerid"): workerid_duplicate, workerid_lease_gone,
 //     workerid_out_of_range, workerid_range_overlap. The policy file has no
 //     WorkerID ranges: they are given with WithServiceRange.
@@ -162,6 +167,11 @@
 //     is broken. A process that does not publish HoldsWhileWaiting is one
 //     node: a cycle through it may be a wait behind a lock its other
 //     goroutine will release.
+//   - A heartbeat written before the fallback marker existed (or by a
+//     process that did not fall back) lists every entry as the store's
+//     lock: an older process's fallback locks during an outage can still
+//     read as a cycle across processes. Upgrade the processes that use
+//     FailOpen.
 //   - workerid_lease_gone is reported when two beats in a row of an
 //     instance show the slot gone or held by another process, so that a
 //     process that released its WorkerID on shutdown, whose last beat
