@@ -26,13 +26,22 @@ type Instance struct {
 	Tier               string           `json:"tier,omitempty"`
 	WorkerIDs          []fleet.WorkerID `json:"worker_ids,omitempty"`
 	HeldLocks          int              `json:"held_locks"`
-	Waiting            int              `json:"waiting"`
+	// FallbackLocks are the held locks that are process-local stand-ins
+	// for the store's (FailOpen during an outage; counted in HeldLocks
+	// too): a process running on them excludes only its own goroutines.
+	FallbackLocks int `json:"fallback_locks,omitempty"`
+	Waiting       int `json:"waiting"`
 }
 
 func instanceOf(storeName string, hb *fleet.Heartbeat) Instance {
 	i := Instance{Store: storeName, Instance: hb.Instance, Service: hb.Service, Version: hb.Version, Host: hb.Host,
 		PID: hb.PID, StartedAt: hb.StartedAt, SentAt: hb.SentAt, Tier: hb.Tier, WorkerIDs: hb.WorkerIDs,
 		HeldLocks: len(hb.Held), Waiting: len(hb.Waiting)}
+	for _, h := range hb.Held {
+		if h.Fallback {
+			i.FallbackLocks++
+		}
+	}
 	if hb.Clock != nil {
 		off := hb.Clock.Offset.Seconds()
 		i.ClockOffsetSeconds = &off

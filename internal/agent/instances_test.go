@@ -24,7 +24,8 @@ func TestScan_Heartbeats_BecomeInstancesAndSkewGauges(t *testing.T) {
 		Clock:     &fleet.ClockSample{Offset: 700 * time.Millisecond, RTT: time.Millisecond},
 		Tier:      "reject",
 		WorkerIDs: []fleet.WorkerID{{Service: "payments", ID: 17}},
-		Held:      []fleet.HeldLock{{Key: "lock:order:1", Pattern: "lock:order:{id}", Backend: "redis"}}}
+		Held: []fleet.HeldLock{{Key: "lock:order:1", Pattern: "lock:order:{id}", Backend: "redis"},
+			{Key: "lock:order:2", Pattern: "lock:order:{id}", Backend: "redis", Fallback: true}}}
 	data, err := fleet.Encode(hb)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestScan_Heartbeats_BecomeInstancesAndSkewGauges(t *testing.T) {
 		return json.Unmarshal([]byte(body), &doc) == nil && len(doc.Instances) > 0
 	})
 	got := doc.Instances[0]
-	if len(doc.Instances) != 1 || got.Service != "payments" || got.HeldLocks != 1 || got.Tier != "reject" ||
+	if len(doc.Instances) != 1 || got.Service != "payments" || got.HeldLocks != 2 || got.FallbackLocks != 1 || got.Tier != "reject" ||
 		got.ClockOffsetSeconds == nil || *got.ClockOffsetSeconds != 0.7 || len(got.WorkerIDs) != 1 {
 		t.Errorf("instances %+v", doc.Instances)
 	}

@@ -195,7 +195,7 @@
       cell(tr, i.tier || "unknown", "tier-" + (i.tier || "none"));
       var off = i.clock_offset_seconds;
       cell(tr, off === undefined || off === null ? "" : (off >= 0 ? "+" : "") + Math.round(off * 1000) + " ms", "num");
-      cell(tr, i.held_locks, "num");
+      cell(tr, i.fallback_locks ? i.held_locks + " (" + i.fallback_locks + " process-local)" : i.held_locks, "num");
       cell(tr, i.waiting, "num");
       cell(tr, (i.worker_ids || []).map(function (w) { return w.service + "#" + w.id; }).join(", "));
       cell(tr, i.store, "muted");
