@@ -334,3 +334,70 @@ func TestFailOpen_StoreBackWhileFallbackHoldersHoldCountsEachDecisionOnce(t *tes
 		t.Fatalf("heartbeat after the releases: held %+v waiting %+v", hb.Held, hb.Waiting)
 	}
 }
+
+// TestFailOpen_AStoreLeaseTakenBesideAFallbackLeaseExcludesTheNextFallback:
+// Redis comes back while a process-local lease F holds the key, and this
+// process takes the key's Redis lease S (Redis never saw F: granted beside
+// it, as documented). F is released; Redis goes down again while S is
+// still valid. S, this process's own valid store lease, must exclude the
+// next fallback Acquire of the key, as any store lease of this process
+// does: FailFast is refused, a waiter gets the key when S is released.
+// Each decision is counted once and no waiter is left.
+func TestFailOpen_AStoreLeaseTakenBesideAFallbackLeaseExcludesTheNextFallback(t *testing.T) {
+	t.Parallel()
+	o := newOutage(t, "beside")
+	ctx := withTimeout(t, 2*time.Minute)
+	const key = "lock:order:1"
+	if err := o.redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := o.locker.Acquire(ctx, key)
+	if err != nil || f.Fence() != 0 {
+		t.Fatalf("Redis down: %v, want a process-local lease", err)
+	}
+	if err := o.redis.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "Redis to answer through the proxy", func() bool { return o.client.Ping(ctx).Err() == nil })
+	s, err := o.locker.Acquire(ctx, key, instrument.FailFast(), instrument.WithTTL(time.Minute))
+	if err != nil || s.Fence() == 0 {
+		t.Fatalf("Redis back: %v, want a Redis lease", err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.redis.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	o.expect(t, "the Redis lease held, Redis down again", 0, 1, 1, 0)
+	if l, err := o.locker.Acquire(ctx, key, instrument.FailFast()); err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("Redis down, this process holding the key's Redis lease (context alive: %v): FailOpen granted a process-local lease (fence %d) beside it",
+			s.Context().Err() == nil, l.Fence())
+	} else if !errors.Is(err, instrument.ErrNotAcquired) {
+		t.Fatalf("Redis down, key held in this process: %v, want ErrNotAcquired", err)
+	}
+	if err := s.Context().Err(); err != nil {
+		t.Fatalf("the Redis lease ended (%v) before the test was done: the premise does not hold", context.Cause(s.Context()))
+	}
+	o.expect(t, "the fallback refused", 0, 1, 2, 0)
+	got := make(chan error, 1)
+	go func() {
+		l, err := o.locker.Acquire(ctx, key)
+		if err == nil {
+			if l.Fence() != 0 {
+				t.Errorf("the waiter's fence %d, want 0", l.Fence())
+			}
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	testenv.WaitFor(t, time.Minute, "the waiter on the process-local lock", func() bool {
+		return counter(t, o.reg, "lockgov_lock_waiters", nil) == 1
+	})
+	_ = s.Release(ctx) // Redis is down: its lock there is left to its TTL
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter after the Redis lease's release: %v", err)
+	}
+	o.expect(t, "all released", 0, 0, 3, 0)
+}

@@ -274,11 +274,11 @@ func (g *Governed) Acquire(ctx context.Context, key string, opts ...AcquireOptio
 	if !degraded && g.cfg.storeFailure == FailOpen {
 		// A store lease excludes this process's fallback Acquires of the
 		// key as a process-local one does, until it ends: released, lost,
-		// expired or released as leaked (its Context ends in each case).
-		if free := g.local.occupy(key); free != nil {
-			stop := context.AfterFunc(inner.Context(), free)
-			gl.unslot = func() { stop(); free() }
-		}
+		// expired or released as leaked (its Context ends in each case);
+		// granted beside a process-local lease, from that one's release on.
+		free := g.local.occupy(key)
+		stop := context.AfterFunc(inner.Context(), free)
+		gl.unslot = func() { stop(); free() }
 	}
 	gl.self = heldNode{owner: g, key: key, lease: gl, at: &gl.top, next: heldChain(ctx)}
 	gl.ctx = leaseContext{inner: inner, node: &gl.self}

@@ -66,6 +66,11 @@ type localSlot struct {
 	// store, under mu, is the occupy of the store lease whose element is
 	// in held (0: none; a process-local lease's, if any).
 	store uint64
+	// next, under mu, is the occupy of a store lease granted while a
+	// process-local lease held the slot (the store never saw that one):
+	// the process-local lease's release hands it the element instead of
+	// freeing the slot (0: none).
+	next uint64
 }
 
 func (l *localLocks) Acquire(ctx context.Context, key string, opts ...AcquireOption) (Lease, error) {
@@ -93,7 +98,15 @@ func (l *localLocks) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 	var once sync.Once
 	release := func(context.Context) error {
 		once.Do(func() {
-			<-s.held
+			l.mu.Lock()
+			if s.next != 0 {
+				// A store lease of this process granted beside this one
+				// and still valid: from now on it holds the slot.
+				s.store, s.next = s.next, 0
+			} else {
+				<-s.held
+			}
+			l.mu.Unlock()
 			l.leave(key, s)
 		})
 		return nil
@@ -157,10 +170,13 @@ func (l *localLocks) wait(ctx context.Context, s *localSlot, cfg AcquireConfig) 
 // taken over: the store granted this one, so that one has ended (released
 // or lost) and only its free has not run yet (its Release has not
 // returned, or the AfterFunc of its Context is still to run); its free
-// then leaves the slot held. It returns what frees the slot (once, however
-// often it is called), or nil when the slot is held by a process-local
-// lease taken during an outage, which the store did not see when it
-// granted this one (see the package doc, "Store failure").
+// then leaves the slot held. A slot held by a process-local lease taken
+// during an outage, which the store did not see when it granted this one,
+// stays that lease's (the two overlap; see the package doc, "Store
+// failure"), and this lease takes the slot over when that one is
+// released: without that, the key's next fallback Acquire (the store
+// down again) was granted beside this still valid store lease. It
+// returns what frees the slot (once, however often it is called).
 func (l *localLocks) occupy(key string) (free func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -172,25 +188,33 @@ func (l *localLocks) occupy(key string) (free func()) {
 		s = &localSlot{held: make(chan struct{}, 1)}
 		l.slots[key] = s
 	}
-	select {
-	case s.held <- struct{}{}:
-	default:
-		if s.store == 0 {
-			return nil // a process-local lease holds it, so s.refs > 0: the slot stays in the map
-		}
-		// Another store lease's: its element in held becomes this one's.
-	}
 	l.gen++
 	gen := l.gen
-	s.store = gen
+	select {
+	case s.held <- struct{}{}:
+		s.store = gen
+	default:
+		if s.store == 0 {
+			// A process-local lease's: this one follows it (a store
+			// lease named in next before has ended: the store granted
+			// this one).
+			s.next = gen
+		} else {
+			// Another store lease's: its element in held becomes this one's.
+			s.store = gen
+		}
+	}
 	s.refs++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
-			if s.store == gen {
+			switch gen {
+			case s.store:
 				s.store = 0
 				<-s.held
+			case s.next:
+				s.next = 0
 			}
 			l.mu.Unlock()
 			l.leave(key, s)
