@@ -40,8 +40,10 @@ import (
 // stands one in for the store's lock during an outage) are locks of their
 // instance alone: a's fallback lock on k, b's fallback lock on k and the
 // store's lock on k are three locks. A fallback wait is blocked only by a
-// goroutine of its own instance, and a fallback hold blocks only its own
-// instance's fallback waiters, so such an edge stays inside one instance
+// goroutine of its own instance (holding its fallback lock on the key, or
+// the store's lock, which the instance's fallback Acquires wait for too),
+// and a fallback hold blocks only its own instance's fallback waiters, so
+// such an edge stays inside one instance
 // and is drawn only when the instance lists per-goroutine holds; it joins a
 // cycle only through store edges to other instances (an instance's
 // goroutine waiting locally for its sibling, which waits in the store for
@@ -213,15 +215,17 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 	for i, w := range nodes {
 		if w.fallback {
 			// Only a goroutine of its own process holds what it waits
-			// for. Which one is known only from per-goroutine holds;
-			// without them the instance is one node, and an edge to
-			// itself says nothing.
+			// for: its fallback lock, or the store lease of the key it
+			// got before the outage, which fallback Acquires of the
+			// process wait for too. Which goroutine is known only from
+			// per-goroutine holds; without them the instance is one
+			// node, and an edge to itself says nothing.
 			in := insts[w.inst]
-			if _, ok := in.local[w.want]; !ok || !in.precise {
+			if !in.precise {
 				continue
 			}
 			for _, j := range in.waiters {
-				if j != i && nodes[j].localHolds[w.want] {
+				if j != i && (nodes[j].localHolds[w.want] || nodes[j].holds[w.want]) {
 					adj[i] = append(adj[i], j)
 				}
 			}
@@ -283,7 +287,7 @@ func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[strin
 		}
 		inDeadlock[w.want] = true
 		if w.fallback {
-			steps = append(steps, fmt.Sprintf("%s waits for %s held by %s (its process-local fallback lock)", w.inst, w.key, w.inst))
+			steps = append(steps, fmt.Sprintf("%s waits for %s held by %s (a process-local fallback wait)", w.inst, w.key, w.inst))
 		} else {
 			var by []string
 			for _, hi := range sortedHolders(w.want, insts) {
@@ -341,8 +345,11 @@ func overlapping(comp []int, nodes []dlWaiter, insts map[string]*dlInstance) boo
 			latest = w.since
 		}
 		if w.fallback {
-			if h, ok := insts[w.inst].local[w.want]; ok && h.Since.After(latest) {
-				latest = h.Since
+			in := insts[w.inst]
+			for _, h := range []fleet.HeldLock{in.local[w.want], in.held[w.want]} {
+				if h.Since.After(latest) {
+					latest = h.Since
+				}
 			}
 		} else {
 			for _, in := range insts {
