@@ -95,6 +95,21 @@ func (c *RedisCluster) OtherPrimary(r *Redis) *Redis {
 	return nil
 }
 
+// KeyOwner returns the primary that serves key's hash slot (KeySlot, then
+// SlotOwner): the node a client that follows no redirect must be pointed at
+// to reach key, or away from to be answered MOVED.
+func (c *RedisCluster) KeyOwner(key string) (*Redis, error) {
+	slot, err := c.KeySlot(key)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: slot of key %q: %w", key, err)
+	}
+	r, err := c.SlotOwner(slot)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: owner of key %q: %w", key, err)
+	}
+	return r, nil
+}
+
 // BeginKeyMigration opens the migration of key's slot from its owner to
 // another primary (BeginSlotMigration): what a test of one lock, record or
 // balance needs, since all of its keys share the key's hash tag.

@@ -73,3 +73,53 @@ func TestMigrateSlot_HalfMigratedSlotAnswersAskAndTryagain(t *testing.T) {
 		t.Fatalf("slot not back on %s", from.Addr())
 	}
 }
+
+// TestKeyOwner_IsTheNodeThatServesTheKeyAndFollowsAMigration: the node
+// KeyOwner names answers for the key and every other primary redirects it
+// there with MOVED, before and after the key's slot moves; with the node it
+// asks for the slot down, the error names the key.
+func TestKeyOwner_IsTheNodeThatServesTheKeyAndFollowsAMigration(t *testing.T) {
+	c := NewRedisCluster(t, 3)
+	key := "{h108}:owner"
+	servedBy := func(owner *Redis) {
+		t.Helper()
+		for _, n := range c.Nodes {
+			_, err := command(n.Addr(), "EXISTS", key)
+			switch {
+			case n == owner && err != nil:
+				t.Fatalf("KeyOwner(%q) = %s, which answers %v", key, owner.Addr(), err)
+			case n != owner && (err == nil || !strings.HasSuffix(err.Error(), " "+owner.Addr())):
+				t.Fatalf("%s answers %v for %q; want MOVED to KeyOwner's %s", n.Addr(), err, key, owner.Addr())
+			}
+		}
+	}
+	from, err := c.KeyOwner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servedBy(from)
+	// The slot moves away from from: KeyOwner must follow it, so one of
+	// the two answers is a node other than Nodes[0].
+	m, err := c.BeginKeyMigration(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	to, err := c.KeyOwner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to != m.To {
+		t.Fatalf("after the migration to %s KeyOwner = %s", m.To.Addr(), to.Addr())
+	}
+	servedBy(to)
+
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KeyOwner(key); err == nil || !strings.Contains(err.Error(), key) {
+		t.Fatalf("KeyOwner with the node it asks down = %v; want an error naming %q", err, key)
+	}
+}
