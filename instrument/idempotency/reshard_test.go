@@ -48,24 +48,16 @@ func TestDo_AcrossASlotMigration(t *testing.T) {
 	}
 	do(1, before, nil)
 
-	slot, err := cl.KeySlot(idempotency.DefaultPrefix + "{" + running + "}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := cl.SlotOwner(slot)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m *testenv.SlotMigration
 	do(0, running, func() {
 		// Claimed on the source; move the slot's keys while fn runs, and
 		// work on past two renewals.
+		rec := idempotency.DefaultPrefix + "{" + running + "}"
 		var err error
-		if m, err = cl.BeginSlotMigration(slot, cl.OtherPrimary(from)); err != nil {
+		if m, err = cl.BeginKeyMigration(rec); err != nil {
 			t.Error(err)
 			return
 		}
-		rec := idempotency.DefaultPrefix + "{" + running + "}"
 		if err := m.Move(rec); err != nil {
 			t.Error(err)
 			return

@@ -25,11 +25,7 @@ func TestGiveBack_AMisroutedClientsMOVEDEndsIt(t *testing.T) {
 	ctx := timeout(t, 30*time.Second)
 	cl := testenv.NewRedisCluster(t, 3)
 	key := "lock:reshard:{giveback-misrouted}"
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, err := cl.SlotOwner(slot)
+	owner, err := cl.KeyOwner(key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,11 +26,7 @@ import (
 func reshardMisrouted(t *testing.T, cl *testenv.RedisCluster) {
 	ctx := timeout(t, 30*time.Second)
 	key := "lock:reshard:{misrouted}"
-	slot, err := cl.KeySlot(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, err := cl.SlotOwner(slot)
+	owner, err := cl.KeyOwner(key)
 	if err != nil {
 		t.Fatal(err)
 	}
