@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -22,33 +23,14 @@ import (
 // another leader's record since it last led starts counting afresh; what
 // Redis evicts while it leads again is counted; b's counter keeps its value.
 func TestEviction_ALeaderAgainDoesNotCountWhatAnotherLeaderCounted(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	ec := e.Client(t)
-	r := testenv.NewRedis(t)
-	admin := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	evicting := func() {
-		for _, kv := range [][2]string{{"maxmemory", "1gb"}, {"maxmemory-policy", "volatile-lru"}} {
-			if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	evict := func(key string) int64 {
-		if err := admin.Set(ctx, key, "x", time.Hour).Err(); err != nil {
-			t.Fatal(err)
-		}
-		n := testenv.Evict(t, admin, "volatile-lru", key) // leaves noeviction
-		evicting()
-		return n
-	}
-	evicting()
-	store := "redis://" + r.Addr()
-	evicted := `lockgov_agent_store_evicted_keys_total{store="` + store + `"}`
+	s := newEvictingStore(ctx, t)
+	ec := s.etcd.Client(t)
+	evicted := s.evicted
 	cfgA, cfgB := testConfig("agent-a"), testConfig("agent-b")
-	cfgA.Etcd, cfgB.Etcd = e.Endpoints(), e.Endpoints()
-	cfgA.Redis, cfgB.Redis = []string{store}, []string{store}
+	cfgA.Etcd, cfgB.Etcd = s.etcd.Endpoints(), s.etcd.Endpoints()
+	cfgA.Redis, cfgB.Redis = []string{s.store}, []string{s.store}
 	a := start(t, cfgA)
 	waitFor(t, "a to lead", a.Leader)
 	b := start(t, cfgB)
@@ -91,7 +73,7 @@ func TestEviction_ALeaderAgainDoesNotCountWhatAnotherLeaderCounted(t *testing.T)
 	waitFor(t, "a to stop leading", func() bool { return !a.Leader() })
 	waitFor(t, "b to lead", b.Leader)
 	waitFor(t, "b's first count", func() bool { return metric(t, b, evicted) == "0" })
-	n := evict("lock:payout:1")
+	n := s.evict(ctx, t, "lock:payout:1")
 	waitFor(t, "b to count the evictions", func() bool { return metric(t, b, evicted) == formatFloat(n) })
 	counted := time.Now()
 	waitFor(t, "a to serve b's record of them", func() bool {
@@ -112,7 +94,7 @@ func TestEviction_ALeaderAgainDoesNotCountWhatAnotherLeaderCounted(t *testing.T)
 	if got := metric(t, b, evicted); got != formatFloat(n) {
 		t.Errorf("b's counter after its term = %s, want %d (a counter does not go back)", got, n)
 	}
-	m := evict("lock:payout:2")
+	m := s.evict(ctx, t, "lock:payout:2")
 	waitFor(t, "a to count what Redis evicts while it leads again", func() bool { return metric(t, a, evicted) == formatFloat(m) })
 }
 
@@ -121,36 +103,69 @@ func TestEviction_ALeaderAgainDoesNotCountWhatAnotherLeaderCounted(t *testing.T)
 // no other agent leading meanwhile, counts what Redis evicted in the gap
 // when it leads again: nobody else counted it.
 func TestEviction_ALeaderAgainWithoutAnotherCountsTheGap(t *testing.T) {
-	e := testenv.NewEtcd(t)
-	r := testenv.NewRedis(t)
-	admin := r.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	evicting := func() {
-		for _, kv := range [][2]string{{"maxmemory", "1gb"}, {"maxmemory-policy", "volatile-lru"}} {
-			if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	evicting()
-	store := "redis://" + r.Addr()
-	evicted := `lockgov_agent_store_evicted_keys_total{store="` + store + `"}`
+	s := newEvictingStore(ctx, t)
+	evicted := s.evicted
 	cfg := testConfig("agent-a")
-	cfg.Etcd, cfg.Redis = e.Endpoints(), []string{store}
+	cfg.Etcd, cfg.Redis = s.etcd.Endpoints(), []string{s.store}
 	a := start(t, cfg)
 	waitFor(t, "a to lead", a.Leader)
 	waitFor(t, "a's first count", func() bool { return metric(t, a, evicted) == "0" })
-	e.Stop()
+	s.etcd.Stop()
 	waitFor(t, "a to stop leading", func() bool { return !a.Leader() })
-	if err := admin.Set(ctx, "lock:payout:1", "x", time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
-	n := testenv.Evict(t, admin, "volatile-lru", "lock:payout:1")
-	evicting()
-	if err := e.Restart(); err != nil {
+	n := s.evict(ctx, t, "lock:payout:1")
+	if err := s.etcd.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a to lead again", a.Leader)
 	waitFor(t, "a to count the gap's evictions", func() bool { return metric(t, a, evicted) == formatFloat(n) })
+}
+
+// evictingStore is what the agents of these tests run on: an etcd for
+// their election and a Redis set to evict (volatile-lru under maxmemory),
+// with an admin client to fill it and evict from it.
+type evictingStore struct {
+	etcd    *testenv.Etcd
+	admin   *redis.Client
+	store   string // the agents' Config.Redis entry
+	evicted string // the store's lockgov_agent_store_evicted_keys_total series
+}
+
+func newEvictingStore(ctx context.Context, t *testing.T) *evictingStore {
+	t.Helper()
+	e := testenv.NewEtcd(t)
+	r := testenv.NewRedis(t)
+	store := "redis://" + r.Addr()
+	s := &evictingStore{
+		etcd:    e,
+		admin:   r.Client(t),
+		store:   store,
+		evicted: `lockgov_agent_store_evicted_keys_total{store="` + store + `"}`,
+	}
+	s.evicting(ctx, t)
+	return s
+}
+
+// evicting sets the Redis to evict again (testenv.Evict leaves it at
+// noeviction).
+func (s *evictingStore) evicting(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, kv := range [][2]string{{"maxmemory", "1gb"}, {"maxmemory-policy", "volatile-lru"}} {
+		if err := s.admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// evict writes key with a TTL, has Redis evict it and returns how many
+// keys Redis evicted for it (testenv.Evict), leaving the Redis evicting.
+func (s *evictingStore) evict(ctx context.Context, t *testing.T, key string) int64 {
+	t.Helper()
+	if err := s.admin.Set(ctx, key, "x", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n := testenv.Evict(t, s.admin, "volatile-lru", key)
+	s.evicting(ctx, t)
+	return n
 }
