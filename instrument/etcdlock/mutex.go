@@ -82,7 +82,11 @@ import (
 //     garbage-collected (Observer.Leaked).
 //
 // FailFast maps to TryLock, Retry to TryLock attempts with the backoff, and
-// WaitUntilDeadline to Lock(ctx).
+// WaitUntilDeadline to Lock(ctx). An attempt that finds the key's in-process
+// turn taken, or the Mutex locked, is refused: ErrNotAcquired, wrapping the
+// context's cause once the caller's context has ended (its deadline passed,
+// even before its timer fired), as every Acquire that fails on an ended
+// context does.
 //
 // # Store failure
 //
@@ -477,6 +481,12 @@ func (m *MutexLocker) lock(ctx context.Context, key string, t *turn, mu *concurr
 				return nil
 			}
 			if cfg.Wait == instrument.WaitFailFast || n >= cfg.MaxAttempts {
+				// A refusal by the in-process turn sends nothing to etcd,
+				// so no request failing on an ended ctx tells the caller
+				// its end: say it here, as every other failed attempt does.
+				if cerr := storefail.Ended(ctx); cerr != nil {
+					return fmt.Errorf("etcdlock: mutex acquire %q after %d attempts: %w: %w", key, n, instrument.ErrNotAcquired, cerr)
+				}
 				return fmt.Errorf("etcdlock: mutex acquire %q after %d attempts: %w", key, n, instrument.ErrNotAcquired)
 			}
 			if err := sleepCtx(ctx, ctx, cfg.Backoff.Delay(n)); err != nil {

@@ -458,3 +458,77 @@ func TestFromMutex_ADroppedLeaseWhoseReleaseFailsKeepsTheKeyUntilItIsDeleted(t *
 		t.Fatalf("fence %d handed out after the dropped holder's %d", h.Fence(), fence)
 	}
 }
+
+// TestFromMutex_ARefusedTurnOnAnEndedContextCarriesTheCause (h108): an
+// Acquire of a key whose in-process turn another holder of the same
+// adapter has is refused without a request to etcd. Refused on a context
+// that has ended (its deadline passed, even before its timer fired, or
+// cancelled with a cause), the error must say so as every other failed
+// attempt of etcdlock and redislock does: ErrNotAcquired with the
+// context's cause, so errors.Is(err, context.DeadlineExceeded) holds and
+// Govern and callers read the caller's end, not a holder. Refused on a live
+// context it stays plain ErrNotAcquired.
+func TestFromMutex_ARefusedTurnOnAnEndedContextCarriesTheCause(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewEtcd(t).Client(t)
+	m := fromMutex(t, newSession(t, c, 30), "/refused-turn/")
+	const key = "held-in-process"
+	holder, err := m.Acquire(timeout(t, 10*time.Second), key, instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Release(timeout(t, 10*time.Second)) }()
+
+	errGaveUp := errors.New("caller gave up")
+	contexts := []struct {
+		name  string
+		ctx   func(t *testing.T) context.Context
+		cause error // nil: a live context
+	}{
+		{"live", func(t *testing.T) context.Context { return timeout(t, time.Minute) }, nil},
+		{"deadline-passed", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithDeadline(timeout(t, time.Minute), time.Now().Add(-time.Second))
+			t.Cleanup(cancel)
+			return ctx
+		}, context.DeadlineExceeded},
+		{"deadline-passed-timer-not-fired", func(t *testing.T) context.Context {
+			return testenv.DeadlinePassed(t, timeout(t, time.Minute), time.Minute)
+		}, context.DeadlineExceeded},
+		{"cancelled-with-cause", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithCancelCause(timeout(t, time.Minute))
+			cancel(errGaveUp)
+			return ctx
+		}, errGaveUp},
+	}
+	waits := []struct {
+		name string
+		opt  instrument.AcquireOption
+	}{
+		{"fail-fast", instrument.FailFast()},
+		{"retry-once", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 1)},
+		{"retry-3", instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 3)},
+	}
+	for _, cc := range contexts {
+		for _, w := range waits {
+			t.Run(cc.name+"/"+w.name, func(t *testing.T) {
+				lease, err := m.Acquire(cc.ctx(t), key, w.opt)
+				if err == nil {
+					_ = lease.Release(timeout(t, 10*time.Second))
+					t.Fatal("acquired a key whose in-process turn another holder has")
+				}
+				if !errors.Is(err, instrument.ErrNotAcquired) {
+					t.Fatalf("%v; want ErrNotAcquired", err)
+				}
+				if cc.cause == nil {
+					if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+						t.Fatalf("%v: a context's end on a live context", err)
+					}
+					return
+				}
+				if !errors.Is(err, cc.cause) {
+					t.Fatalf("%v; want ErrNotAcquired with the context's cause %q", err, cc.cause)
+				}
+			})
+		}
+	}
+}
