@@ -54,6 +54,10 @@ type Etcd struct {
 	grpc     *grpcServers // the running server's client gRPC servers, stopped hard by Stop
 	closed   bool
 	hold     *portHold // the ports while stopped, until Restart or Close
+
+	// pause waits between two of Restart's tries (nil: time.Sleep); a
+	// test seam, to look at the ports between tries.
+	pause func(time.Duration)
 }
 
 // NewEtcd starts a single-member etcd for the test and stops it, removing
@@ -311,10 +315,16 @@ func (e *Etcd) Stop() {
 		// Keep the ports for Restart (Redis.Kill says how): held from
 		// here, not at the top, since the member listens until Close.
 		e.mu.Lock()
-		if !e.closed && e.e == nil && e.hold == nil {
-			e.hold = holdPorts(urlPort(e.clientURL), urlPort(e.peerURL))
-		}
+		e.holdLocked()
 		e.mu.Unlock()
+	}
+}
+
+// holdLocked holds the ports of a member that is down (portHold), unless
+// they are held already or the member is closed. e.mu must be held.
+func (e *Etcd) holdLocked() {
+	if !e.closed && e.e == nil && e.hold == nil {
+		e.hold = holdPorts(urlPort(e.clientURL), urlPort(e.peerURL))
 	}
 }
 
@@ -325,12 +335,18 @@ func urlPort(u url.URL) int {
 
 // Restart starts a stopped member again on the same ports with the same
 // data, and waits until it serves requests (for a cluster member: until it
-// has rejoined a quorum).
+// has rejoined a quorum). A start that fails, because a port is in use,
+// is tried again after a pause; the ports are held again meanwhile, and
+// after a Restart that fails, as after Stop: the member is down.
 func (e *Etcd) Restart() error {
 	var err error
 	for i := range etcdStartTries {
 		e.mu.Lock()
-		err = e.startLocked()
+		if err = e.startLocked(); err != nil {
+			// startLocked let the hold go for the server's bind; the
+			// server is not running, so take it again.
+			e.holdLocked()
+		}
 		e.mu.Unlock()
 		if err == nil {
 			return e.waitReady(etcdReadyTimeout)
@@ -339,7 +355,11 @@ func (e *Etcd) Restart() error {
 			return err
 		}
 		// The old listener's port is briefly unavailable; try again.
-		time.Sleep(time.Duration(i+1) * 100 * time.Millisecond)
+		pause := time.Sleep
+		if e.pause != nil {
+			pause = e.pause
+		}
+		pause(time.Duration(i+1) * 100 * time.Millisecond)
 	}
 	return err
 }

@@ -86,3 +86,100 @@ func TestClosedPort_RefusesAndCannotBeTaken(t *testing.T) {
 		t.Fatalf("another listener took closed port %d", port)
 	}
 }
+
+// TestEtcd_RestartHoldsThePortsBetweenTries (h108): a stopped member holds
+// its ports until it runs again. A Restart whose start fails on a port in
+// use (here the client port, which the test listens on) tries again after
+// a pause; during that pause the member is still down, and its other port
+// (the peer port, which nothing connected to, so no TIME_WAIT lets a
+// plain bind through) must still refuse anyone's bind, as it did after
+// Stop. Released there, another test's server or the kernel could take it
+// and the next try fail too.
+func TestEtcd_RestartHoldsThePortsBetweenTries(t *testing.T) {
+	e := NewEtcd(t)
+	cport, pport := urlPort(e.clientURL), urlPort(e.peerURL)
+	e.Stop()
+	// Hand the client port to a listener of the test's, so the first try
+	// fails with "address already in use".
+	e.mu.Lock()
+	e.hold.release()
+	e.hold = nil
+	e.mu.Unlock()
+	fd, err := bindOnly(pport, false)
+	if err != nil {
+		t.Fatalf("peer port %d with nothing holding it: %v; the check below could not tell a hold", pport, err)
+	}
+	_ = syscall.Close(fd)
+	e.mu.Lock()
+	e.hold = holdPorts(pport)
+	e.mu.Unlock()
+	taken, err := net.Listen("tcp", e.clientURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+
+	pauses := 0
+	e.pause = func(time.Duration) {
+		pauses++
+		if fd, err := bindOnly(pport, false); err == nil {
+			_ = syscall.Close(fd)
+			t.Errorf("between Restart's tries peer port %d could be bound by someone else: its hold was let go", pport)
+		} else if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Errorf("bind the peer port between tries: %v, want address already in use", err)
+		}
+		_ = taken.Close() // the next try may have the client port
+	}
+	if err := e.Restart(); err != nil {
+		t.Fatalf("Restart once the client port is free again: %v", err)
+	}
+	if pauses == 0 {
+		t.Fatalf("Restart's first try succeeded on client port %d, which the test listened on", cport)
+	}
+}
+
+// TestRedis_AFailedRestartHoldsThePorts (h108): a Restart whose server does
+// not start (here its cluster bus port is in use: the test listens on it)
+// leaves the server down, and its client port, which no client connected
+// to, must refuse anyone's bind as after Kill, so that the next Restart
+// finds it free.
+func TestRedis_AFailedRestartHoldsThePorts(t *testing.T) {
+	bus, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := StartRedis(WithRedisArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", strconv.Itoa(bus)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Hand the bus port to a listener of the test's.
+	r.mu.Lock()
+	r.hold.release()
+	r.hold = holdPorts(r.port)
+	r.mu.Unlock()
+	taken, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(bus)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	if err := r.Restart(); err == nil {
+		t.Fatalf("Restart succeeded with its cluster bus port %d in use", bus)
+	}
+	if fd, err := bindOnly(r.Port(), false); err == nil {
+		_ = syscall.Close(fd)
+		t.Fatalf("after a failed Restart port %d could be bound by someone else: its hold was let go", r.Port())
+	} else if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("bind the port after a failed Restart: %v, want address already in use", err)
+	}
+	_ = taken.Close()
+	if err := r.Restart(); err != nil {
+		t.Fatalf("Restart once the bus port is free again: %v", err)
+	}
+	if err := ping(r.Addr(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

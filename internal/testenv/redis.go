@@ -200,7 +200,8 @@ func (r *Redis) ports() []int {
 
 // Restart starts the server again on the same port and waits until it answers
 // PING. The data set is empty: nothing is persisted. A running server is
-// killed first.
+// killed first. A Restart that fails leaves the server down with its ports
+// held, as Kill does, for the next Restart.
 func (r *Redis) Restart() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -210,7 +211,13 @@ func (r *Redis) Restart() error {
 	if err := r.killLocked(); err != nil {
 		return err
 	}
-	return r.startLocked()
+	err := r.startLocked()
+	if err != nil && r.hold == nil {
+		// startLocked let the hold go for the server's bind, and reaped
+		// the server that did not start.
+		r.hold = holdPorts(r.ports()...)
+	}
+	return err
 }
 
 // Pause stops the server with SIGSTOP: connections stay open and accept
