@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"syscall"
@@ -47,11 +48,8 @@ func TestRedis_KillHoldsThePortUntilRestartOrClose(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", r.Addr(), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial a killed server: %v, want connection refused", err)
 	}
-	if fd, err := bindOnly(r.Port(), false); err == nil {
-		_ = syscall.Close(fd)
-		t.Fatalf("port %d of a killed server could be bound by someone else: nothing holds it for Restart", r.Port())
-	} else if !errors.Is(err, syscall.EADDRINUSE) {
-		t.Fatalf("bind the killed server's port: %v, want address already in use", err)
+	if err := refusesBind(r.Port()); err != nil {
+		t.Fatalf("a killed server: %v: nothing holds it for Restart", err)
 	}
 	if err := r.Restart(); err != nil {
 		t.Fatalf("restart on the held port: %v", err)
@@ -122,11 +120,8 @@ func TestEtcd_RestartHoldsThePortsBetweenTries(t *testing.T) {
 	pauses := 0
 	e.pause = func(time.Duration) {
 		pauses++
-		if fd, err := bindOnly(pport, false); err == nil {
-			_ = syscall.Close(fd)
-			t.Errorf("between Restart's tries peer port %d could be bound by someone else: its hold was let go", pport)
-		} else if !errors.Is(err, syscall.EADDRINUSE) {
-			t.Errorf("bind the peer port between tries: %v, want address already in use", err)
+		if err := refusesBind(pport); err != nil {
+			t.Errorf("between Restart's tries, the peer port: %v: its hold was let go", err)
 		}
 		_ = taken.Close() // the next try may have the client port
 	}
@@ -169,11 +164,8 @@ func TestRedis_AFailedRestartHoldsThePorts(t *testing.T) {
 	if err := r.Restart(); err == nil {
 		t.Fatalf("Restart succeeded with its cluster bus port %d in use", bus)
 	}
-	if fd, err := bindOnly(r.Port(), false); err == nil {
-		_ = syscall.Close(fd)
-		t.Fatalf("after a failed Restart port %d could be bound by someone else: its hold was let go", r.Port())
-	} else if !errors.Is(err, syscall.EADDRINUSE) {
-		t.Fatalf("bind the port after a failed Restart: %v, want address already in use", err)
+	if err := refusesBind(r.Port()); err != nil {
+		t.Fatalf("after a failed Restart: %v: its hold was let go", err)
 	}
 	_ = taken.Close()
 	if err := r.Restart(); err != nil {
@@ -182,4 +174,19 @@ func TestRedis_AFailedRestartHoldsThePorts(t *testing.T) {
 	if err := ping(r.Addr(), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refusesBind returns nil when a plain bind of port fails with "address
+// already in use" (something holds it), and otherwise an error that says
+// what the bind did.
+func refusesBind(port int) error {
+	fd, err := bindOnly(port, false)
+	if err == nil {
+		_ = syscall.Close(fd)
+		return fmt.Errorf("port %d could be bound by someone else", port)
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("bind port %d: %v, want address already in use", port, err)
+	}
+	return nil
 }
