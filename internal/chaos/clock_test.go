@@ -18,6 +18,7 @@ import (
 // shortens TTLs and locks keep being granted. Neither step may break the
 // fence or exclusion.
 func TestRedis_ClientClockSteps(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	var step atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(step.Load())) }

@@ -80,6 +80,7 @@ func runChild() int {
 // lock over and write; the child is resumed and writes with its old fence:
 // the write must be refused.
 func TestRedis_ClientProcessPausedPastTTL(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	cfg := s.config(t, time.Second)
 	childID := len(cfg.Clients) + 1

@@ -18,6 +18,7 @@ import (
 // it. Quorum mode promises only the fence (NewQuorum's doc): the late write
 // must be refused.
 func TestQuorum_MajorityRestartedLosesTheLock(t *testing.T) {
+	t.Parallel()
 	nodes := []*testenv.Redis{testenv.NewRedis(t), testenv.NewRedis(t), testenv.NewRedis(t)}
 	res := testenv.NewRedis(t)
 	quorum := func() instrument.Locker {

@@ -13,6 +13,7 @@ import (
 var redisOpts = CheckOptions{MutexPromised: true, StrictStale: true}
 
 func TestRedis_ProxyLatency(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(1) {
@@ -25,6 +26,7 @@ func TestRedis_ProxyLatency(t *testing.T) {
 }
 
 func TestRedis_ProxyBlackhole(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(1) {
@@ -37,6 +39,7 @@ func TestRedis_ProxyBlackhole(t *testing.T) {
 }
 
 func TestRedis_ProxyReset(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(5) {
@@ -47,6 +50,7 @@ func TestRedis_ProxyReset(t *testing.T) {
 }
 
 func TestRedis_ProxyHalfOpen(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(2) {
@@ -60,6 +64,7 @@ func TestRedis_ProxyHalfOpen(t *testing.T) {
 // every holder's lease has ended before it comes back (empty): exclusion
 // holds.
 func TestRedis_KillRestartAfterTTL(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(1) {
@@ -77,6 +82,7 @@ func TestRedis_KillRestartAfterTTL(t *testing.T) {
 }
 
 func TestRedis_SIGSTOPLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	run(t, s.config(t, time.Second), redisOpts, func(ctx context.Context, w *Workload, h *History) {
 		for range rounds(1) {
@@ -98,6 +104,7 @@ func TestRedis_SIGSTOPLongerThanTTL(t *testing.T) {
 // and exclusion is not promised; the fence is (fences follow the server
 // clock, so the restarted server's are above the lost ones).
 func TestRedis_RestartWithinTTLLosesTheLock(t *testing.T) {
+	t.Parallel()
 	s := newRedisSetup(t)
 	cfg := s.config(t, time.Second)
 	probeLocker := redisLocker(t, lockClient(t, s.proxy.Addr()))

@@ -17,6 +17,7 @@ import (
 // is not promised here, only the fence (the new primary's fences follow its
 // clock, above every fence the old one issued).
 func TestSentinel_FailoverLosesTheLockWrite(t *testing.T) {
+	t.Parallel()
 	s := testenv.NewSentinel(t)
 	res := testenv.NewRedis(t)
 	const ttl = 3 * time.Second // longer than the failover: old holders outlive it
