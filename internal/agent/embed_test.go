@@ -34,9 +34,7 @@ func TestStart_NoStore_StartsEmbeddedEtcdAndSaysHowToUseIt(t *testing.T) {
 		t.Errorf("stdout %q, want the console URL on a line of its own", got)
 	}
 	waitFor(t, "the agent to lead on the embedded etcd", a.Leader)
-	if code, body := get(t, a.URL()+"readyz"); code != 200 {
-		t.Errorf("/readyz: %d %s", code, body)
-	}
+	waitReady(t, a, "on the embedded etcd")
 	if code, body := get(t, a.URL()); code != 200 || !strings.Contains(body, "<title>lockgov console</title>") {
 		t.Errorf("/: %d %s", code, body)
 	}

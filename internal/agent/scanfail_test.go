@@ -40,9 +40,7 @@ func TestScanFailing_AScanThatReadsNothingIsNotACompletedScan(t *testing.T) {
 	if !strings.Contains(body, "NOPERM") {
 		t.Fatalf("the scan failed for another reason than the ACL: %s", body)
 	}
-	if code, _ := get(t, a.URL()+"readyz"); code != 200 {
-		t.Fatalf("/readyz %d: the store should answer PING", code)
-	}
+	waitReady(t, a, "(the store should answer PING)")
 	if got := metric(t, a, "lockgov_agent_scan_duration_seconds_count"); got != "0" {
 		t.Errorf("lockgov_agent_scan_duration_seconds_count %s after scans that read nothing: LockgovAgentScanFailing cannot fire", got)
 	}
