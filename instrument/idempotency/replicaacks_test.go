@@ -185,10 +185,18 @@ func TestReplicaAcks_AnUnacknowledgedCompletionReturnsTheResultAndItsRetryReplay
 // gets 503 with Retry-After (not its response: the client would take it
 // for done while a failover can still lose it); the retry after the
 // replica is back replays the response without running the handler again.
+//
+// The handler runs only once the healthy replica has acknowledged the
+// claim, so the WAIT is given healthyAckTimeout, the timeout where a
+// replica must acknowledge, not ackTimeout (500 ms, where none does): with
+// that, beside a CPU burner, the replica was once not scheduled in time,
+// the claim was released unacknowledged, the handler never ran and the 503
+// came from the claim. The stopped replica then costs the completion the
+// whole healthyAckTimeout.
 func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *testing.T) {
 	t.Parallel()
 	rp := testenv.NewReplicated(t)
-	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, ackTimeout))
+	s := newStore(t, testenv.NewRedisClient(t, rp.Primary.Addr()), idempotency.WithReplicaAcks(1, healthyAckTimeout))
 	var runs atomic.Int32
 	var resume func()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -216,6 +224,9 @@ func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *test
 	}
 	if resp := post(); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("the unreplicated response: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resume == nil {
+		t.Fatal("the handler never ran: the 503 was the claim's, not the response's")
 	}
 	resume()
 	rp.CaughtUp(t)
