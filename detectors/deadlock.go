@@ -43,12 +43,11 @@ import (
 // goroutine of its own instance (holding its fallback lock on the key, or
 // the store's lock, which the instance's fallback Acquires wait for too),
 // and a fallback hold blocks only its own instance's fallback waiters, so
-// such an edge stays inside one instance
-// and is drawn only when the instance lists per-goroutine holds; it joins a
-// cycle only through store edges to other instances (an instance's
-// goroutine waiting locally for its sibling, which waits in the store for
-// another instance). Cycles within one instance are not reported, fallback
-// or not.
+// such an edge stays inside one instance and is drawn only when the
+// instance lists per-goroutine holds; it joins a cycle only through store
+// edges to other instances (an instance's goroutine waiting locally for its
+// sibling, which waits in the store for another instance). Cycles within
+// one instance are not reported, fallback or not.
 //
 // Lock order: a waiter holding A while waiting for B records "A before B"
 // (by pattern when both keys have distinct declared patterns, else by key;

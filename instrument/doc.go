@@ -172,10 +172,10 @@
 // that is still valid when the store goes down (its TTL has not run out)
 // excludes the fallback Acquires of its key in this process, which wait for
 // it as for a process-local lease (FailFast: ErrNotAcquired) until it is
-// released, lost or expires; one granted beside a process-local lease
-// does so from that lease's release on. Use it for work where a duplicate is caught
-// further down (a unique constraint, reconciliation), never for money or
-// stock without such a net. An etcd client waits for an unreachable cluster
+// released, lost or expires; one granted beside a process-local lease does
+// so from that lease's release on. Use it for work where a duplicate is
+// caught further down (a unique constraint, reconciliation), never for
+// money or stock without such a net. An etcd client waits for an unreachable cluster
 // until the context ends (its DialTimeout bounds clientv3.New only), so
 // etcdlock bounds each round trip of an Acquire itself
 // (etcdlock.WithRequestTimeout, default 5 s: the lease grant, the put, a
