@@ -602,10 +602,23 @@ func newRunbookState(t *testing.T) *runbookState {
 		t.Fatal(err)
 	}
 	st := &runbookState{redisURL: "redis://" + r.Addr(), etcdURL: e.Endpoint(), token: "runbook-test-token"}
+	// The demo's interval. A scan is bounded by its interval (ScanTimeout
+	// is at most Interval), and the detectors run one after another in it:
+	// at 300 ms, scans on a loaded 2-core machine (the race detector, the
+	// demo's workload, other packages' tests) ran out of time for seconds
+	// on end, and the detectors after the lock scans (clock, deadlock,
+	// WorkerIDs) reported nothing for longer than a select's retries.
+	// Scan errors go to the test's log when it fails.
+	var scanLog syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the agent's log:\n%s", scanLog.String())
+		}
+	})
 	a, err := agent.Start(ctx, agent.Config{
 		Redis: []string{st.redisURL}, Etcd: e.Endpoints(), Policy: policyFile,
-		Listen: "127.0.0.1:0", Interval: 300 * time.Millisecond, ScanTimeout: 10 * time.Second, ID: "runbook-test",
-		RemediationToken: st.token, Logger: slog.New(slog.DiscardHandler), Stdout: io.Discard,
+		Listen: "127.0.0.1:0", Interval: 2 * time.Second, ID: "runbook-test",
+		RemediationToken: st.token, Logger: slog.New(slog.NewTextHandler(&scanLog, &slog.HandlerOptions{Level: slog.LevelWarn})), Stdout: io.Discard,
 	})
 	if err != nil {
 		t.Fatal(err)
