@@ -72,3 +72,10 @@ func GiveBack(ctx context.Context, l *Locker, key, tok, entry string) error {
 	r := &request{keys: keys, tok: tok, entry: entry, ttl: time.Second, fenceTTL: time.Minute}
 	return l.leave(ctx, r)
 }
+
+// AcquireSHA and AcquireFairSHA are the SHA1s that EVALSHA names
+// acquire.lua and acquire_fair.lua by (a ResendOnce hook's SHA).
+var (
+	AcquireSHA     = acquireScript.Hash()
+	AcquireFairSHA = acquireFairScript.Hash()
+)

@@ -1,0 +1,219 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/instrument"
+	"github.com/lockgov/lockgov/instrument/redislock"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// reshardLostReplyWithin bounds the waits of the lost-reply tests during a
+// slot move: a give-back or a release retried while the slot moves runs
+// within a second of its end (back-off at most 1 s); the rest is room for
+// a loaded 2-core machine. The locks live an hour: what frees them here is
+// the give-back, never the TTL.
+const reshardLostReplyWithin = 30 * time.Second
+
+// TestReshard_ALostAcquireReplyThenAMoveGivesTheLockBack (h111): an Acquire
+// that does not wait (FailFast, Retry out of attempts) takes the lock on
+// the slot's owner, but its reply is lost; before go-redis resends it, the
+// lock's slot is opened for migration and the lock key moved to the target
+// (its fence counter not), so the resend, and any further attempt, gets
+// TRYAGAIN. The caller is refused (ErrNotAcquired, Redis's answer in the
+// text only: a slot move is no store failure), and the lock the lost try
+// took under its token, which nobody holds, must be given back once the
+// slot has moved, well before its hour-long TTL: the give-back (leave.lua,
+// four keys of the slot) is refused throughout the move too, and tried
+// again until it runs.
+func TestReshard_ALostAcquireReplyThenAMoveGivesTheLockBack(t *testing.T) {
+	t.Parallel()
+	cl := testenv.NewRedisCluster(t, 3)
+	for _, tc := range []struct {
+		name string
+		fair bool
+		opt  instrument.AcquireOption
+	}{
+		{"default/fail-fast", false, instrument.FailFast()},
+		{"default/retry", false, instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 2)},
+		{"fair/fail-fast", true, instrument.FailFast()},
+		{"fair/retry", true, instrument.Retry(instrument.ConstantBackoff(time.Millisecond), 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			key := fmt.Sprintf("lock:reshard-lost-acquire:{%s}", tc.name)
+			var opts []redislock.Option
+			sha := redislock.AcquireSHA
+			if tc.fair {
+				opts, sha = append(opts, redislock.Fair()), redislock.AcquireFairSHA
+			}
+			admin := cl.Client(t)
+			c := cl.Client(t)
+			var m *testenv.SlotMigration
+			resend := &testenv.ResendOnce{SHA: sha, Between: func() {
+				// The reply of the try that ran is lost; meanwhile the
+				// slot starts moving, and the lock key goes first.
+				var err error
+				if m, err = cl.BeginKeyMigration(key); err != nil {
+					t.Errorf("begin the migration: %v", err)
+					return
+				}
+				if err := m.Move(key); err != nil {
+					t.Errorf("move the lock key: %v", err)
+				}
+			}}
+			c.AddHook(resend)
+			l := newLocker(t, c, opts...)
+			// The script loaded on the key's node, so that the armed call
+			// is an EVALSHA that runs.
+			warm, err := l.Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			resend.Arm()
+			lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour), tc.opt)
+			if m != nil {
+				t.Cleanup(func() { _ = m.Finish(10) })
+			}
+			if !resend.Resent() || m == nil {
+				t.Fatalf("the acquire was not run twice around a migration's start (Acquire: %v)", err)
+			}
+			if err == nil {
+				_ = lease.Release(ctx)
+				t.Fatalf("Acquire returned a lease (fence %d) though every try after the lost one was refused", lease.Fence())
+			}
+			var reply redis.Error
+			if !errors.Is(err, instrument.ErrNotAcquired) || errors.As(err, &reply) {
+				t.Fatalf("Acquire = %v; want ErrNotAcquired, with Redis's answer in the text only", err)
+			}
+			t.Logf("Acquire: %v", err)
+			// The premise: the lost try took the lock (GET follows the
+			// ASK to the target, where the lock key is now).
+			if v := admin.Get(ctx, key).Val(); v == "" {
+				t.Fatal("the lock key is absent during the move: the lost try did not take it")
+			}
+			if err := m.Finish(10); err != nil {
+				t.Fatal(err)
+			}
+			testenv.WaitFor(t, reshardLostReplyWithin, "the lock the lost try took to be given back after the move", func() bool {
+				return admin.Exists(ctx, key).Val() == 0 && redislock.PendingLeaves(l) == 0
+			})
+			next, err := newLocker(t, cl.Client(t), opts...).Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("the lock is not free after the move: %v", err)
+			}
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReshard_ALostReleaseReplyThenAMoveReportsReleased (h111): a holder's
+// Release runs (release.lua deletes the lock and leaves this token's
+// tombstone) but its reply is lost; before go-redis resends it, the
+// lock's slot is opened for migration ("open": no key moved; "moved":
+// every key of the slot moved to the target, the slot not yet assigned),
+// so the resend, and every try after it, is refused (TRYAGAIN: some of
+// release.lua's keys are absent). Release tries again until the slot has
+// moved; that try finds the tombstone, and Release must report the lock
+// released (nil, the lease ended with ErrReleased), never lost.
+func TestReshard_ALostReleaseReplyThenAMoveReportsReleased(t *testing.T) {
+	t.Parallel()
+	cl := testenv.NewRedisCluster(t, 3)
+	for _, moved := range []bool{false, true} {
+		name := "open"
+		if moved {
+			name = "moved"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := timeout(t, 2*time.Minute)
+			key := fmt.Sprintf("lock:reshard-lost-release:{%s}", name)
+			admin := cl.Client(t)
+			c := cl.Client(t)
+			var m *testenv.SlotMigration
+			resend := &testenv.ResendOnce{SHA: redislock.ReleaseSHA, Between: func() {
+				var err error
+				if m, err = cl.BeginKeyMigration(key); err != nil {
+					t.Errorf("begin the migration: %v", err)
+					return
+				}
+				if moved {
+					if _, err := m.MoveBatch(100); err != nil {
+						t.Errorf("move the slot's keys: %v", err)
+					}
+				}
+			}}
+			refused := make(chan struct{}, 1)
+			c.AddHook(resend)
+			c.AddHook(reshardReply{refused})
+			l := newLocker(t, c)
+			warm, err := l.Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			resend.Arm()
+			released := make(chan error, 1)
+			go func() { released <- lease.Release(ctx) }()
+			select {
+			case <-refused:
+			case err := <-released:
+				t.Fatalf("Release returned before Redis refused a try during the move: %v (resent: %v)", err, resend.Resent())
+			case <-ctx.Done():
+				t.Fatal("no try of the Release was refused")
+			}
+			if m != nil {
+				t.Cleanup(func() { _ = m.Finish(10) })
+			}
+			if !resend.Resent() || m == nil {
+				t.Fatal("the release was not run twice around a migration's start")
+			}
+			if err := m.Finish(10); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-released:
+				if err != nil {
+					t.Fatalf("Release = %v; want nil: its first try released the lock (lost: %v)", err,
+						errors.Is(err, instrument.ErrNotHeld) || errors.Is(err, instrument.ErrLockLost))
+				}
+			case <-ctx.Done():
+				t.Fatal("Release did not return after the move")
+			}
+			if cause := context.Cause(lease.Context()); !errors.Is(cause, instrument.ErrReleased) {
+				t.Fatalf("the lease ended with %v; want ErrReleased", cause)
+			}
+			if n := admin.Exists(ctx, key).Val(); n != 0 {
+				t.Fatal("the lock key is still there after the release")
+			}
+			next, err := newLocker(t, cl.Client(t)).Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("the lock is not free after the move: %v", err)
+			}
+			if next.Fence() <= lease.Fence() {
+				t.Fatalf("fence %d after the move, not above %d", next.Fence(), lease.Fence())
+			}
+			if err := next.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
