@@ -68,7 +68,9 @@ func TestReshard_ALostAcquireReplyThenAMoveGivesTheLockBack(t *testing.T) {
 					t.Errorf("move the lock key: %v", err)
 				}
 			}}
+			leaveRefused := make(chan struct{}, 1)
 			c.AddHook(resend)
+			c.AddHook(leaveReshardReply{leaveRefused})
 			l := newLocker(t, c, opts...)
 			// The script loaded on the key's node, so that the armed call
 			// is an EVALSHA that runs.
@@ -101,6 +103,14 @@ func TestReshard_ALostAcquireReplyThenAMoveGivesTheLockBack(t *testing.T) {
 			// ASK to the target, where the lock key is now).
 			if v := admin.Get(ctx, key).Val(); v == "" {
 				t.Fatal("the lock key is absent during the move: the lost try did not take it")
+			}
+			// The move lasts until the give-back has been refused at least
+			// once (after go-redis's own tries on TRYAGAIN): it must try
+			// again, not leave the lock to its TTL.
+			select {
+			case <-leaveRefused:
+			case <-ctx.Done():
+				t.Fatal("no give-back was refused during the move: is the lock given back at all?")
 			}
 			if err := m.Finish(10); err != nil {
 				t.Fatal(err)
@@ -216,4 +226,22 @@ func TestReshard_ALostReleaseReplyThenAMoveReportsReleased(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leaveReshardReply signals when a leave.lua try (a give-back) sent
+// through the client it hooks was answered as during a resharding.
+type leaveReshardReply struct{ seen chan<- struct{} }
+
+func (h leaveReshardReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h leaveReshardReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if runsLeave(cmd) {
+			reshardReply(h).note(err)
+		}
+		return err
+	}
+}
+func (h leaveReshardReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
