@@ -425,7 +425,16 @@
 //     deadline. Only then does it return the error, never ErrNotHeld or
 //     ErrLockLost, and the lock is given back in the background as after
 //     any release of unknown outcome (see "Failure modes"): instrument.Do
-//     returns that error, not ErrLockLost.
+//     returns that error, not ErrLockLost. A try that ran before the move
+//     but whose reply was lost (go-redis's resend refused) is found by the
+//     try after the move through its tombstone: Release returns nil
+//     (TestReshard_ALostReleaseReplyThenAMoveReportsReleased). The
+//     tombstone lives the release context's time left plus a second, a
+//     minute at most; a try sent after that which finds the lock gone
+//     cannot tell that release from a loss and returns an error of
+//     unknown outcome, not ErrNotHeld (a move of over a minute, under a
+//     context with no nearer deadline and a lease with over a minute left:
+//     TestReshard_AMoveOutlastingALostReleasesTombstoneIsNoFalseLoss).
 //   - In Fair mode an attempt that drops dead waiters from the head of the
 //     queue can be aborted half-way ("Script attempted to access a non
 //     local key": it deleted the queue, then read it again on the node
@@ -445,7 +454,12 @@
 //     Acquire that gave up, a Release of unknown outcome) is tried again
 //     on these answers too, within its usual window: leave.lua, admitted
 //     on the node the slot is leaving, can be aborted the same way after
-//     dropping the last dead waiter, before it deletes the lock.
+//     dropping the last dead waiter, before it deletes the lock. So is
+//     the lock an attempt took before the move but whose reply was lost,
+//     the resend refused (its caller gets ErrNotAcquired): given back once
+//     the slot has moved, within the waiter timeout plus the lock's TTL
+//     from the give-up, after which the lock has expired anyway
+//     (TestReshard_ALostAcquireReplyThenAMoveGivesTheLockBack).
 //   - Only a ClusterClient's MOVED or ASK counts: any other client
 //     follows no redirect, and a MOVED it gets (a *redis.Client given one
 //     Cluster node's address) comes back on every try. Acquire and

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,14 +92,25 @@ func (r *request) Renew(ctx context.Context) (time.Duration, error) {
 // the lease as lost though it was still held, and free it only through
 // the give-back, after the migration anyway.
 func (r *request) Release(ctx context.Context) error {
+	sent := time.Now()
 	ok, err := r.st.release(ctx, r)
 	if _, isQuorum := r.st.(*quorum); !isQuorum && r.owner != nil && r.owner.movesSlot(err) {
 		var until time.Time
 		if r.core != nil {
 			until = r.core.Deadline()
 		}
+		// A try of the first call may have run, its reply lost, before
+		// go-redis's resend was refused: its tombstone tells a later try
+		// that the lock was released, but only for as long as it lives
+		// (the first call's tombstoneTTL, less the second it allows for a
+		// resend in flight). A try sent after that which finds the lock
+		// gone cannot tell that release from a loss.
+		tombGone := sent.Add(time.Duration(r.tombTTLMs)*time.Millisecond - time.Second)
 		for n := 1; r.owner.movesSlot(err) && time.Now().Add(reshardPause(n)).Before(until) && sleepCtx(ctx, reshardPause(n)); n++ {
-			ok, err = r.st.release(ctx, r)
+			late := !time.Now().Before(tombGone)
+			if ok, err = r.st.release(ctx, r); late && !ok && err == nil {
+				err = errors.New("the lock is gone after its slot moved, for longer than an earlier try's tombstone lives: whether that try, its reply lost, released it is unknown")
+			}
 		}
 	}
 	var left error // after Close: what the give-back could not do

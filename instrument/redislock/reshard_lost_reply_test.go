@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,4 +245,104 @@ func (h leaveReshardReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 }
 func (h leaveReshardReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// TestReshard_AMoveOutlastingALostReleasesTombstoneIsNoFalseLoss (h111): as
+// TestReshard_ALostReleaseReplyThenAMoveReportsReleased, but the slot stays
+// open for longer than the tombstone the lost try left lives (a minute
+// under a context without a nearer deadline), while the lease's local
+// deadline, an hour-long TTL away, lets Release try on. The try that runs
+// after the move finds neither the lock nor the tombstone: it cannot tell
+// the lost try's release from a loss, and Release must not say the lock
+// was lost (ErrNotHeld, ErrLockLost): it was held until this call, which
+// released it. It returns an error of unknown outcome instead.
+func TestReshard_AMoveOutlastingALostReleasesTombstoneIsNoFalseLoss(t *testing.T) {
+	t.Parallel()
+	cl := testenv.NewRedisCluster(t, 3)
+	ctx := timeout(t, 4*time.Minute)
+	const key = "lock:reshard-lost-release:{outlasts-tombstone}"
+	admin := cl.Client(t)
+	c := cl.Client(t)
+	var m *testenv.SlotMigration
+	resend := &testenv.ResendOnce{SHA: redislock.ReleaseSHA, Between: func() {
+		var err error
+		if m, err = cl.BeginKeyMigration(key); err != nil {
+			t.Errorf("begin the migration: %v", err)
+		}
+	}}
+	refused := make(chan struct{}, 1)
+	c.AddHook(resend)
+	c.AddHook(reshardReply{refused})
+	l := newLocker(t, c)
+	warm, err := l.Acquire(ctx, key, instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.Acquire(ctx, key, instrument.WithTTL(time.Hour), instrument.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	resend.Arm()
+	released := make(chan error, 1)
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute) // the tombstone lives its cap, a minute
+	defer cancel()
+	go func() { released <- lease.Release(rctx) }()
+	select {
+	case <-refused:
+	case err := <-released:
+		t.Fatalf("Release returned before Redis refused a try during the move: %v (resent: %v)", err, resend.Resent())
+	}
+	if m != nil {
+		t.Cleanup(func() { _ = m.Finish(10) })
+	}
+	if !resend.Resent() || m == nil {
+		t.Fatal("the release was not run twice around a migration's start")
+	}
+	keys, err := m.Keys(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tomb := ""
+	for _, k := range keys {
+		if strings.Contains(k, ":rel:") {
+			tomb = k
+		}
+	}
+	if tomb == "" {
+		t.Fatalf("no tombstone among the slot's keys %q: the lost try did not release", keys)
+	}
+	// The slot stays open until the tombstone has expired.
+	testenv.WaitFor(t, 2*time.Minute, "the lost try's tombstone to expire", func() bool {
+		return admin.Exists(ctx, tomb).Val() == 0
+	})
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned while the slot was still open: %v", err)
+	default:
+	}
+	if err := m.Finish(10); err != nil {
+		t.Fatal(err)
+	}
+	err = <-released
+	if errors.Is(err, instrument.ErrNotHeld) || errors.Is(err, instrument.ErrLockLost) {
+		t.Fatalf("Release = %v; the lock was held until this call, whose first try released it", err)
+	}
+	if err == nil {
+		t.Fatal("Release = nil; no try it could see released the lock")
+	}
+	t.Logf("Release: %v", err)
+	next, err := newLocker(t, cl.Client(t)).Acquire(ctx, key, instrument.FailFast())
+	if err != nil {
+		t.Fatalf("the lock is not free after the move: %v", err)
+	}
+	if next.Fence() <= lease.Fence() {
+		t.Fatalf("fence %d after the move, not above %d", next.Fence(), lease.Fence())
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
