@@ -16,6 +16,9 @@ import (
 // redis-cli --cluster create.
 type RedisCluster struct {
 	Nodes []*Redis
+	// Replicas are the replicas AddReplica added (none at the start);
+	// Close stops them too.
+	Replicas []*Redis
 }
 
 // NewRedisCluster starts a cluster of n primaries (n >= 3) for the test.
@@ -96,7 +99,7 @@ func (c *RedisCluster) Addrs() []string {
 // Close stops every node.
 func (c *RedisCluster) Close() error {
 	var errs []error
-	for _, r := range c.Nodes {
+	for _, r := range append(c.Nodes[:len(c.Nodes):len(c.Nodes)], c.Replicas...) {
 		errs = append(errs, r.Close())
 	}
 	return errors.Join(errs...)
