@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lockgov/lockgov/internal/buildflags"
 	"github.com/lockgov/lockgov/internal/leakcheck"
 )
 
@@ -45,7 +46,10 @@ func buildLockgov(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
 		bin := filepath.Join(binDir, "lockgov")
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		// With this test binary's -race (internal/buildflags): the
+		// packages are compiled already, by go vet and go test.
+		args := append(append([]string{"build"}, buildflags.Args()...), "-o", bin, ".")
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("go build: %v\n%s", err, out)
 			return
 		}

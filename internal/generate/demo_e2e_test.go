@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgov/lockgov/internal/buildflags"
 	"github.com/lockgov/lockgov/internal/mixin"
 )
 
@@ -28,7 +29,9 @@ func TestGeneratedRules_FireAgainstLockgovDemo(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "lockgov")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/lockgov/lockgov/cmd/lockgov").CombinedOutput(); err != nil {
+	// With this test binary's -race: see internal/buildflags.
+	args := append(append([]string{"build"}, buildflags.Args()...), "-o", bin, "github.com/lockgov/lockgov/cmd/lockgov")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	demo := exec.Command(bin, "demo", "--listen", "127.0.0.1:0", "--interval", "1s")

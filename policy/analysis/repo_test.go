@@ -2,11 +2,14 @@ package analysis
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockgov/lockgov/internal/buildflags"
 )
 
 // repoRoot is the root of the lockgov repository.
@@ -25,9 +28,16 @@ func TestOwnTree_NoFindings(t *testing.T) {
 	for _, m := range mods {
 		dirs = append(dirs, filepath.Dir(m))
 	}
+	// The packages load from export data that go list compiles: with this
+	// test binary's -race, go vet and go test compiled it already
+	// (internal/buildflags).
+	env := os.Environ()
+	if buildflags.Race() {
+		env = append(env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -race"))
+	}
 	for _, dir := range dirs {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-		findings, err := Vet(ctx, Options{Dir: dir, Patterns: []string{"./..."}, Enable: OptIn()})
+		findings, err := Vet(ctx, Options{Dir: dir, Patterns: []string{"./..."}, Enable: OptIn(), Env: env})
 		cancel()
 		if err != nil {
 			t.Fatalf("vet %s/...: %v", dir, err)
