@@ -79,3 +79,19 @@ var (
 	AcquireSHA     = acquireScript.Hash()
 	AcquireFairSHA = acquireFairScript.Hash()
 )
+
+// SetTombstoneCap bounds the tombstones of l's releases to d in place of
+// maxTombstoneTTL (a minute), so that a test can outlast one in seconds.
+// It is l's own (its node's combiner), read by no other Locker. Call it
+// before l's first Release. Not for quorum mode (runRelease keeps the
+// default).
+func SetTombstoneCap(l *Locker, d time.Duration) {
+	switch s := l.store.(type) {
+	case node:
+		s.send.tombCap = d
+	case fairNode:
+		s.send.tombCap = d
+	default:
+		panic("SetTombstoneCap: not a single-node Locker")
+	}
+}

@@ -53,6 +53,10 @@ type combiner struct {
 	// (WithReplicaAcks): in their pipeline, on their connection.
 	acks replicaAcks
 	wait []any // WAIT's command line, boxed once
+	// tombCap bounds the tombstones of the releases sent through it
+	// (tombstoneTTL): maxTombstoneTTL, shorter only in a test of this
+	// Locker's own (export_test.go's SetTombstoneCap), never shared.
+	tombCap time.Duration
 
 	mu       sync.Mutex
 	inFlight int       // sends under way (plain commands and batches)
@@ -86,7 +90,7 @@ type queued struct {
 var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
 
 func newCombiner(c redis.UniversalClient, acks replicaAcks) *combiner {
-	b := &combiner{c: c, acks: acks}
+	b := &combiner{c: c, acks: acks, tombCap: maxTombstoneTTL}
 	if acks.on() {
 		b.wait = []any{"wait", acks.n, acks.waitMs()}
 	}
@@ -254,7 +258,7 @@ func (b *combiner) send(batch []*queued) {
 	for _, q := range batch {
 		if q.window != nil {
 			if batchWindow == 0 {
-				batchWindow = tombstoneTTL(ctx)
+				batchWindow = tombstoneTTL(ctx, b.tombCap)
 			}
 			*q.window = max(*q.window, batchWindow)
 		}

@@ -337,7 +337,7 @@ func (s node) release(ctx context.Context, r *request) (bool, error) {
 	// release.lua's command line from pointers into r, as runRelease
 	// sends it (a lease's releases never overlap: leasecore runs one).
 	r.tomb = r.keys.tombstone(r.tok)
-	r.tombTTLMs, r.retentionMs = tombstoneTTL(ctx), (r.fenceTTL - r.ttl).Milliseconds()
+	r.tombTTLMs, r.retentionMs = tombstoneTTL(ctx, s.send.tombCap), (r.fenceTTL - r.ttl).Milliseconds()
 	a := &r.args
 	a[2], a[3], a[4], a[5], a[6], a[7] = 5, &r.keys.lock, &r.tomb, &r.keys.queue, &r.keys.fence, &r.keys.waiters
 	a[8], a[9], a[10], a[11] = &r.tok, &r.keys.channel, &r.tombTTLMs, &r.retentionMs
@@ -355,7 +355,7 @@ func runRelease(ctx context.Context, c redis.UniversalClient, r *request, handof
 	if !handoff {
 		keys = keys[:2]
 	}
-	n, err := releaseScript.Run(ctx, c, keys, r.tok, r.keys.channel, tombstoneTTL(ctx), (r.fenceTTL - r.ttl).Milliseconds()).Int64()
+	n, err := releaseScript.Run(ctx, c, keys, r.tok, r.keys.channel, tombstoneTTL(ctx, maxTombstoneTTL), (r.fenceTTL - r.ttl).Milliseconds()).Int64()
 	return n >= 1, err
 }
 
@@ -374,10 +374,11 @@ const maxTombstoneTTL = time.Minute
 
 // tombstoneTTL is how long a release's tombstone lives, in milliseconds:
 // as long as the call can be retried (storefail.ResendWindow), and never
-// more than maxTombstoneTTL. ctx is the one go-redis sends under: the
-// caller's, or a batch's (combiner.send raises a batched release's TTL).
-func tombstoneTTL(ctx context.Context) int64 {
-	return storefail.ResendWindow(ctx, maxTombstoneTTL).Milliseconds()
+// more than limit (maxTombstoneTTL, but for a test's own Locker: see
+// combiner.tombCap). ctx is the one go-redis sends under: the caller's, or
+// a batch's (combiner.send raises a batched release's TTL).
+func tombstoneTTL(ctx context.Context, limit time.Duration) int64 {
+	return storefail.ResendWindow(ctx, limit).Milliseconds()
 }
 
 // unanswered reports whether a command that failed with err may have run
