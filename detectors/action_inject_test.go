@@ -196,14 +196,18 @@ func hostileBeat() *fleet.Heartbeat {
 // etcd a queue entry is named by its lease, on Redis the action says how
 // else to act.
 func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
-	ctx := timeout(t, 2*time.Minute)
+	t.Parallel()
+	// The subtests run in parallel, each on servers of its own and under a
+	// context of its own (from timeout: it ends in the subtest's Cleanup).
+	// What they share from here is only read: later, suffix, checkLocks,
+	// keys and beat.
 	later := func() time.Time { return time.Now().Add(2 * time.Minute) }
 	suffix := func(k string) string { return strings.TrimPrefix(k, "lock:") }
 	// Every lock kind of every hostile key: immortal (lock:K, no TTL),
 	// ttl_above_max (lock:short:K, 1h), held_too_long (lock:hold:K, held
 	// 2m), holder_dead (lock:dead:K, its process's heartbeats gone); the
 	// holder of the last three is named by hostileNames.
-	checkLocks := func(t *testing.T, d detectors.Detector, beats any, want func(f detectors.Finding) want) {
+	checkLocks := func(t *testing.T, ctx context.Context, d detectors.Detector, beats any, want func(f detectors.Finding) want) {
 		putBeat(t, ctx, beats, hostileBeat())
 		detect(t, ctx, d)
 		delBeat(t, ctx, beats, hostileNames.instance)
@@ -226,6 +230,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		}
 	}
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		c := newRedis(t)
 		for _, k := range hostileKeys {
 			s := suffix(k)
@@ -247,7 +253,7 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkLocks(t, d, c, func(f detectors.Finding) want {
+		checkLocks(t, ctx, d, c, func(f detectors.Finding) want {
 			if strings.Contains(f.Key, "\x00") {
 				if !strings.Contains(f.Action, "NUL") {
 					t.Errorf("action %q of %q: no command, and no word of why", f.Action, f.Key)
@@ -261,6 +267,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		})
 	})
 	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		e := newEtcd(t)
 		// A lease per entry, as etcdlock grants one per Acquire (lease
 		// revoke frees the entry then; a lease that holds other keys:
@@ -298,7 +306,7 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkLocks(t, d, e, func(f detectors.Finding) want {
+		checkLocks(t, ctx, d, e, func(f detectors.Finding) want {
 			if strings.HasPrefix(f.Key, etcdlock.DefaultPrefix) { // another writer's entry: get, then del
 				return want{cli: "etcdctl", arg: f.Key, free: f.Key, read: etcdReads(ctx, e, f.Key)}
 			}
@@ -325,6 +333,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		return hb
 	}
 	t.Run("deadlock", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		c := newRedis(t)
 		since := time.Now().Add(-time.Minute)
 		var names []string
@@ -347,6 +357,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		checkAction(t, fs[0], want{}, names...)
 	})
 	t.Run("lock_order_inversion", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		// a holds every key but the first while waiting for the first; later
 		// b holds the first while waiting for each of the others.
 		c := newRedis(t)
@@ -388,6 +400,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		}
 	})
 	t.Run("clock", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		c := newRedis(t)
 		var hosts []string
 		for i := range keys {
@@ -412,6 +426,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		}
 	})
 	t.Run("workerid", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		// Per key: two instances report WorkerID 3 of service svcK (a
 		// duplicate, and the slot K is gone: lease_gone from the second
 		// beat); a third reports 99 (out of range); every service's range
@@ -479,6 +495,8 @@ func TestLocks_AHostileKeyCannotBreakOutOfTheAction(t *testing.T) {
 		}
 	})
 	t.Run("summary", func(t *testing.T) {
+		t.Parallel()
+		ctx := timeout(t, 2*time.Minute)
 		c := newRedis(t)
 		for _, k := range hostileKeys {
 			if err := c.Set(ctx, k, "another app's lock", 0).Err(); err != nil {
@@ -596,6 +614,7 @@ func etcdReads(ctx context.Context, c *clientv3.Client, entry string) func(t *te
 // commands run against the server: with etcdctl when installed, else as
 // etcdctl would run them, with the client.
 func TestLocks_TheEtcdCommandThatFreesAQueueEntryFreesThatLockOnly(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	e := newEtcd(t)
 	grant := func() clientv3.LeaseID {

@@ -14,6 +14,7 @@ import (
 // real Redis Cluster and a real etcd: degrade for 300ms, reject for 700ms
 // and for the self-reported reject, nothing for 50ms.
 func TestClock_SkewTiersFromHeartbeats(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	cc, ec := newCluster(t), newEtcd(t)
 	for _, tc := range []struct {
@@ -58,6 +59,7 @@ func TestClock_SkewTiersFromHeartbeats(t *testing.T) {
 // before the beat says nothing of the clock now. It is not ranked (the
 // tier the process applies still is), and the finding says how old it is.
 func TestClock_AnOffsetMeasuredLongBeforeTheBeatIsNotRanked(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	for _, b := range []struct {

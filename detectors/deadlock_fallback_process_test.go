@@ -84,6 +84,7 @@ func TestMain_FallbackDeadlockChild(t *testing.T) {
 // fallback entries read as the store's locks.) The code takes the two
 // keys in both orders, which stays a lock-order inversion.
 func TestDeadlock_FallbackLocksOfTwoRealProcessesAreNoDeadlock(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(fallbackChildEnv) != "" {
 		t.Skip("child")
 	}

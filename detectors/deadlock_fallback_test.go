@@ -19,6 +19,7 @@ import (
 // remembered orders meet too); the control, the same beats without the
 // marker, is a deadlock, so the cases are not vacuous.
 func TestDeadlock_FallbackLocksOfTwoProcessesNeverMeet(t *testing.T) {
+	t.Parallel()
 	since := time.Now().Add(-time.Minute)
 	held := func(key string, fb bool) fleet.HeldLock {
 		return fleet.HeldLock{Key: key, Pattern: key, Backend: "redis", Since: since, Fallback: fb}
@@ -126,6 +127,7 @@ func TestDeadlock_FallbackLocksOfTwoProcessesNeverMeet(t *testing.T) {
 // (Goroutine 2's hold of f may also be the store lease it took before the
 // outage: the process's fallback Acquires wait for that one too.)
 func TestDeadlock_ACycleThroughAFallbackWaitInOneProcessIsADeadlock(t *testing.T) {
+	t.Parallel()
 	for _, fHeld := range []string{"fallback", "store"} {
 		t.Run("f held as "+fHeld, func(t *testing.T) {
 			t.Parallel()

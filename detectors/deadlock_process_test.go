@@ -63,6 +63,7 @@ func TestMain_DeadlockChild(t *testing.T) {
 // reported as exactly one deadlock finding that names both instances and
 // both keys, within two heartbeat intervals of both waits beginning.
 func TestDeadlock_TwoRealProcesses(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(deadlockChildEnv) != "" {
 		t.Skip("child")
 	}

@@ -14,6 +14,7 @@ import (
 // exactly one deadlock finding, naming both instances and both keys, on
 // every call while it lasts; with and without the per-goroutine holds.
 func TestDeadlock_TwoInstancesWaitingForEachOther(t *testing.T) {
+	t.Parallel()
 	for _, precise := range []bool{true, false} {
 		name := "instance-level"
 		if precise {
@@ -86,6 +87,7 @@ func TestDeadlock_TwoInstancesWaitingForEachOther(t *testing.T) {
 // TestDeadlock_NoCycleWhenTheHolderIsNotWaiting: a waits for y, b holds y
 // and is not waiting: no deadlock.
 func TestDeadlock_NoCycleWhenTheHolderIsNotWaiting(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	a, b := otherBeat("pod-a", 10), otherBeat("pod-b", 20)
@@ -108,6 +110,7 @@ func TestDeadlock_NoCycleWhenTheHolderIsNotWaiting(t *testing.T) {
 // later (a is done) b takes y then waits for x. Never a cycle at one time,
 // but the two orders can deadlock: one lock_order_inversion.
 func TestDeadlock_LockOrderInversionSeenOverTime(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	d, err := detectors.NewDeadlock(redisStore(t, c))
@@ -143,6 +146,7 @@ func TestDeadlock_LockOrderInversionSeenOverTime(t *testing.T) {
 // have ended before b's began: no deadlock until a's next beat shows a
 // still waiting, which makes it one.
 func TestDeadlock_WaitsThatDidNotCoexistAreNotACycle(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	t0 := time.Now().Add(-time.Minute)
@@ -178,6 +182,7 @@ func TestDeadlock_WaitsThatDidNotCoexistAreNotACycle(t *testing.T) {
 // deadlock; and one instance waiting in one deployment while holding a
 // lock in the other still closes a cycle across the two.
 func TestDeadlock_SameKeysInTwoDeploymentsAreTwoLocks(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c1, c2, c3 := newRedis(t), newRedis(t), newRedis(t)
 	s1, s2, s3 := redisStore(t, c1), redisStore(t, c2), redisStore(t, c3)

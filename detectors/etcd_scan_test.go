@@ -74,6 +74,7 @@ func scanAll(t *testing.T, ctx context.Context, s detectors.Store) []detectors.L
 // waiter is one lock (the entry with the lowest create revision), with one
 // waiter, and no finding.
 func TestEtcd_TheHeadEntryHoldsTheLock(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c, _, holder := queuedLock(t, ctx, 1)
 	s := etcdStore(t, c)
@@ -97,6 +98,7 @@ func TestEtcd_TheHeadEntryHoldsTheLock(t *testing.T) {
 // Before, each foreign entry ended the lock's group: the waiter's entry was
 // reported as a second lock:q, holding it.
 func TestEtcd_AForeignEntryInsideALocksQueueDoesNotSplitIt(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c, l, holder := queuedLock(t, ctx, 1)
 	resp, err := c.Get(ctx, l.QueuePrefix("lock:q"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -150,6 +152,7 @@ func TestEtcd_AForeignEntryInsideALocksQueueDoesNotSplitIt(t *testing.T) {
 // one lock of its own, named by its whole etcd key, held by a foreign
 // holder (detectors' package doc, "etcdctl").
 func TestEtcd_ForeignEntriesInEveryPositionAndEveryPageSizeLeaveALockWhole(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
 	const key = "lock:q"
 	c, l, holder := queuedLock(t, ctx, 4)
@@ -218,6 +221,7 @@ func keysOf(m map[string]int) []string {
 // library's queue in etcdlock's layout under a key that is not UTF-8, with
 // foreign entries between its entries, is one lock with its waiter.
 func TestEtcd_AKeyThatIsNotUTF8WithForeignEntriesInsideIsOneLock(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newEtcd(t)
 	key := "lock:\xff\xfe"
@@ -257,6 +261,7 @@ func TestEtcd_AKeyThatIsNotUTF8WithForeignEntriesInsideIsOneLock(t *testing.T) {
 // The scan's own callback deletes them, after the page that holds a
 // foreign entry sorting inside the lock's queue, before the next page.
 func TestEtcd_AScanIsOneSnapshotAcrossPages(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newEtcd(t)
 	q := etcdlock.DefaultPrefix + "lock:s\x00"
@@ -314,6 +319,7 @@ func TestEtcd_AScanIsOneSnapshotAcrossPages(t *testing.T) {
 // etcd key, says which lock it holds up and that deleting it hands that
 // lock on.
 func TestEtcd_AnEntryUnderALocksQueueSaysItHoldsUpThatLock(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newEtcd(t)
 	other := etcdlock.DefaultPrefix + "lock:q\x00other"

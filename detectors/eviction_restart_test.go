@@ -19,6 +19,7 @@ import (
 // lockgov_agent_store_evicted_keys_total). INFO server's run_id changes
 // with every start: a node whose run_id changed counts its whole count.
 func TestStoreConfig_ARestartedNodeCountsEveryEvictionSinceItStarted(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := r.Client(t)
 	d := newStoreConfig(t, redisStore(t, c))

@@ -36,6 +36,7 @@ func configSet(t testing.TB, ctx context.Context, c redis.Cmdable, kv ...string)
 // expires or is deleted; any other policy under a limit deletes them when
 // memory is full.
 func TestStoreConfig_OnlyALimitWithAnEvictingPolicyIsAFinding(t *testing.T) {
+	t.Parallel()
 	c := newRedis(t)
 	d := newStoreConfig(t, redisStore(t, c))
 	ctx := timeout(t, 30*time.Second)
@@ -75,6 +76,7 @@ func TestStoreConfig_OnlyALimitWithAnEvictingPolicyIsAFinding(t *testing.T) {
 // scans means Redis deleted keys in the interval (held locks among them,
 // perhaps): critical. The next scan without a rise is a warning again.
 func TestStoreConfig_CriticalWhileRedisEvicts(t *testing.T) {
+	t.Parallel()
 	c := newRedis(t)
 	d := newStoreConfig(t, redisStore(t, c))
 	ctx := timeout(t, 30*time.Second)
@@ -107,6 +109,7 @@ func TestStoreConfig_CriticalWhileRedisEvicts(t *testing.T) {
 // info finding saying so; Detect does not fail, so the other detectors'
 // findings still count as a scan.
 func TestStoreConfig_ARefusedINFOIsUnknownNotAnError(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t, testenv.WithRedisACLUser("no-info", "pw", "~*", "+@read", "-info", "+ping", "+hello"))
 	c := redis.NewClient(r.ClientOptions("no-info", "pw"))
 	t.Cleanup(func() { _ = c.Close() })
@@ -126,6 +129,7 @@ func TestStoreConfig_ARefusedINFOIsUnknownNotAnError(t *testing.T) {
 // TestStoreConfig_AStoreDownIsAnError: a store that does not answer is the
 // store down (Detect's error, as for every detector), not a policy unknown.
 func TestStoreConfig_AStoreDownIsAnError(t *testing.T) {
+	t.Parallel()
 	r := testenv.NewRedis(t)
 	c := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
@@ -143,6 +147,7 @@ func TestStoreConfig_AStoreDownIsAnError(t *testing.T) {
 // configured one by one; one primary with an evicting policy is enough to
 // lose the locks in its slots.
 func TestStoreConfig_OneEvictingClusterNodeIsAFinding(t *testing.T) {
+	t.Parallel()
 	cl := newCluster(t)
 	ctx := timeout(t, 60*time.Second)
 	d := newStoreConfig(t, redisStore(t, cl))
@@ -175,6 +180,7 @@ func TestStoreConfig_OneEvictingClusterNodeIsAFinding(t *testing.T) {
 
 // TestStoreConfig_EtcdIsNotChecked: etcd does not evict.
 func TestStoreConfig_EtcdIsNotChecked(t *testing.T) {
+	t.Parallel()
 	d := newStoreConfig(t, etcdStore(t, newEtcd(t)))
 	if fs := detect(t, timeout(t, 30*time.Second), d); len(fs) != 0 {
 		t.Fatalf("findings on etcd%s", describe(fs))
@@ -192,6 +198,7 @@ func TestStoreConfig_EtcdIsNotChecked(t *testing.T) {
 // that went down as "nothing new", and a node's reset hid the rise of the
 // others in a Cluster's sum.
 func TestStoreConfig_EvictionsAfterAStatsResetAreCounted(t *testing.T) {
+	t.Parallel()
 	c := newRedis(t)
 	d := newStoreConfig(t, redisStore(t, c))
 	ctx := timeout(t, 30*time.Second)

@@ -15,6 +15,7 @@ import (
 // truncated lockgov value, a hash) and etcd: each immortal one is reported
 // with a foreign holder; the scan never fails.
 func TestLocks_ValuesNoDecoderKnowsAreForeign(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	values := map[string]string{
@@ -99,6 +100,7 @@ func TestFinding_JSON(t *testing.T) {
 // TestLocks_NoOwnerTokenInFindings: a real redislock value's token never
 // appears in a finding.
 func TestLocks_NoOwnerTokenInFindings(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	const tok = "SECRETTOKEN123"

@@ -59,6 +59,7 @@ func argv(t *testing.T, cli, line string) []string {
 // text themselves. redis-cli does not unescape its arguments (only its
 // interactive prompt reads "\xff"): the shell must pass the bytes ($'…').
 func TestLocks_TheActionForAKeyThatIsNotUTF8NamesThatKey(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash: the Actions are shell command lines")
 	}

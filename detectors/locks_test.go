@@ -144,6 +144,7 @@ func etcdScenario(t *testing.T, c *clientv3.Client) scenario {
 // reported with its kind, and that nothing else is: not the healthy lock,
 // not the foreign value with a TTL, not the locks of the live process.
 func TestLocks_EveryKindOnRealStores(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		make func(t *testing.T) scenario
@@ -229,6 +230,7 @@ func TestLocks_EveryKindOnRealStores(t *testing.T) {
 // locks, and checks that no finding comes out: with the process's
 // heartbeats on, and with them off (never published).
 func TestLocks_HealthyStoreHasNoFinding(t *testing.T) {
+	t.Parallel()
 	for _, beats := range []bool{true, false} {
 		t.Run("heartbeats="+strconv.FormatBool(beats), func(t *testing.T) {
 			ctx := timeout(t, 2*time.Minute)
@@ -280,6 +282,7 @@ func fillHealthy(t testing.TB, ctx context.Context, c redis.UniversalClient, n i
 // TestLocks_Sentinel: a store over the Sentinel failover client (a
 // redis.UniversalClient) finds an immortal lock on the primary.
 func TestLocks_Sentinel(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	sn := testenv.NewSentinel(t)
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testenv.SentinelMaster,
@@ -305,6 +308,7 @@ func TestLocks_Sentinel(t *testing.T) {
 // etcd. Neither is a lock its truncated heartbeat leaves out. Once the key
 // is gone, the lock is holder_dead.
 func TestLocks_AHolderWithAHeartbeatOverTheSizeLimitIsAlive(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
@@ -455,6 +459,7 @@ func heldOnBackend(t *testing.T, ctx context.Context, backend, key, value string
 // the same instance name; and a key without a TTL, which no publisher
 // writes, proves nothing, however long it stays.
 func TestLocks_AnUnreadableHeartbeatKeyProvesOnlyItsOwnProcessAlive(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
@@ -512,6 +517,7 @@ func TestLocks_AnUnreadableHeartbeatKeyProvesOnlyItsOwnProcessAlive(t *testing.T
 // keep its locks from holder_dead for ever. The same beat made too large to
 // decode is no proof without a TTL already.
 func TestLocks_AHeartbeatKeyWithoutATTLProvesNothingEvenWhenItDecodes(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
@@ -548,6 +554,7 @@ func TestLocks_AHeartbeatKeyWithoutATTLProvesNothingEvenWhenItDecodes(t *testing
 // fails in the pipeline whose GET succeeds), the key must not be taken for
 // one without a TTL, and its live process's lock reported holder_dead.
 func TestLocks_AHeartbeatTTLThatCannotBeReadIsNoMissingTTL(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	r := testenv.NewRedis(t, testenv.WithRedisACLUser("agent", "agent-secret", "~*", "+@all"))
 	direct := r.Client(t)

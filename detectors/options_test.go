@@ -22,6 +22,7 @@ import (
 // so a store full of leaked keys cannot make the findings grow without
 // bound.
 func TestLocks_FindingsAreCappedPerKind(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	for i := range 30 {
@@ -46,6 +47,7 @@ func TestLocks_FindingsAreCappedPerKind(t *testing.T) {
 
 // TestOptions_AnOptionThatDoesNotApplyIsAnError.
 func TestOptions_AnOptionThatDoesNotApplyIsAnError(t *testing.T) {
+	t.Parallel()
 	c := newRedis(t)
 	s := redisStore(t, c)
 	if _, err := detectors.NewClock(s, detectors.WithPatterns("x:*")); !errors.Is(err, detectors.ErrInvalid) {
@@ -68,6 +70,7 @@ func TestOptions_AnOptionThatDoesNotApplyIsAnError(t *testing.T) {
 // SCAN reply here also repeats the previous reply's keys, as a rehash
 // would: each lock is still one finding, under the cap and past it.
 func TestLocks_AKeySCANReturnsTwiceIsOneFinding(t *testing.T) {
+	t.Parallel()
 	ctx := timeout(t, time.Minute)
 	c := newRedis(t)
 	for i := range 60 {

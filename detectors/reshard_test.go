@@ -45,6 +45,7 @@ func (h scanHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // TestLocks_Reshard runs the Locks detector on a Cluster whose slots are
 // resharded under it (one cluster for both cases).
 func TestLocks_Reshard(t *testing.T) {
+	t.Parallel()
 	cl := testenv.NewRedisCluster(t, 3)
 	t.Run("HeartbeatMovedBetweenNodeScansIsNotHolderDead", func(t *testing.T) {
 		testHeartbeatMovedBetweenNodeScansIsNotHolderDead(t, cl)

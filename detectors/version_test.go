@@ -22,6 +22,7 @@ import (
 // script), never the value nor its owner token; on etcd the holder entry's
 // mod revision. A finding of a lock with a TTL has none.
 func TestLocks_AFindingOfALockWithoutTTLCarriesItsVersion(t *testing.T) {
+	t.Parallel()
 	const value = `{"service":"billing","pid":1}`
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // beat on; an id outside the service's range is workerid_out_of_range;
 // overlapping ranges are workerid_range_overlap.
 func TestWorkerIDs_EveryKind(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
@@ -93,6 +94,7 @@ func TestWorkerIDs_EveryKind(t *testing.T) {
 // (only new can issue IDs under 3). Once old sends a beat after the claim
 // still listing 3, two live instances claim it: workerid_duplicate.
 func TestWorkerIDs_AHandoverIsNoDuplicateButTwoLiveClaimantsAre(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"redis", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			ctx := timeout(t, time.Minute)
