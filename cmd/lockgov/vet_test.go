@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/lockgov/lockgov/internal/buildflags"
 )
 
 // analysisTestdata holds the spec snippets (specs/) and the stubs of
@@ -242,7 +244,9 @@ func runIn(t *testing.T, dir, name string, args ...string) (string, string, int)
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
+	// buildflags.Env: the packages vet loads compile with this test
+	// binary's -race, which go test compiled the standard library with.
+	cmd.Env = append(buildflags.Env(nil), "GOPROXY=off", "GOWORK=off", "GOTOOLCHAIN=local")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -9,7 +9,11 @@
 // included.
 package buildflags
 
-import "runtime/debug"
+import (
+	"os"
+	"runtime/debug"
+	"strings"
+)
 
 // Race reports whether the running binary was built with -race.
 func Race() bool {
@@ -32,4 +36,24 @@ func Args() []string {
 		return []string{"-race"}
 	}
 	return nil
+}
+
+// Env is env (os.Environ() when nil) with GOFLAGS carrying -race when the
+// running binary was built with it: for a go command the test runs that
+// compiles without saying so (go list -export under packages.Load, go vet
+// -vettool).
+func Env(env []string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	if !Race() {
+		return env
+	}
+	flags := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
+			flags = v // the last one counts, as in exec.Cmd
+		}
+	}
+	return append(env, "GOFLAGS="+strings.TrimSpace(flags+" -race"))
 }

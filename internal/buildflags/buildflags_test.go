@@ -44,3 +44,16 @@ func TestArgs_MatchHowThisBinaryWasBuilt(t *testing.T) {
 		t.Errorf("Args() = %v with Race() = %v", got, Race())
 	}
 }
+
+// TestEnv_AddsRaceToGOFLAGSOnlyUnderRace keeps the caller's GOFLAGS and
+// adds -race after them when this binary has it.
+func TestEnv_AddsRaceToGOFLAGSOnlyUnderRace(t *testing.T) {
+	got := Env([]string{"A=1", "GOFLAGS=-mod=mod"})
+	want := []string{"A=1", "GOFLAGS=-mod=mod"}
+	if Race() {
+		want = append(want, "GOFLAGS=-mod=mod -race")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Env = %q, want %q", got, want)
+	}
+}

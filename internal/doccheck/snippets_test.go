@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/tools/go/packages"
+
+	"github.com/lockgov/lockgov/internal/buildflags"
 )
 
 // snippet is one ```go block of a markdown file.
@@ -146,7 +148,9 @@ func checkCompiles(t *testing.T, src string, lines map[int]string) {
 	for _, imp := range f.Imports {
 		paths = append(paths, strings.Trim(imp.Path.Value, `"`))
 	}
-	pkgs, err := packages.Load(&packages.Config{Mode: packages.NeedName | packages.NeedTypes, Dir: "."}, paths...)
+	// Env: export data compiled with this test binary's -race, as go vet
+	// and go test compiled it already (internal/buildflags).
+	pkgs, err := packages.Load(&packages.Config{Mode: packages.NeedName | packages.NeedTypes, Dir: ".", Env: buildflags.Env(nil)}, paths...)
 	if err != nil {
 		t.Fatal(err)
 	}

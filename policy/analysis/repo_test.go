@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -31,10 +30,7 @@ func TestOwnTree_NoFindings(t *testing.T) {
 	// The packages load from export data that go list compiles: with this
 	// test binary's -race, go vet and go test compiled it already
 	// (internal/buildflags).
-	env := os.Environ()
-	if buildflags.Race() {
-		env = append(env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -race"))
-	}
+	env := buildflags.Env(nil)
 	for _, dir := range dirs {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		findings, err := Vet(ctx, Options{Dir: dir, Patterns: []string{"./..."}, Enable: OptIn(), Env: env})
