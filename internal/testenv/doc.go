@@ -11,8 +11,9 @@
 //     stopped.
 //   - NewPostgres: a private PostgreSQL cluster (initdb + pg_ctl as the
 //     postgres OS user, in a temporary directory it owns).
-//   - NewProxy: latency, blackhole (drop traffic) and reset between any
-//     client and any of the above.
+//   - NewProxy: latency, hold (deliver later, when the test says),
+//     blackhole (drop traffic) and reset between any client and any of the
+//     above.
 //   - Security: WithRedisTLS (TLS only, client certificates required) and
 //     WithRedisACLUser (ACL users, default user off) for NewRedis;
 //     WithEtcdClientCertTLS for NewEtcd; NewCerts generates the CA, server

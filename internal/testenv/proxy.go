@@ -24,6 +24,8 @@ type Proxy struct {
 	latency   atomic.Int64 // time.Duration
 	blackhole atomic.Bool
 	dropNext  atomic.Pointer[chan struct{}] // armed by DropNextReply
+	holdMu    sync.Mutex                    // serialises Hold
+	held      atomic.Pointer[chan struct{}] // while Hold is on: closed when it goes off
 
 	ctx       context.Context // cancelled by Close; bounds dials and latency waits
 	cancel    context.CancelFunc
@@ -90,6 +92,26 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // new connections are accepted but nothing is forwarded. Turning it off
 // resumes forwarding of data read from then on; dropped data stays dropped.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
+
+// Hold, while on, keeps every chunk read in either direction instead of
+// forwarding it: what is sent meanwhile is in flight, neither lost nor
+// delivered (a stalled link or peer). Turning it off forwards what was kept,
+// in order, then everything after it as usual. Unlike SetLatency, it leaves
+// how long a message stays in flight to the caller, who can deliver it after
+// an event instead of after a duration; unlike a half-open connection, the
+// client's own health checks go unanswered only for as long as it is on.
+func (p *Proxy) Hold(on bool) {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	switch cur := p.held.Load(); {
+	case on && cur == nil:
+		ch := make(chan struct{})
+		p.held.Store(&ch)
+	case !on && cur != nil:
+		p.held.Store(nil)
+		close(*cur)
+	}
+}
 
 // DropNextReply arms the proxy to drop the next bytes any server sends to a
 // client, and everything after them on that connection: the request reached
@@ -226,8 +248,8 @@ func (p *Proxy) untrack(c *proxyConn) {
 }
 
 // pipe copies src to dst until src ends or either side fails, applying the
-// proxy's latency, blackhole, c's HalfOpen and, on the server-to-client
-// direction (reply), DropNextReply. A clean EOF is passed on as a half-close
+// proxy's latency, Hold, blackhole, c's HalfOpen and, on the
+// server-to-client direction (reply), DropNextReply. A clean EOF is passed on as a half-close
 // so request/response protocols that shut down writing still get their
 // answer; a half-open connection passes nothing on, not even that.
 func (p *Proxy) pipe(c *proxyConn, dst, src net.Conn, reply bool) {
@@ -245,6 +267,13 @@ func (p *Proxy) pipe(c *proxyConn, dst, src net.Conn, reply bool) {
 			drop := deaf || p.blackhole.Load() || c.silent.Load()
 			if d := time.Duration(p.latency.Load()); d > 0 && !drop {
 				if !p.wait(d) {
+					return
+				}
+			}
+			if held := p.held.Load(); held != nil && !drop {
+				select {
+				case <-*held:
+				case <-p.ctx.Done():
 					return
 				}
 			}

@@ -100,6 +100,49 @@ func TestProxyLatency(t *testing.T) {
 	}
 }
 
+// TestProxyHold: what is sent while the hold is on is neither answered nor
+// lost; turning it off delivers it, in order.
+func TestProxyHold(t *testing.T) {
+	r := NewRedis(t)
+	p := NewProxy(t, r.Addr())
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if err := pingOn(conn, br, 5*time.Second); err != nil {
+		t.Fatalf("PING before Hold: %v", err)
+	}
+	p.Hold(true)
+	for _, cmd := range []string{"ECHO first\r\n", "ECHO second\r\n"} {
+		if _, err := conn.Write([]byte(cmd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadByte(); !isTimeout(err) {
+		t.Fatalf("read while held: got %v, want timeout", err)
+	}
+	p.Hold(false)
+	if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 4 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("read after Hold(false), having read %q: %v", got, err)
+		}
+		got = append(got, strings.TrimRight(line, "\r\n"))
+	}
+	if want := []string{"$5", "first", "$6", "second"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("after Hold(false): got %q, want %q", got, want)
+	}
+}
+
 // TestProxyCloseInterruptsLatency: Close returns promptly even while chunks
 // are waiting out a long latency, and leaves no goroutines (see TestMain).
 func TestProxyCloseInterruptsLatency(t *testing.T) {
