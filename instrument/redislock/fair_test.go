@@ -98,16 +98,27 @@ func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	wait := make(chan struct{})
+	// b holds the lock it is handed until the releaser has tried: a b that
+	// released after a pause could do so before the releaser's attempt ran
+	// on a loaded machine, which would then lawfully take the free lock.
+	checked := make(chan struct{})
 	go func() {
 		cfg, _ := instrument.ApplyAcquireOptions()
 		var once sync.Once
 		cfg.Observer = instrument.ObserverFuncs{OnWaiting: func(bool) { once.Do(func() { close(wait) }) }}
 		l, err := b.Acquire(ctx, "lock:barge", instrument.WithConfig(cfg))
 		if err == nil {
-			time.Sleep(10 * time.Millisecond)
+			<-checked
 			err = l.Release(ctx)
 		}
 		got <- err
+	}()
+	defer func() {
+		select {
+		case <-checked:
+		default:
+			close(checked)
+		}
 	}()
 	<-wait
 	for c.LLen(ctx, "{lock:barge}:queue").Val() != 1 {
@@ -126,6 +137,7 @@ func TestFair_ReleaserCannotBargeAheadOfAWaiter(t *testing.T) {
 	if commands != 1 {
 		t.Fatalf("a refused FailFast sent %d commands, want 1", commands)
 	}
+	close(checked)
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
