@@ -522,19 +522,22 @@
 // context's error once the context ended, else the last try's error) and
 // gives the lock back in the background with leave.lua, as a waiter that
 // gave up leaves the queue: without that, the lock would stay taken, by
-// nobody, for its whole TTL. Every failed attempt counts but one through a
-// closed client: go-redis returns only the last try's error, and a dial
-// that failed, a pool timeout or an error reply (OOM, READONLY) to a resend
-// says nothing of the first try, whose reply may have been lost after it
-// took the lock. In quorum mode the same holds per node: an owner-checked
-// release goes to each node whose reply to an attempt was lost, and to each
-// node that a minority grant's give-back (run before Acquire returns) did
-// not reach, until the node answers. Background leaves are bounded per
-// Locker (4 tries in flight, 4096 waiting; past that, what a leave would
-// take back expires by itself), so that an outage in which every attempt
-// fails does not take the client's pool from the application. A leave
-// cannot stop an attempt that reaches the server after it (held up in the
-// network past the caller's deadline, on a connection go-redis gave up):
+// nobody, for its whole TTL. The give-back is owner-checked: after a
+// Sentinel failover it frees the lock on the promoted replica if the replica
+// had it, and leaves alone the lock of whoever took it there if not
+// (TestGiveBackSentinel_ALostAcquireGivenBackAcrossAFailover). Every failed
+// attempt counts but one through a closed client: go-redis returns only the
+// last try's error, and a dial that failed, a pool timeout or an error reply
+// (OOM, READONLY) to a resend says nothing of the first try, whose reply may
+// have been lost after it took the lock. In quorum mode the same holds per
+// node: an owner-checked release goes to each node whose reply to an attempt
+// was lost, and to each node that a minority grant's give-back (run before
+// Acquire returns) did not reach, until the node answers. Background leaves
+// are bounded per Locker (4 tries in flight, 4096 waiting; past that, what a
+// leave would take back expires by itself), so that an outage in which every
+// attempt fails does not take the client's pool from the application. A
+// leave cannot stop an attempt that reaches the server after it (held up in
+// the network past the caller's deadline, on a connection go-redis gave up):
 // the lock that attempt takes expires at its TTL.
 //
 // A release whose reply is lost (read timeout) is resent by go-redis on a
@@ -545,7 +548,34 @@
 // delete leaves no tombstone, so Release reports ErrNotHeld for it. In
 // quorum mode Release is ErrNotHeld when a majority of nodes deny the token,
 // even if a node whose grant ran late still had it (that leftover, and only
-// that, is deleted).
+// that, is deleted). Across a failover or a restart the tombstone helps
+// only where the release's write survived
+// (TestReleaseFailover_ALostReleaseRetriedOnAPromotedReplica,
+// TestReleaseRestart_ALostReleaseReplyThenARestartWithoutPersistence):
+//
+//   - A failover to a replica the release had not reached: the resend,
+//     following the failover, finds the lock still this token's there and
+//     releases it again (handing it to the first waiter queued there), and
+//     Release returns nil. A handoff the first try made on the old primary
+//     is lost with it: the waiter it woke holds a lease the new primary
+//     does not have (unless the resend handed it the lock again there, its
+//     queue entry having reached the replica). Without WithReplicaAcks
+//     another caller can take the lock there meanwhile, and that waiter
+//     learns it at its next renewal (ErrNotHeld from Refresh, its lease
+//     ended with ErrLockLost), within TTL/3; until then only the fence
+//     protects the resource, as in the Sentinel failover above. With
+//     WithReplicaAcks the waiter is never granted that lock: its
+//     confirming attempt is not acknowledged while the release before it
+//     has not reached the replica (ErrNotReplicated, the lock given back).
+//   - A restart without persistence between the first try and the resend
+//     takes the tombstone with the lock: the resend finds neither, and
+//     Release returns ErrNotHeld (instrument.Do: ErrLockLost) although the
+//     first try released the lock. Nothing on the restarted server tells
+//     that from a lock the restart took before the release ran, which the
+//     same error reports: the report errs towards a loss, never towards a
+//     release that did not happen. Only persistence that keeps the
+//     release's write (appendonly yes, appendfsync always) avoids it;
+//     WithReplicaAcks does not (a release waits for no replica).
 //
 // Pub/sub connection lost (server restart, CLIENT KILL, a network error):
 // go-redis reconnects and resubscribes, and releases published meanwhile are
