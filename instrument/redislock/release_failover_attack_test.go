@@ -105,6 +105,11 @@ func TestReleaseFailover_ALostReleaseRetriedOnAPromotedReplica(t *testing.T) {
 						got <- result{lease, err}
 					}()
 					waitQueued(t, ctx, rp.cp, key, 1)
+					// Subscribed, so that W hears of the handoff rather
+					// than finding it by its next attempt.
+					testenv.WaitFor(t, giveBackWithin, "W to subscribe to its release channel", func() bool {
+						return keySubscribers(t, rp.cp, key) == 1
+					})
 				}
 				// The replication stream is cut, not the replica stopped: a
 				// stopped replica still has the primary's writes in its
