@@ -556,10 +556,15 @@
 //   - A failover to a replica the release had not reached: the resend,
 //     following the failover, finds the lock still this token's there and
 //     releases it again (handing it to the first waiter queued there), and
-//     Release returns nil. A handoff the first try made on the old primary
-//     is lost with it: the waiter it woke holds a lease the new primary
-//     does not have (unless the resend handed it the lock again there, its
-//     queue entry having reached the replica). Without WithReplicaAcks
+//     Release returns nil. A Sentinel failover takes seconds, longer than
+//     go-redis resends: Release then returns the resend's error (outcome
+//     unknown, not ErrNotHeld) and the give-back does the same on the
+//     promoted replica once it is reached
+//     (TestReleaseSentinel_AReleaseLostWithItsPrimaryIsGivenBackOnThePromotedReplica).
+//     A handoff the first try made on the old primary is lost with it:
+//     the waiter it woke holds a lease the new primary does not have
+//     (unless the resend or the give-back handed it the lock again there,
+//     its queue entry having reached the replica). Without WithReplicaAcks
 //     another caller can take the lock there meanwhile, and that waiter
 //     learns it at its next renewal (ErrNotHeld from Refresh, its lease
 //     ended with ErrLockLost), within TTL/3; until then only the fence

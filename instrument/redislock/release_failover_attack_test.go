@@ -292,23 +292,26 @@ func TestReleaseRestart_ALostReleaseReplyThenARestartWithoutPersistence(t *testi
 	}
 }
 
-// lostAcquireReply is a go-redis hook that, once armed, runs the next
-// acquire script (EVALSHA of SHA) and then, instead of its reply, runs
-// Then and returns a read timeout: the lock is taken under a token only
-// the failed Acquire knows.
-type lostAcquireReply struct {
+// lostReply is a go-redis hook that, once armed, runs the next script
+// call of SHA (EVALSHA) and then, instead of its reply, runs Then and
+// returns a read timeout: the script ran, and neither its reply nor a
+// resend's came back (an acquire's lock is taken under a token only the
+// failed Acquire knows; a release's outcome is unknown to its caller).
+type lostReply struct {
 	passThrough
 	SHA   string
 	Then  func()
 	armed atomic.Bool
 }
 
-func (h *lostAcquireReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if a := cmd.Args(); cmd.Name() != "evalsha" || len(a) < 2 || a[1] != h.SHA || !h.armed.CompareAndSwap(true, false) {
 			return next(ctx, cmd)
 		}
-		if err := next(ctx, cmd); err != nil {
+		// Run on a copy, so that cmd gets no value: its reply is lost.
+		if err := next(ctx, redis.NewCmd(ctx, cmd.Args()...)); err != nil {
+			cmd.SetErr(err)
 			return err
 		}
 		h.Then()
@@ -363,19 +366,7 @@ func TestGiveBackSentinel_ALostAcquireGivenBackAcrossAFailover(t *testing.T) {
 				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
 				s := testenv.NewSentinel(t)
-				newFailover := func() *redis.Client {
-					c := redis.NewFailoverClient(&redis.FailoverOptions{
-						MasterName:            testenv.SentinelMaster,
-						SentinelAddrs:         []string{s.Sentinel.Addr()},
-						ContextTimeoutEnabled: true,
-						DialTimeout:           time.Second,
-						ReadTimeout:           time.Second,
-						WriteTimeout:          time.Second,
-						MaxRetries:            1,
-					})
-					t.Cleanup(func() { _ = c.Close() })
-					return c
-				}
+				newFailover := func() *redis.Client { return failoverClient(t, s) }
 				cr := newClient(t, s.Replica.Addr())
 				const key = "lock:give-back-sentinel"
 				sha := redislock.AcquireSHA
@@ -390,7 +381,7 @@ func TestGiveBackSentinel_ALostAcquireGivenBackAcrossAFailover(t *testing.T) {
 					}
 				}
 				t.Cleanup(openLeaves)
-				lost := &lostAcquireReply{SHA: sha, Then: func() {
+				lost := &lostReply{SHA: sha, Then: func() {
 					if replicated {
 						testenv.WaitFor(t, giveBackWithin, "the replica to have A's lock", func() bool {
 							return cr.Exists(ctx, key).Val() == 1
@@ -419,13 +410,7 @@ func TestGiveBackSentinel_ALostAcquireGivenBackAcrossAFailover(t *testing.T) {
 				if lost.armed.Load() {
 					t.Fatal("A's acquire script did not run: the scenario did not happen")
 				}
-				testenv.WaitFor(t, giveBackWithin, "the Sentinel to promote the replica", func() bool {
-					addr, err := s.MasterAddr()
-					return err == nil && addr == s.Replica.Addr()
-				})
-				testenv.WaitFor(t, giveBackWithin, "the promoted replica to accept writes", func() bool {
-					return infoField(t, ctx, cr, "replication", "role") == "master"
-				})
+				promoted(t, ctx, s, cr)
 				lb := newLocker(t, newFailover(), m.opts...)
 				if !replicated {
 					b, err := lb.Acquire(ctx, key, hour, instrument.FailFast())
@@ -463,5 +448,158 @@ func TestGiveBackSentinel_ALostAcquireGivenBackAcrossAFailover(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// failoverClient is a go-redis FailoverClient of s's master, with
+// newClient's timeouts.
+func failoverClient(t *testing.T, s *testenv.Sentinel) *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            testenv.SentinelMaster,
+		SentinelAddrs:         []string{s.Sentinel.Addr()},
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            1,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// promoted waits until s's Sentinel names the replica the master and the
+// replica (cr, a client of it) says it is one.
+func promoted(t *testing.T, ctx context.Context, s *testenv.Sentinel, cr *redis.Client) {
+	t.Helper()
+	testenv.WaitFor(t, giveBackWithin, "the Sentinel to promote the replica", func() bool {
+		addr, err := s.MasterAddr()
+		return err == nil && addr == s.Replica.Addr()
+	})
+	testenv.WaitFor(t, giveBackWithin, "the promoted replica to accept writes", func() bool {
+		return infoField(t, ctx, cr, "replication", "role") == "master"
+	})
+}
+
+// TestReleaseSentinel_AReleaseLostWithItsPrimaryIsGivenBackOnThePromotedReplica:
+// as TestReleaseFailover_ALostReleaseRetriedOnAPromotedReplica, through
+// a real Sentinel and go-redis FailoverClients, where a Sentinel failover
+// (seconds) outlasts go-redis's resend: A's Release runs on the primary,
+// handing the lock to W, and the primary dies before either reply comes
+// back. Release returns that error (its outcome unknown: not ErrNotHeld)
+// and gives the lock back in the background; once the Sentinel has
+// promoted the replica (which has A's lock, not the release), the
+// give-back frees it there, handing it to W again if W's entry is there
+// ("queued-on-replica"; Fair, whose entry outlives the failover), else
+// deleting it, and W's next renewal finds that out ("queued-after-cut").
+func TestReleaseSentinel_AReleaseLostWithItsPrimaryIsGivenBackOnThePromotedReplica(t *testing.T) {
+	t.Parallel()
+	for _, onReplica := range []bool{true, false} {
+		name := "fair/queued-after-cut"
+		if onReplica {
+			name = "fair/queued-on-replica"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := timeout(t, 2*time.Minute)
+			s := testenv.NewSentinel(t)
+			cr := newClient(t, s.Replica.Addr())
+			cp := newClient(t, s.Primary.Addr())
+			const key = "lock:release-sentinel"
+			ca := failoverClient(t, s)
+			got := make(chan instrument.Lease, 1)
+			var w instrument.Lease
+			lost := &lostReply{SHA: redislock.ReleaseSHA, Then: func() {
+				// The release ran on the primary and handed the lock to
+				// W; the primary dies once W has heard of it.
+				select {
+				case w = <-got:
+				case <-ctx.Done():
+				}
+				if err := s.Primary.Kill(); err != nil {
+					t.Error(err)
+				}
+			}}
+			ca.AddHook(lost)
+			fair := []redislock.Option{redislock.Fair()}
+			la := newLocker(t, ca, fair...)
+			lw := newLocker(t, failoverClient(t, s), redislock.Fair(), redislock.WithWaiterTimeout(time.Minute))
+			warmUp(t, ctx, la, instrument.FailFast())
+			a, err := la.Acquire(ctx, key, instrument.WithTTL(time.Minute), instrument.FailFast(), instrument.WithoutWatchdog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := keyValue(t, ctx, cp, key)
+			testenv.WaitFor(t, giveBackWithin, "the replica to have A's lock", func() bool {
+				return cr.Get(ctx, key).Val() == held
+			})
+			wait := func() {
+				go func() {
+					wctx, cancel := context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+					lease, err := lw.Acquire(wctx, key, instrument.WithTTL(time.Minute), instrument.WithoutWatchdog(), instrument.WithPollInterval(time.Minute))
+					if err != nil {
+						t.Errorf("W: %v", err)
+					}
+					got <- lease
+				}()
+				waitQueued(t, ctx, cp, key, 1)
+				testenv.WaitFor(t, giveBackWithin, "W to subscribe to its release channel", func() bool {
+					return keySubscribers(t, cp, key) == 1
+				})
+			}
+			if onReplica {
+				wait()
+				testenv.WaitFor(t, giveBackWithin, "the replica to have W's queue entry", func() bool {
+					return cr.LLen(ctx, queueKey(key)).Val() == 1
+				})
+				s.Link.Blackhole(true)
+			} else {
+				s.Link.Blackhole(true)
+				wait()
+			}
+			lost.armed.Store(true)
+			rerr := a.Release(ctx)
+			if lost.armed.Load() {
+				t.Fatal("A's release script did not run: the scenario did not happen")
+			}
+			if rerr == nil || errors.Is(rerr, instrument.ErrNotHeld) {
+				t.Fatalf("A's Release, its reply lost with the primary = %v; want an error of unknown outcome, not nil or ErrNotHeld", rerr)
+			}
+			if w == nil {
+				t.Fatal("W was not handed the lock by A's release on the primary")
+			}
+			promoted(t, ctx, s, cr)
+			testenv.WaitFor(t, giveBackWithin, "A's give-back to take A's lock off the promoted replica", func() bool {
+				v, err := cr.Get(ctx, key).Result()
+				return (err == redis.Nil || err == nil && v != held) && redislock.PendingLeaves(la) == 0
+			})
+			cl := newLocker(t, failoverClient(t, s), fair...)
+			if onReplica {
+				if err := w.Refresh(ctx); err != nil {
+					t.Fatalf("W's Refresh on the promoted replica, where the give-back handed it the lock again = %v; want nil", err)
+				}
+				if _, err := cl.Acquire(ctx, key, instrument.FailFast()); !errors.Is(err, instrument.ErrNotAcquired) {
+					t.Fatalf("C's Acquire while W holds the lock on the promoted replica = %v; want ErrNotAcquired", err)
+				}
+				if err := w.Release(ctx); err != nil {
+					t.Fatalf("W's Release on the promoted replica: %v", err)
+				}
+				return
+			}
+			c, err := cl.Acquire(ctx, key, instrument.FailFast())
+			if err != nil {
+				t.Fatalf("C on the promoted replica after the give-back: %v", err)
+			}
+			defer func() { _ = c.Release(ctx) }()
+			if c.Fence() <= w.Fence() {
+				t.Fatalf("C's fence %d is not above W's %d", c.Fence(), w.Fence())
+			}
+			if err := w.Refresh(ctx); !errors.Is(err, instrument.ErrNotHeld) {
+				t.Fatalf("W's next renewal after the failover = %v; want ErrNotHeld", err)
+			}
+			if cause := context.Cause(w.Context()); !errors.Is(cause, instrument.ErrLockLost) {
+				t.Fatalf("W's lease ended with %v; want ErrLockLost", cause)
+			}
+		})
 	}
 }
