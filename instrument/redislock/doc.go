@@ -340,10 +340,12 @@
 //   - Release does not wait: a release lost in a failover leaves the lock
 //     on the promoted replica until its TTL (liveness, not safety), and a
 //     WAIT would cost every Release up to the timeout while a replica is
-//     down. No one is granted the lock twice by it: a grant after the
-//     release on the primary is acknowledged only once the replicas have
-//     everything before it in the replication stream, the release too,
-//     and one not acknowledged is given back.
+//     down; one whose reply was lost too is resent or given back there
+//     ("Failure modes"). No one is granted the lock twice by it: a grant
+//     after the release on the primary (a handoff's included) is
+//     acknowledged only once the replicas have everything before it in
+//     the replication stream, the release too, and one not acknowledged
+//     is given back.
 //   - An attempt that follows a refused attempt of the same Acquire (a
 //     retry, a waiter's next try) is sent without a WAIT. Decided: a
 //     refused attempt writes only the fence counter and, queued, its queue
