@@ -33,9 +33,9 @@ func (f *follower) dial(o *redis.Options) {
 // replication stream is cut and A's Release runs on the primary: it
 // hands the lock to W, which starts working, and its reply is lost. The
 // primary then dies, the replica (which has neither the release nor the
-// handoff) is promoted, and go-redis's resend of the release
-// reaches it, through a client that follows the failover. There the lock
-// is still A's: the resend releases it again and Release returns nil.
+// handoff) is promoted, and go-redis's resend of the release reaches it,
+// through a client that follows the failover. There the lock is still
+// A's: the resend releases it again and Release returns nil.
 //
 //   - "queued-on-replica": the replica had W's queue entry, so the resend
 //     hands the lock to W again, there: W's Refresh on the promoted
@@ -43,19 +43,19 @@ func (f *follower) dial(o *redis.Options) {
 //     outlives the failover by WithWaiterTimeout; without Fair its
 //     deadline is 5s, and a failover slower than that skips it, which
 //     must then read as below).
-//   - "queued-after-pause": the replica never had W's entry; the handoff
+//   - "queued-after-cut": the replica never had W's entry; the handoff
 //     is lost with the primary and the resend deletes A's lock. C takes
 //     the lock on the promoted replica while W still believes it holds
 //     it (the failover window "Failure modes" names); W's first renewal
 //     must find that out (ErrNotHeld, its lease ended with ErrLockLost),
 //     and C's fence must be above W's.
-//   - "acks": as "queued-after-pause" with WithReplicaAcks: W's
+//   - "acks": as "queued-after-cut" with WithReplicaAcks: W's
 //     confirming attempt is not acknowledged (the stream is cut), so
 //     W never holds a lease the promoted replica lacks.
 func TestReleaseFailover_ALostReleaseRetriedOnAPromotedReplica(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
-		for _, variant := range []string{"queued-on-replica", "queued-after-pause", "acks"} {
+		for _, variant := range []string{"queued-on-replica", "queued-after-cut", "acks"} {
 			t.Run(m.name+"/"+variant, func(t *testing.T) {
 				t.Parallel()
 				ctx := timeout(t, 2*time.Minute)
