@@ -83,11 +83,25 @@ func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
 	if err := os.WriteFile(pwCfg, []byte("redis_auth:\n  password: hunter2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A scan timeout longer than the interval was cut to the interval in
+	// silence: it is an error naming both, whether the interval is in the
+	// file, given by --interval or the default.
+	slowCfg := filepath.Join(t.TempDir(), "slow.yaml")
+	if err := os.WriteFile(slowCfg, []byte("interval: 10s\nscan_timeout: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	timeoutCfg := filepath.Join(t.TempDir(), "timeout.yaml")
+	if err := os.WriteFile(timeoutCfg, []byte("scan_timeout: 20s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"agent", "--config", cfg}, cfg + `:2: interval: "often" is not a positive duration`},
+		{[]string{"agent", "--config", slowCfg}, slowCfg + ":2: scan_timeout: 30s is longer than interval 10s (line 1)"},
+		{[]string{"agent", "--config", timeoutCfg}, "scan_timeout 20s is longer than interval 15s"},
+		{[]string{"agent", "--config", timeoutCfg, "--interval", "10s"}, "scan_timeout 20s is longer than interval 10s"},
 		{[]string{"agent", "--config", authCfg}, "redis_auth.tls_ca: open /nonexistent/ca.pem"},
 		{[]string{"agent", "--config", pwCfg}, pwCfg + ":2: redis_auth.password: not read from files: use password_file, or LOCKGOV_REDIS_PASSWORD"},
 		{[]string{"agent", "--redis", "redis://:hunter2@h:port"}, `--redis "redis://xxxxx@h:port": malformed URL`},

@@ -44,9 +44,15 @@ type Config struct {
 	Policy string
 	// Listen is the HTTP address (default DefaultListen); port 0 picks one.
 	Listen string
-	// Interval is the time between scans (default DefaultInterval);
-	// ScanTimeout bounds one scan (default: Interval), and a store's health
-	// ping, which is also bounded by half the interval (see /readyz).
+	// Interval is the time between scans (default DefaultInterval).
+	// ScanTimeout bounds each detector's run and each store's inventory
+	// read in one scan (they run side by side), the publication of the
+	// scan, and a store's health ping, which is also bounded by half the
+	// interval (see /readyz). Unset, it is Interval; set longer than
+	// Interval it is an error naming both (a scan must end before the next
+	// one is due: Prometheus refuses a scrape_timeout longer than its
+	// scrape_interval for the same reason), never cut to Interval in
+	// silence.
 	Interval    time.Duration
 	ScanTimeout time.Duration
 	// Patterns are the key patterns the lock inventory scans on Redis
@@ -109,6 +115,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, errors.Join(p.errs...)
 	}
 	seen := map[string]int{}
+	var scanTimeoutKey *yaml.Node
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		if first, dup := seen[k.Value]; dup {
@@ -146,6 +153,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			cfg.Interval = p.duration(k, v)
 		case "scan_timeout":
 			cfg.ScanTimeout = p.duration(k, v)
+			scanTimeoutKey = k
 		case "patterns":
 			cfg.Patterns = p.strings(k, v)
 			if slices.Contains(cfg.Patterns, "") {
@@ -158,6 +166,12 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		default:
 			p.fail(k, k.Value, "unknown field (known: %s)", strings.Join(configFields, ", "))
 		}
+	}
+	// Both in the file: the error has the scan timeout's line. With the
+	// interval from --interval or its default, CheckConfig tells.
+	if cfg.Interval > 0 && cfg.ScanTimeout > cfg.Interval {
+		p.fail(scanTimeoutKey, "scan_timeout", "%v is longer than interval %v (line %d): %s",
+			cfg.ScanTimeout, cfg.Interval, seen["interval"], scanTimeoutHint)
 	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -310,7 +324,10 @@ func (c *Config) validate() error {
 	if c.Interval < 0 {
 		return fmt.Errorf("interval %v: want > 0", c.Interval)
 	}
-	if c.ScanTimeout <= 0 || c.ScanTimeout > c.Interval {
+	if err := checkScanTimeout(c.Interval, c.ScanTimeout); err != nil {
+		return err
+	}
+	if c.ScanTimeout == 0 {
 		c.ScanTimeout = c.Interval
 	}
 	if len(c.Patterns) == 0 {
@@ -332,9 +349,24 @@ func (c *Config) validate() error {
 	return nil
 }
 
+const scanTimeoutHint = "a scan must end before the next one is due; lower scan_timeout, raise the interval, or leave scan_timeout unset (it is then the interval)"
+
+// checkScanTimeout refuses a scan timeout below zero or longer than the
+// interval (its default filled in); 0 is unset.
+func checkScanTimeout(interval, scanTimeout time.Duration) error {
+	if scanTimeout < 0 {
+		return fmt.Errorf("scan_timeout %v: want > 0", scanTimeout)
+	}
+	if scanTimeout > interval {
+		return fmt.Errorf("scan_timeout %v is longer than interval %v: %s", scanTimeout, interval, scanTimeoutHint)
+	}
+	return nil
+}
+
 // CheckConfig reports what is wrong with cfg without connecting to
 // anything: malformed store URLs (the error names the flag), a bad
-// interval or listen address, a policy file that does not parse.
+// interval or listen address, a scan timeout longer than the interval
+// (DefaultInterval when unset), a policy file that does not parse.
 func CheckConfig(cfg *Config) error {
 	for _, u := range cfg.Redis {
 		if _, err := ParseRedisURL(u); err != nil {
@@ -348,6 +380,13 @@ func CheckConfig(cfg *Config) error {
 	}
 	if cfg.Interval < 0 {
 		return fmt.Errorf("--interval %v: want > 0", cfg.Interval)
+	}
+	interval := cfg.Interval
+	if interval == 0 {
+		interval = DefaultInterval
+	}
+	if err := checkScanTimeout(interval, cfg.ScanTimeout); err != nil {
+		return err
 	}
 	for _, a := range []struct {
 		field string
