@@ -109,6 +109,10 @@ func (d *StoreConfig) Reset() {
 // Name returns "store".
 func (d *StoreConfig) Name() string { return DetectorStore }
 
+// Store returns the redacted address of the store it checks (the Store of
+// its findings).
+func (d *StoreConfig) Store() string { return d.s.Addr() }
+
 // Eviction returns what the last successful Detect read, false before one
 // or for an etcd store.
 func (d *StoreConfig) Eviction() (Eviction, bool) {

@@ -52,6 +52,10 @@ func NewLocks(s Store, opts ...Option) (*Locks, error) {
 // Name returns "locks".
 func (d *Locks) Name() string { return DetectorLocks }
 
+// Store returns the redacted address of the store whose locks it reads
+// (the Store of its findings).
+func (d *Locks) Store() string { return d.store.Addr() }
+
 // Scanned returns the number of locks the last Detect read.
 func (d *Locks) Scanned() uint64 { return d.locks.Load() }
 

@@ -146,6 +146,9 @@ type Agent struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	clocks clocks // offsets of etcd-only processes (tier.go)
+	// runs are the last completed run of each of dets in this term; only
+	// the leading goroutine (lead, scan) touches them.
+	runs []detectorRun
 
 	mu       sync.RWMutex
 	rec      record
@@ -158,15 +161,20 @@ type Agent struct {
 
 // record is one scan as the leader publishes it and every agent serves it.
 type record struct {
-	Findings  []detectors.Finding `json:"findings"`
-	ScannedAt time.Time           `json:"scanned_at"`
-	LeaderID  string              `json:"leader_id"`
-	Fence     uint64              `json:"fence"`
+	// Findings are this scan's, and the stale ones kept from the last
+	// completed run of a detector that did not complete this scan.
+	Findings  []finding `json:"findings"`
+	ScannedAt time.Time `json:"scanned_at"`
+	LeaderID  string    `json:"leader_id"`
+	Fence     uint64    `json:"fence"`
 	// Errors are detectors and stores that failed in this scan.
-	Errors         []string   `json:"errors,omitempty"`
-	Locks          []Lock     `json:"locks"`
-	LocksTruncated bool       `json:"locks_truncated,omitempty"`
-	Instances      []Instance `json:"instances"`
+	Errors []string `json:"errors,omitempty"`
+	// Detectors say, detector by detector, when each last completed and
+	// why it did not complete this scan.
+	Detectors      []detectorStatus `json:"detectors,omitempty"`
+	Locks          []Lock           `json:"locks"`
+	LocksTruncated bool             `json:"locks_truncated,omitempty"`
+	Instances      []Instance       `json:"instances"`
 }
 
 // Start opens the stores (an embedded etcd when none is given), starts the
@@ -336,6 +344,9 @@ func (a *Agent) lead(t term) {
 			}
 		}
 	}
+	// Findings kept for a detector that fails are this term's: a new term
+	// starts from the last record this agent read (seedRuns).
+	a.runs = a.seedRuns()
 	a.log.Info("agent: leading", "id", a.cfg.ID, "fence", t.fence)
 	defer func() {
 		a.mu.Lock()
@@ -344,7 +355,8 @@ func (a *Agent) lead(t term) {
 		a.mu.Unlock()
 		// Only the leader exports findings and skew: a sum over agents
 		// counts each finding once.
-		a.m.findings.Reset()
+		a.m.setFindings(nil)
+		a.m.detectorSuccess.Reset()
 		a.m.skew.Reset()
 		a.m.maxMemory.Reset()
 		a.m.policy.Reset()
@@ -362,30 +374,106 @@ func (a *Agent) lead(t term) {
 	}
 }
 
-// scan runs the detectors and the inventory once, bounded by ScanTimeout,
-// and publishes the result.
+// scan runs the detectors and the inventory once and publishes the
+// result. Every detector, and each store's lock inventory and heartbeat
+// read, runs side by side with the others under its own ScanTimeout: a
+// store that is slow or paused fails only what reads it, instead of using
+// up one shared timeout and leaving every later detector a dead context.
+// A detector that does not complete keeps the findings of its last
+// completed run in this term, marked stale (see finding).
 func (a *Agent) scan(t term) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
-	defer cancel()
-	rec := record{LeaderID: a.cfg.ID, Fence: t.fence, Findings: []detectors.Finding{}, Locks: []Lock{}, Instances: []Instance{}}
+	rec := record{LeaderID: a.cfg.ID, Fence: t.fence, Findings: []finding{}, Locks: []Lock{}, Instances: []Instance{}}
 	// The leaked-lock detectors read every lock and count them; the
-	// inventory then only needs the first maxRecordLocks locks, so it stops
-	// there instead of scanning every store a second time. (Without such a
-	// detector, the inventory reads every key to count them.)
-	var counted bool
-	reads := 0 // reads that succeeded: a scan with none read nothing
+	// inventory then only needs the first maxRecordLocks locks of a store,
+	// so it stops there instead of scanning every store a second time.
+	// (Without such a detector, the inventory reads every key to count
+	// them.)
+	counted := false
 	for _, d := range a.dets {
-		fs, err := d.Detect(ctx)
-		if c, ok := d.(interface{ Scanned() uint64 }); ok {
-			a.m.keysScanned.Add(float64(c.Scanned()))
+		if _, ok := d.(interface{ Scanned() uint64 }); ok {
 			counted = true
 		}
-		if err != nil {
-			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+err.Error())
+	}
+	type detected struct {
+		fs  []detectors.Finding
+		err error
+		at  time.Time
+	}
+	type inventory struct {
+		locks     []Lock
+		truncated bool
+		keys      int64
+		locksErr  error
+		instances []Instance
+		instErr   error
+	}
+	dets := make([]detected, len(a.dets))
+	invs := make([]inventory, len(a.stores))
+	bounded := func(f func(ctx context.Context)) {
+		ctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
+		defer cancel()
+		f(ctx)
+	}
+	var wg sync.WaitGroup
+	for i, d := range a.dets {
+		wg.Go(func() {
+			bounded(func(ctx context.Context) {
+				fs, err := d.Detect(ctx)
+				dets[i] = detected{fs, err, time.Now()}
+			})
+		})
+	}
+	for i, s := range a.stores {
+		wg.Go(func() {
+			bounded(func(ctx context.Context) {
+				inv := &invs[i]
+				inv.keys, inv.locksErr = a.lister.list(ctx, s, func(l Lock) bool {
+					if len(inv.locks) < maxRecordLocks {
+						inv.locks = append(inv.locks, l)
+						return true
+					}
+					inv.truncated = true
+					return !counted
+				})
+			})
+		})
+		wg.Go(func() {
+			bounded(func(ctx context.Context) {
+				invs[i].instances, invs[i].instErr = readInstances(ctx, s, maxRecordInstances)
+			})
+		})
+	}
+	wg.Wait()
+	if t.ctx.Err() != nil {
+		return // the term ended during the scan: a newer leader publishes
+	}
+
+	reads := 0 // reads that succeeded: a scan with none read nothing
+	for i, d := range a.dets {
+		r := dets[i]
+		if c, ok := d.(interface{ Scanned() uint64 }); ok {
+			a.m.keysScanned.Add(float64(c.Scanned()))
+		}
+		run := &a.runs[i]
+		st := detectorStatus{Detector: d.Name(), Store: detectorStore(d)}
+		if r.err != nil {
+			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+r.err.Error())
+			st.Error = r.err.Error()
+			for _, f := range run.findings {
+				rec.Findings = append(rec.Findings, finding{Finding: f, Stale: true, DetectedAt: run.at})
+			}
+		} else {
+			run.findings, run.at = r.fs, r.at
+			for _, f := range r.fs {
+				rec.Findings = append(rec.Findings, finding{Finding: f})
+			}
+		}
+		st.LastSuccess = run.at
+		rec.Detectors = append(rec.Detectors, st)
+		if r.err != nil {
 			continue
 		}
-		rec.Findings = append(rec.Findings, fs...)
 		if e, ok := d.(interface {
 			Eviction() (detectors.Eviction, bool)
 		}); ok {
@@ -396,45 +484,43 @@ func (a *Agent) scan(t term) {
 		}
 		reads++
 	}
-	for _, s := range a.stores {
-		n, err := a.lister.list(ctx, s, func(l Lock) bool {
-			if len(rec.Locks) < maxRecordLocks {
-				rec.Locks = append(rec.Locks, l)
-				return true
-			}
-			rec.LocksTruncated = true
-			return !counted
-		})
+	for i, s := range a.stores {
+		inv := invs[i]
 		if !counted {
-			a.m.keysScanned.Add(float64(n))
+			a.m.keysScanned.Add(float64(inv.keys))
 		}
-		if err != nil {
-			rec.Errors = append(rec.Errors, "locks on "+s.name+": "+err.Error())
+		if room := maxRecordLocks - len(rec.Locks); len(inv.locks) > room {
+			inv.locks, inv.truncated = inv.locks[:room], true
+		}
+		rec.Locks = append(rec.Locks, inv.locks...)
+		rec.LocksTruncated = rec.LocksTruncated || inv.truncated
+		if inv.locksErr != nil {
+			rec.Errors = append(rec.Errors, "locks on "+s.name+": "+inv.locksErr.Error())
 		} else {
 			reads++
 		}
-		is, err := readInstances(ctx, s, maxRecordInstances-len(rec.Instances))
-		rec.Instances = append(rec.Instances, is...)
-		if err != nil {
-			rec.Errors = append(rec.Errors, "heartbeats on "+s.name+": "+err.Error())
+		rec.Instances = append(rec.Instances, inv.instances[:min(len(inv.instances), maxRecordInstances-len(rec.Instances))]...)
+		if inv.instErr != nil {
+			rec.Errors = append(rec.Errors, "heartbeats on "+s.name+": "+inv.instErr.Error())
 		} else {
 			reads++
 		}
 	}
-	if t.ctx.Err() != nil {
-		return // the term ended during the scan: a newer leader publishes
-	}
-	rec.Errors = append(rec.Errors, a.writeTiers(ctx)...)
+	tctx, cancel := context.WithTimeout(t.ctx, a.cfg.ScanTimeout)
+	rec.Errors = append(rec.Errors, a.writeTiers(tctx)...)
+	cancel()
 	rec.ScannedAt = time.Now()
 	// A scan every read of which failed (a store that answers PING but
 	// refuses SCAN, a scan past its timeout) completed nothing: counting it
 	// would keep LockgovAgentScanFailing ("every scan fails") silent while
 	// the findings stay empty. A scan that read one store of two counts;
-	// LockgovAgentStoreDown names the other.
+	// LockgovAgentStoreDown names the other, and LockgovAgentScanIncomplete
+	// a detector that keeps failing.
 	if reads > 0 || len(rec.Errors) == 0 {
 		a.m.scanDuration.Observe(time.Since(start).Seconds())
 	}
 	a.m.setFindings(rec.Findings)
+	a.m.setDetectors(rec.Detectors)
 	a.m.setSkew(rec.Instances)
 	for _, e := range rec.Errors {
 		a.log.Warn("agent: scan", "err", e)
@@ -616,16 +702,20 @@ func (a *Agent) notReady() []string {
 }
 
 type metrics struct {
-	reg          *prometheus.Registry
-	findings     *prometheus.GaugeVec
-	skew         *prometheus.GaugeVec
-	scanDuration prometheus.Observer
-	keysScanned  prometheus.Counter
-	leader       prometheus.Gauge
-	storeUp      *prometheus.GaugeVec
-	maxMemory    *prometheus.GaugeVec
-	policy       *prometheus.GaugeVec
-	evicted      *prometheus.CounterVec
+	reg      *prometheus.Registry
+	findings *prometheus.GaugeVec
+	// findingSeries are the label values of the findings series exported
+	// now, with their counts.
+	findingSeries   map[[3]string]int
+	detectorSuccess *prometheus.GaugeVec
+	skew            *prometheus.GaugeVec
+	scanDuration    prometheus.Observer
+	keysScanned     prometheus.Counter
+	leader          prometheus.Gauge
+	storeUp         *prometheus.GaugeVec
+	maxMemory       *prometheus.GaugeVec
+	policy          *prometheus.GaugeVec
+	evicted         *prometheus.CounterVec
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -642,7 +732,8 @@ func newMetrics(a *Agent) *metrics {
 	m.maxMemory = telemetry.AgentStoreMaxMemoryBytes.GaugeVec(nil)
 	m.policy = telemetry.AgentStoreMaxMemoryPolicy.GaugeVec(nil)
 	m.evicted = telemetry.AgentStoreEvictedKeysTotal.CounterVec(nil)
-	m.reg.MustRegister(m.findings, m.skew, hist, keys, leader, m.storeUp, m.maxMemory, m.policy, m.evicted)
+	m.detectorSuccess = telemetry.AgentDetectorLastSuccess.GaugeVec(nil)
+	m.reg.MustRegister(m.findings, m.skew, hist, keys, leader, m.storeUp, m.maxMemory, m.policy, m.evicted, m.detectorSuccess)
 	m.leader.Set(0)
 	for _, s := range a.stores {
 		m.storeUp.WithLabelValues(s.name).Set(0)
@@ -650,10 +741,43 @@ func newMetrics(a *Agent) *metrics {
 	return m
 }
 
-func (m *metrics) setFindings(fs []detectors.Finding) {
-	m.findings.Reset()
+// setFindings exports the counts of fs. A series that stays is set, never
+// deleted and made again: a scrape between the two would miss it, and its
+// alert's `for:` would start over.
+func (m *metrics) setFindings(fs []finding) {
+	counts := map[[3]string]int{}
 	for _, f := range fs {
-		m.findings.WithLabelValues(f.Detector, f.Kind, f.Severity).Inc()
+		counts[[3]string{f.Detector, f.Kind, f.Severity}]++
+	}
+	for k := range m.findingSeries {
+		if _, ok := counts[k]; !ok {
+			m.findings.DeleteLabelValues(k[0], k[1], k[2])
+		}
+	}
+	for k, n := range counts {
+		m.findings.WithLabelValues(k[0], k[1], k[2]).Set(float64(n))
+	}
+	m.findingSeries = counts
+}
+
+// setDetectors exports when each detector last completed: Unix seconds, 0
+// when it has not in this term. Detectors with the same name and store
+// (only possible with WithDetectors) share a series: the oldest.
+func (m *metrics) setDetectors(ds []detectorStatus) {
+	last := map[[2]string]float64{}
+	for _, d := range ds {
+		v := 0.0
+		if !d.LastSuccess.IsZero() {
+			v = float64(d.LastSuccess.UnixNano()) / 1e9
+		}
+		k := [2]string{d.Detector, d.Store}
+		if old, ok := last[k]; ok {
+			v = min(v, old)
+		}
+		last[k] = v
+	}
+	for k, v := range last {
+		m.detectorSuccess.WithLabelValues(k[0], k[1]).Set(v)
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/instrument/etcdlock"
 	"github.com/lockgov/lockgov/instrument/lockvalue"
 	"github.com/lockgov/lockgov/internal/lockversion"
@@ -44,15 +43,18 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/findings", func(w http.ResponseWriter, _ *http.Request) {
 		rec, leader := a.served()
 		writeJSON(w, http.StatusOK, struct {
-			Findings  []detectors.Finding `json:"findings"`
-			ScannedAt *time.Time          `json:"scanned_at"`
-			Leader    bool                `json:"leader"`
-			LeaderID  string              `json:"leader_id,omitempty"`
-			Errors    []string            `json:"errors,omitempty"`
+			Findings  []finding  `json:"findings"`
+			ScannedAt *time.Time `json:"scanned_at"`
+			Leader    bool       `json:"leader"`
+			LeaderID  string     `json:"leader_id,omitempty"`
+			Errors    []string   `json:"errors,omitempty"`
+			// Detectors say when each detector last completed and why it
+			// did not complete the last scan.
+			Detectors []detectorStatus `json:"detectors,omitempty"`
 			// Remediation says whether this agent deletes immortal locks
 			// (it has a remediation token): the console shows its buttons.
 			Remediation bool `json:"remediation"`
-		}{nonNil(rec.Findings), timeOrNil(rec.ScannedAt), leader, rec.LeaderID, rec.Errors, a.cfg.RemediationToken != ""})
+		}{nonNil(rec.Findings), timeOrNil(rec.ScannedAt), leader, rec.LeaderID, rec.Errors, rec.Detectors, a.cfg.RemediationToken != ""})
 	})
 	mux.HandleFunc("GET /api/v1/locks", func(w http.ResponseWriter, _ *http.Request) {
 		rec, leader := a.served()

@@ -232,11 +232,14 @@ func TestRemediation_Etcd_KeysThatAreNotUTF8AreDeletedByTheirKeyBase64(t *testin
 }
 
 // TestRecord_AKeyThatIsNotUTF8SurvivesTheLeadersRecord: followers serve the
-// record the leader published as JSON; the keys in it come back exact.
+// record the leader published as JSON; the keys in it come back exact, and
+// so does a stale finding's staleness.
 func TestRecord_AKeyThatIsNotUTF8SurvivesTheLeadersRecord(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	rec := record{
-		Findings: []detectors.Finding{{Detector: "locks", Kind: detectors.KindImmortal, Key: rawKey}},
-		Locks:    []Lock{{Store: "s", Key: rawKey, TTL: NoTTL}},
+		Findings: []finding{{Finding: detectors.Finding{Detector: "locks", Kind: detectors.KindImmortal, Key: rawKey}},
+			{Finding: detectors.Finding{Detector: "locks", Kind: detectors.KindImmortal, Key: "lock:b"}, Stale: true, DetectedAt: at}},
+		Locks: []Lock{{Store: "s", Key: rawKey, TTL: NoTTL}},
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -246,7 +249,10 @@ func TestRecord_AKeyThatIsNotUTF8SurvivesTheLeadersRecord(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Findings) != 1 || back.Findings[0].Key != rawKey || len(back.Locks) != 1 || back.Locks[0].Key != rawKey {
+	if len(back.Findings) != 2 || back.Findings[0].Key != rawKey || back.Findings[0].Stale || len(back.Locks) != 1 || back.Locks[0].Key != rawKey {
 		t.Fatalf("record %s read back as %+v", data, back)
+	}
+	if f := back.Findings[1]; f.Key != "lock:b" || !f.Stale || !f.DetectedAt.Equal(at) {
+		t.Fatalf("stale finding read back as %+v from %s", f, data)
 	}
 }

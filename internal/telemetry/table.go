@@ -185,6 +185,11 @@ var (
 		Values: map[string][]string{"policy": {"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random",
 			"volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "unknown"}},
 	}
+	AgentDetectorLastSuccess = Metric{
+		Name: "lockgov_agent_detector_last_success_timestamp_seconds", Kind: Gauge, Component: "agent",
+		Help:   "Unix time at which a detector last completed a scan (leading agent; 0 when it has not in this leader's term). A detector that does not complete keeps its last findings in lockgov_findings, stale since this time.",
+		Labels: []string{"detector", "store"},
+	}
 	AgentStoreEvictedKeysTotal = Metric{
 		Name: "lockgov_agent_store_evicted_keys_total", Kind: Counter, Component: "agent",
 		Help:   "Keys a Redis store evicted under maxmemory (any keys, not only lockgov's), as the leading agent saw INFO stats' evicted_keys rise between its scans.",
@@ -236,7 +241,7 @@ var Table = []Metric{
 	IDGeneratedTotal, IDClockBackwardsTotal, IDClockBackwardsSeconds, IDSequenceExhaustedTotal,
 	IDWorkerLease, IDLifetimeRemaining,
 	Findings, ClockSkewSeconds, AgentScanDuration, AgentKeysScannedTotal, AgentLeader, AgentStoreUp,
-	AgentStoreMaxMemoryBytes, AgentStoreMaxMemoryPolicy, AgentStoreEvictedKeysTotal,
+	AgentStoreMaxMemoryBytes, AgentStoreMaxMemoryPolicy, AgentStoreEvictedKeysTotal, AgentDetectorLastSuccess,
 	FleetHeartbeatsTotal, ClockOffsetSeconds,
 	IdempotencyRequestsTotal, QuotaDeductTotal, StoreDegradedTotal,
 }

@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// partialDoc is /api/v1/findings with each finding's staleness.
+type partialDoc struct {
+	Findings  []json.RawMessage `json:"findings"`
+	ScannedAt *time.Time        `json:"scanned_at"`
+	Leader    bool              `json:"leader"`
+	Errors    []string          `json:"errors"`
+}
+
+type staleFinding struct {
+	detectors.Finding
+	Stale      bool
+	DetectedAt *time.Time
+}
+
+func partialFindings(t *testing.T, a *Agent) (partialDoc, []staleFinding) {
+	t.Helper()
+	code, body := get(t, a.URL()+"api/v1/findings")
+	var doc partialDoc
+	if code != 200 || json.Unmarshal([]byte(body), &doc) != nil {
+		t.Fatalf("/api/v1/findings: %d %s", code, body)
+	}
+	var out []staleFinding
+	for _, raw := range doc.Findings {
+		var f staleFinding
+		var extra struct {
+			Stale      bool       `json:"stale"`
+			DetectedAt *time.Time `json:"detected_at"`
+		}
+		if err := json.Unmarshal(raw, &f.Finding); err != nil {
+			t.Fatalf("finding %s: %v", raw, err)
+		}
+		if err := json.Unmarshal(raw, &extra); err != nil {
+			t.Fatalf("finding %s: %v", raw, err)
+		}
+		f.Stale, f.DetectedAt = extra.Stale, extra.DetectedAt
+		out = append(out, f)
+	}
+	return doc, out
+}
+
+func findFinding(fs []staleFinding, detector, kind, store string) *staleFinding {
+	for i := range fs {
+		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+// TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings: a scan
+// ran the detectors one after another under one ScanTimeout. A store that
+// stops answering (SIGSTOP: no error, no reply) made the first detector
+// that read it use up the whole timeout, and every detector after it got a
+// dead context: findings of a healthy store (here: eviction on Redis B)
+// vanished from /api/v1/findings and lockgov_findings for as long as the
+// other store was slow, and so did the slow store's own (an immortal lock
+// on Redis A). For an alert with `for:`, a finding series that disappears
+// for one scan resets its pending timer: a slow store keeps a real alert
+// from ever firing.
+//
+// Each detector and each store's inventory is now bounded on its own, side
+// by side, so B's eviction finding is in every scan; and a detector that
+// does not complete keeps the findings of its last completed run, marked
+// stale with when they were made, in the record and in lockgov_findings,
+// while lockgov_agent_detector_last_success_timestamp_seconds stops
+// moving for it.
+func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T) {
+	e := testenv.NewEtcd(t) // coordination: the election must not depend on A
+	ra, rb := testenv.NewRedis(t), testenv.NewRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := ra.Client(t).Set(ctx, "lock:order:42", "someone", 0).Err(); err != nil { // SETNX without EXPIRE
+		t.Fatal(err)
+	}
+	for _, kv := range [][2]string{{"maxmemory", "1gb"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := rb.Client(t).ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storeA, storeB := "redis://"+ra.Addr(), "redis://"+rb.Addr()
+	cfg := testConfig("agent")
+	cfg.Interval = time.Second // each scan while A is paused takes its timeout
+	cfg.Etcd, cfg.Redis = e.Endpoints(), []string{storeA, storeB}
+	a := start(t, cfg)
+
+	immortal := `lockgov_findings{detector="locks",kind="immortal",severity="critical"}`
+	eviction := `lockgov_findings{detector="store",kind="eviction_enabled",severity="warning"}`
+	waitFor(t, "both findings from a complete scan", func() bool {
+		doc, fs := partialFindings(t, a)
+		return doc.Leader && findFinding(fs, "locks", "immortal", storeA) != nil &&
+			findFinding(fs, "store", "eviction_enabled", storeB) != nil
+	})
+
+	if err := ra.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ra.Resume() })
+	paused := time.Now()
+	// A scan that ended after the pause and read nothing on A.
+	var doc partialDoc
+	var fs []staleFinding
+	waitFor(t, "a scan that could not read A", func() bool {
+		doc, fs = partialFindings(t, a)
+		return doc.ScannedAt != nil && doc.ScannedAt.After(paused) && slicesContainsSubstr(doc.Errors, storeA)
+	})
+	t.Logf("errors of the scan with A paused: %q", doc.Errors)
+	if f := findFinding(fs, "store", "eviction_enabled", storeB); f == nil {
+		t.Errorf("B's eviction_enabled finding is missing from a scan in which A was slow: the detectors after A's got a dead context")
+	} else if f.Stale {
+		t.Errorf("B's eviction_enabled finding is stale (detected at %v): B answered", f.DetectedAt)
+	}
+	if f := findFinding(fs, "locks", "immortal", storeA); f == nil {
+		t.Errorf("A's immortal finding is missing from a scan that could not read A: its alert's `for:` starts over")
+	} else if !f.Stale || f.DetectedAt == nil || !f.DetectedAt.Before(*doc.ScannedAt) {
+		t.Errorf("A's immortal finding from before the pause: stale %v, detected at %v; want stale, detected before the scan at %v",
+			f.Stale, f.DetectedAt, doc.ScannedAt)
+	}
+	for _, series := range []string{immortal, eviction} {
+		if got := metric(t, a, series); got != "1" {
+			t.Errorf("%s = %q while A is paused, want 1", series, got)
+		}
+	}
+	lastA := metric(t, a, `lockgov_agent_detector_last_success_timestamp_seconds{detector="locks",store="`+storeA+`"}`)
+	lastB := metric(t, a, `lockgov_agent_detector_last_success_timestamp_seconds{detector="store",store="`+storeB+`"}`)
+	if lastA == "" || lastB == "" {
+		t.Errorf("lockgov_agent_detector_last_success_timestamp_seconds: locks on A %q, store on B %q; want both", lastA, lastB)
+	}
+
+	// A answers again: its finding is fresh.
+	if err := ra.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A's immortal finding fresh again", func() bool {
+		_, fs := partialFindings(t, a)
+		f := findFinding(fs, "locks", "immortal", storeA)
+		return f != nil && !f.Stale
+	})
+}
+
+func slicesContainsSubstr(ss []string, sub string) bool {
+	for _, s := range ss {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
