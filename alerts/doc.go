@@ -31,6 +31,10 @@
 //     the finding alerts take max, not sum, over agents. An agent that is
 //     down leaves them silent: LockgovAgentDown and LockgovAgentScanFailing
 //     are the alerts that say the others cannot be trusted.
+//   - A detector that does not complete a scan (a slow store) keeps its
+//     last findings, stale, in lockgov_findings, so the finding alerts
+//     keep firing (their `for:` does not start over); LockgovAgentScanIncomplete
+//     says when one has not completed for agent_scan_missing.
 //   - LockgovAgentDown is absent(up == 1) over the agent job: it fires only
 //     when no agent of the selector is up, and names no instance.
 //   - The store-error alerts compare rates: with no traffic at all they stay

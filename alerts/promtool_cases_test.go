@@ -139,6 +139,23 @@ func cases() []ruleCase {
 		ruleCase{alert: "LockgovAgentScanFailing", at: "20m",
 			input: []series{{`lockgov_agent_scan_duration_seconds_count{` + agt + `}`, "0+1x30"}}},
 
+		// A detector that last completed at 1m (its findings kept, stale,
+		// since) fires at 11m + for; one that completes every scan, and
+		// another detector of the same leader, do not.
+		ruleCase{alert: "LockgovAgentScanIncomplete", fires: true, at: "20m",
+			labels: []map[string]string{{"job": "lockgov-agent", "detector": "locks", "store": "redis-main"}},
+			input: []series{
+				{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="locks",store="redis-main"}`, "60x40"},
+				{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="clock",store=""}`, "0+60x40"},
+			}},
+		// A new leader that has not seen the detector complete exports 0
+		// (promtool's clock starts at 0 too: the rule holds from 10m on).
+		ruleCase{alert: "LockgovAgentScanIncomplete", fires: true, at: "20m",
+			labels: []map[string]string{{"job": "lockgov-agent", "detector": "workerid"}},
+			input: []series{{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="workerid"}`, "0x40"}}},
+		ruleCase{alert: "LockgovAgentScanIncomplete", at: "20m",
+			input: []series{{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="locks",store="redis-main"}`, "0+60x40"}}},
+
 		ruleCase{alert: "LockgovAgentStoreDown", fires: true, at: "10m",
 			labels: []map[string]string{{"job": "lockgov-agent", "instance": "agent-0", "store": "redis-main"}},
 			input:  []series{{`lockgov_agent_store_up{` + agt + `,store="redis-main"}`, "0x15"}}},

@@ -45,7 +45,7 @@ type Thresholds struct {
 	SnowflakeLifetimeLow    model.Duration // layout time left below it
 	IdempotencyErrorRatio   float64        // outcome="error" / all requests
 	QuotaErrorRatio         float64        // result="error" / all deductions
-	AgentScanMissing        model.Duration // no completed scan for this long
+	AgentScanMissing        model.Duration // no completed scan (of any detector: LockgovAgentScanIncomplete) for this long
 	RateWindow              model.Duration // window of rate() and increase()
 	PolicyViolationsPerHour float64        // violations per rule and pattern per hour above it (0: any)
 }
@@ -72,6 +72,7 @@ var DefaultFor = map[string]model.Duration{
 	"LockgovQuotaDeductErrors":       model.Duration(5 * time.Minute),
 	"LockgovAgentDown":               model.Duration(5 * time.Minute),
 	"LockgovAgentScanFailing":        model.Duration(5 * time.Minute),
+	"LockgovAgentScanIncomplete":     model.Duration(5 * time.Minute),
 	"LockgovAgentStoreDown":          model.Duration(5 * time.Minute),
 	"LockgovStoreEvictionEnabled":    model.Duration(15 * time.Minute),
 	"LockgovStoreEvictingKeys":       0,
