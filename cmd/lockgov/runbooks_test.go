@@ -602,12 +602,13 @@ func newRunbookState(t *testing.T) *runbookState {
 		t.Fatal(err)
 	}
 	st := &runbookState{redisURL: "redis://" + r.Addr(), etcdURL: e.Endpoint(), token: "runbook-test-token"}
-	// The demo's interval. A scan is bounded by its interval (ScanTimeout
-	// is at most Interval), and the detectors run one after another in it:
-	// at 300 ms, scans on a loaded 2-core machine (the race detector, the
-	// demo's workload, other packages' tests) ran out of time for seconds
-	// on end, and the detectors after the lock scans (clock, deadlock,
-	// WorkerIDs) reported nothing for longer than a select's retries.
+	// The demo's interval. Each detector of a scan is bounded by the scan
+	// timeout (at most, and by default, the interval): at 300 ms, scans on
+	// a loaded 2-core machine (the race detector, the demo's workload,
+	// other packages' tests) ran out of time for seconds on end, and
+	// (when the detectors still ran one after another under one timeout)
+	// the detectors after the lock scans (clock, deadlock, WorkerIDs)
+	// reported nothing for longer than a select's retries.
 	// Scan errors go to the test's log when it fails.
 	var scanLog syncBuffer
 	t.Cleanup(func() {

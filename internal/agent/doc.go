@@ -149,8 +149,26 @@
 //   - A leader paused past its lease may finish a scan after another agent
 //     took over; the fenced write drops its record, but its own answers show
 //     that stale scan until it notices (at the latest, its next interval).
-//   - A store down during a scan: the scan records the error (in "errors" of
-//     /api/v1/findings) and the other stores' results; the next scan retries.
+//   - A store down or slow during a scan: every detector, and each store's
+//     lock inventory and heartbeat read, runs side by side under its own
+//     scan timeout, so what does not read that store completes (before,
+//     the detectors ran one after another under one timeout, and the first
+//     that waited on a paused store left every later one a dead context).
+//     The scan records the errors (in "errors" of /api/v1/findings, and per
+//     detector in "detectors") and the results that completed; the next
+//     scan retries. A detector that did not complete keeps the findings of
+//     its last completed run in this term, in the answer with "stale": true
+//     and "detected_at", and in lockgov_findings, so an alert's `for:` does
+//     not start over at every timeout; a new leader starts from the last
+//     record it served. lockgov_agent_detector_last_success_timestamp_seconds
+//     {detector, store} is when each last completed (0: not in this term),
+//     and LockgovAgentScanIncomplete fires on it. The detectors that read
+//     heartbeats (locks, clock, deadlock, workerid) read every store's and
+//     fail with the slowest: a holder whose heartbeat could not be read must
+//     not be reported dead.
+//   - scan_timeout (Config.ScanTimeout) longer than the interval is an
+//     error naming both, as Prometheus refuses a scrape_timeout longer than
+//     its scrape_interval; unset, it is the interval.
 //   - When the coordination store is down, no agent can lead or publish:
 //     every agent keeps serving the record it has, and /readyz says why.
 //   - The lock inventory scans Redis with SCAN (never KEYS) in batches of
