@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockgov/lockgov/detectors"
 	"github.com/lockgov/lockgov/internal/testenv"
+	"github.com/lockgov/lockgov/policy"
 )
 
 // partialDoc is /api/v1/findings with each finding's staleness.
@@ -157,4 +160,69 @@ func slicesContainsSubstr(ss []string, sub string) bool {
 		}
 	}
 	return false
+}
+
+// switchDetector reports one WorkerID collision until fail is set, then
+// fails as a detector whose store does not answer.
+type switchDetector struct{ fail *atomic.Bool }
+
+func (switchDetector) Name() string { return detectors.DetectorWorkerID }
+func (d switchDetector) Detect(context.Context) ([]detectors.Finding, error) {
+	if d.fail.Load() {
+		return nil, errors.New("read heartbeats: context deadline exceeded")
+	}
+	return []detectors.Finding{{Detector: detectors.DetectorWorkerID, Kind: detectors.KindWorkerIDDuplicate,
+		Severity: detectors.SeverityCritical, Store: "etcd", Key: "workerid/svc/7"}}, nil
+}
+
+// TestScan_ANewLeaderKeepsTheFindingsOfADetectorThatFailsFromItsFirstScan:
+// the findings a failing detector keeps are those of its last completed
+// run; an agent that starts leading while the detector fails has had no
+// such run itself. It starts from the record it served as a follower, so
+// the collision stays in its answer (stale, with when it was found) and in
+// lockgov_findings: a change of leader during a store's slowness does not
+// start LockgovWorkerIDCollision's `for:` over either.
+func TestScan_ANewLeaderKeepsTheFindingsOfADetectorThatFailsFromItsFirstScan(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	fail := &atomic.Bool{}
+	opt := WithDetectors(func(Stores, *policy.Policy) ([]detectors.Detector, error) {
+		return []detectors.Detector{switchDetector{fail}}, nil
+	})
+	cfgA, cfgB := testConfig("agent-a"), testConfig("agent-b")
+	cfgA.Etcd, cfgB.Etcd = e.Endpoints(), e.Endpoints()
+	a, b := start(t, cfgA, opt), start(t, cfgB, opt)
+	waitFor(t, "one leader", func() bool { return a.Leader() != b.Leader() })
+	leader, follower := a, b
+	if b.Leader() {
+		leader, follower = b, a
+	}
+	waitFor(t, "the follower to serve the collision", func() bool {
+		_, fs := partialFindings(t, follower)
+		return findFinding(fs, "workerid", "workerid_duplicate", "etcd") != nil
+	})
+
+	fail.Store(true)
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	var doc partialDoc
+	var fs []staleFinding
+	waitFor(t, "a scan of the new leader", func() bool {
+		doc, fs = partialFindings(t, follower)
+		return doc.Leader && doc.ScannedAt != nil && doc.ScannedAt.After(closed) && len(doc.Errors) > 0
+	})
+	f := findFinding(fs, "workerid", "workerid_duplicate", "etcd")
+	if f == nil {
+		t.Fatalf("the new leader dropped the collision its failing detector found under the old one: %+v", doc)
+	}
+	if !f.Stale || f.DetectedAt == nil || !f.DetectedAt.Before(closed) {
+		t.Errorf("the kept collision: stale %v, detected at %v; want stale, found before %v", f.Stale, f.DetectedAt, closed)
+	}
+	if got := metric(t, follower, `lockgov_findings{detector="workerid",kind="workerid_duplicate",severity="critical"}`); got != "1" {
+		t.Errorf("the new leader's lockgov_findings for the collision = %q, want 1", got)
+	}
+	if got := metric(t, follower, `lockgov_agent_detector_last_success_timestamp_seconds{detector="workerid",store=""}`); got == "" || got == "0" {
+		t.Errorf("the new leader's last success of the detector = %q, want the old leader's", got)
+	}
 }
