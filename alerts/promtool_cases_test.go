@@ -152,7 +152,7 @@ func cases() []ruleCase {
 		// (promtool's clock starts at 0 too: the rule holds from 10m on).
 		ruleCase{alert: "LockgovAgentScanIncomplete", fires: true, at: "20m",
 			labels: []map[string]string{{"job": "lockgov-agent", "detector": "workerid"}},
-			input: []series{{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="workerid"}`, "0x40"}}},
+			input:  []series{{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="workerid"}`, "0x40"}}},
 		ruleCase{alert: "LockgovAgentScanIncomplete", at: "20m",
 			input: []series{{`lockgov_agent_detector_last_success_timestamp_seconds{` + agt + `,detector="locks",store="redis-main"}`, "0+60x40"}}},
 
