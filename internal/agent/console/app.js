@@ -123,6 +123,9 @@
       if (x.key_pattern) head.appendChild(el("span", "muted", x.key_pattern));
       head.appendChild(el("span", "muted", x.store));
       if (x.age_seconds) head.appendChild(el("span", "muted", "age " + dur(x.age_seconds)));
+      // Kept from the last scan its detector completed (a store too slow
+      // for the scan timeout): it may be over.
+      if (x.stale) head.appendChild(el("span", "chip", "stale: detector last completed " + new Date(x.detected_at).toLocaleString()));
       d.appendChild(head);
       if (x.holder) d.appendChild(el("div", "muted", "holder: " + holderText(x.holder)));
       if (x.detail) d.appendChild(el("div", null, x.detail));
