@@ -115,7 +115,10 @@
 //
 // When fewer than n replicas acknowledge within the timeout, Do returns an
 // error holding a *NotReplicatedError (errors.Is: ErrNotReplicated; with
-// context.DeadlineExceeded too when the caller's deadline cut the WAIT),
+// context.DeadlineExceeded too when the caller's deadline cut the WAIT, or
+// the deadline the write ran under passed before its reply arrived: then 0
+// acknowledged, and the text says the count is unknown, never the read's
+// i/o timeout as a store failure),
 // counted as outcome not_replicated:
 //
 //   - a claim: fn does not run (a failover would forget the claim and let

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument"
 	"github.com/lockgov/lockgov/instrument/idempotency"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -234,6 +235,52 @@ func TestReplicaAcks_TheMiddlewareAnswers503UntilTheResponseIsReplicated(t *test
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusCreated || string(body) != "charged" || runs.Load() != 1 {
 		t.Fatalf("the retry: %d %q, handler run %d times; want the replayed 201 and one run", resp.StatusCode, body, runs.Load())
+	}
+}
+
+// TestReplicaAcks_AClaimsWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure:
+// the claim's WAIT is cut to the caller's deadline less the margin for its
+// reply, and the reply comes later still (a proxy delays it 300 ms each
+// way, as a loaded machine may): go-redis times the read out at the
+// caller's deadline, after begin.lua's answer. Do must say the claim's
+// replication is unknown with a *NotReplicatedError that wraps
+// context.DeadlineExceeded, run no fn and release the claim, under
+// FailOpen too: not the bare i/o timeout, which storefail.Unavailable
+// reads as a store failure, and no degraded decision.
+func TestReplicaAcks_AClaimsWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure(t *testing.T) {
+	t.Parallel()
+	ctx := timeout(t, time.Minute)
+	c := replicaacktest.LateWait(t, func(c *redis.Client) {
+		// WAIT 1 1 on a server without replicas: loads begin.lua and touch.lua.
+		_, err := newStore(t, c, idempotency.WithReplicaAcks(1, time.Millisecond)).Do(ctx, "warm", nil, nil2)
+		if !errors.Is(err, idempotency.ErrNotReplicated) {
+			t.Fatalf("the warm-up Do = %v; want ErrNotReplicated (no replica)", err)
+		}
+	})
+	reg := prometheus.NewPedanticRegistry()
+	s := newStore(t, c, idempotency.WithReplicaAcks(1, healthyAckTimeout), idempotency.WithStoreFailure(instrument.FailOpen), idempotency.WithRegisterer(reg))
+	dctx, cancel := context.WithTimeout(ctx, replicaacktest.LateWaitDeadline)
+	defer cancel()
+	var runs atomic.Int32
+	res, err := s.Do(dctx, "pay:order-1", []byte("fp"), counted(&runs))
+	var nr *idempotency.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, idempotency.ErrNotReplicated) {
+		t.Fatalf("Do = %+v, %v; want a *NotReplicatedError and context.DeadlineExceeded", res, err)
+	}
+	if storefail.Unavailable(err) {
+		t.Fatalf("Do = %v reads as a store failure", err)
+	}
+	if runs.Load() != 0 || res.Degraded {
+		t.Fatalf("Do = %+v with fn run %d times; want no run, not degraded", res, runs.Load())
+	}
+	if n := degradedCount(t, reg, "idempotency"); n != 0 {
+		t.Fatalf("lockgov_store_degraded_total = %v: a late WAIT reply is not a store failure", n)
+	}
+	if got := testutil.ToFloat64(s.OutcomeCounter("not_replicated")); got != 1 {
+		t.Fatalf(`the not_replicated outcome counted %v, want 1`, got)
+	}
+	if st := recordState(t, ctx, c, "pay:order-1"); st != "free" {
+		t.Fatalf("the claim is %q on the primary; want it released (free)", st)
 	}
 }
 

@@ -83,7 +83,9 @@
 // When fewer than n replicas acknowledge within the timeout, the write
 // has run on the primary and the call returns an error holding a
 // *NotReplicatedError (errors.Is: ErrNotReplicated; with
-// context.DeadlineExceeded too when the caller's deadline cut the WAIT),
+// context.DeadlineExceeded too when the caller's deadline cut the WAIT, or
+// passed before its reply arrived: then 0 acknowledged, and the text says
+// the count is unknown, never the read's i/o timeout as a store failure),
 // counted as result not_replicated. It is never ErrInsufficient, even when
 // the primary refused the amount: the answer is not yet safe either way.
 // Retry with the same request id: it applies at most once, and it

@@ -19,7 +19,11 @@ var ErrNotReplicated = errors.New("quota: write not acknowledged by enough repli
 // fewer than Wanted replicas acknowledged it, carrying the counts:
 // errors.As finds it, and errors.Is(err, ErrNotReplicated) matches it.
 type NotReplicatedError struct {
-	Acked  int // replicas that acknowledged the write within Timeout
+	// Acked is how many replicas acknowledged the write within Timeout;
+	// 0 too when the deadline passed before the WAIT's reply arrived (the
+	// error then wraps context.DeadlineExceeded and says the count is
+	// unknown).
+	Acked  int
 	Wanted int // the n of WithReplicaAcks
 	// Timeout is how long WAIT was given: the WithReplicaAcks timeout
 	// (rounded up to the millisecond), or less when the caller's deadline

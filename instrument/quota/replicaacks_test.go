@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/instrument/quota"
 	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
@@ -171,6 +172,64 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 	}
 	if nr.Timeout >= 2*time.Second || nr.Timeout <= 0 {
 		t.Fatalf("WAIT was sent with %v; want less than the caller's 2s", nr.Timeout)
+	}
+}
+
+// TestReplicaAcks_AWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure:
+// the flake of TestReplicaAcks_TheWaitFitsTheCallersDeadline under load,
+// made certain. The WAIT is cut to the caller's deadline less the margin
+// for its reply, and the reply comes later still (a proxy delays it 300 ms
+// each way): go-redis times the read out at the caller's deadline, after
+// the script's answer. The deduction ran; whether the replicas have it is
+// unknown. Deduct must say so with a *NotReplicatedError that wraps
+// context.DeadlineExceeded, as when the reply is in time: not the bare
+// i/o timeout, which storefail.Unavailable reads as a store failure. The
+// fallback does not decide it, and it counts as not_replicated, with no
+// degraded decision.
+func TestReplicaAcks_AWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure(t *testing.T) {
+	t.Parallel()
+	ctx := timeout(t, time.Minute)
+	c := replicaacktest.LateWait(t, func(c *redis.Client) {
+		if err := newQuota(t, c).Set(ctx, failoverKey, 10); err != nil {
+			t.Fatal(err)
+		}
+		// WAIT 1 1 on a server without replicas: loads the scripts.
+		_, err := newQuota(t, c, quota.WithReplicaAcks(1, time.Millisecond)).Deduct(ctx, failoverKey, 1, "warm")
+		if !errors.Is(err, quota.ErrNotReplicated) {
+			t.Fatalf("the warm-up Deduct = %v; want ErrNotReplicated (no replica)", err)
+		}
+	})
+	reg := prometheus.NewPedanticRegistry()
+	var fallbacks atomic.Int32
+	q := newQuota(t, c, quota.WithReplicaAcks(1, healthyAckTimeout), quota.WithRegisterer(reg), quota.WithPolicy(skuPolicy(t)),
+		quota.WithFallback(func(context.Context, string, int64, string) (int64, error) {
+			fallbacks.Add(1)
+			return 0, nil
+		}))
+	dctx, cancel := context.WithTimeout(ctx, replicaacktest.LateWaitDeadline)
+	defer cancel()
+	_, err := q.Deduct(dctx, failoverKey, 2, "order-1")
+	var nr *quota.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, quota.ErrNotReplicated) {
+		t.Fatalf("Deduct = %v; want a *NotReplicatedError and context.DeadlineExceeded", err)
+	}
+	if storefail.Unavailable(err) {
+		t.Fatalf("Deduct = %v reads as a store failure", err)
+	}
+	if nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout <= 0 || nr.Timeout >= replicaacktest.LateWaitDeadline {
+		t.Fatalf("Deduct = %v; want 0 of 1 within less than the caller's %v", err, replicaacktest.LateWaitDeadline)
+	}
+	if n := fallbacks.Load(); n != 0 {
+		t.Fatalf("the fallback decided a deduction that Redis had applied (%d calls)", n)
+	}
+	if got := counter(t, reg, "not_replicated"); got != 1 {
+		t.Fatalf(`lockgov_quota_deduct_total{result="not_replicated"} = %v, want 1`, got)
+	}
+	if n := degradedCount(t, reg); n != 0 {
+		t.Fatalf("lockgov_store_degraded_total = %v: a late WAIT reply is not a store failure", n)
+	}
+	if got, err := q.Remaining(ctx, failoverKey); err != nil || got != 7 {
+		t.Fatalf("Remaining = %d, %v; want 7: 10 - 1 (warm-up) - 2 (on the primary)", got, err)
 	}
 }
 

@@ -12,9 +12,13 @@
 // its own connection, so it must share the script's pipeline; its timeout
 // must leave ReplyMargin under the client's ReadTimeout, since Redis
 // answers a WAIT that timed out at its next timer tick; it is cut to the
-// caller's deadline; and WAIT is documented to count only its own
-// connection's writes, which a script that wrote nothing (a replay, a
-// resend after a lost reply) does not have: the touch is that write.
+// caller's deadline; a reply later than the margin all the same (a loaded
+// machine) is read until the deadline of the send's context, and a read
+// that timed out then is that deadline, with the count unknown
+// (Reply.Late), not a store failure; and WAIT is documented to count only
+// its own connection's writes, which a script that wrote nothing (a
+// replay, a resend after a lost reply) does not have: the touch is that
+// write.
 package replicaack
 
 import (
@@ -22,6 +26,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,10 +117,17 @@ func (a Acks) WaitArg(ctx, caller context.Context) (ms int64, cut bool) {
 
 // Reply is what the touch and the WAIT after a script said.
 type Reply struct {
-	Acked   int64         // replicas that acknowledged; 0 when the touch wrote nothing
+	Acked   int64         // replicas that acknowledged; 0 when the touch wrote nothing or the reply was late
 	Err     error         // the touch's or WAIT's own error (a transport error)
 	Timeout time.Duration // the timeout WAIT was sent with
 	Cut     bool          // the caller's deadline cut it
+	// Late says the deadline of the send's context passed before the
+	// WAIT's reply arrived, and the read timed out on it: the WAIT was cut
+	// by that deadline, and how many replicas have the write is unknown.
+	// Err is then nil, and LateErr is the read's error (for the text
+	// only: it is the deadline, not the store, that ended the read).
+	Late    bool
+	LateErr error
 }
 
 // Run runs s on keys with args, then touch.lua on record, then WAIT, in one
@@ -128,7 +140,8 @@ type Reply struct {
 // with EVAL, in a pipeline of its own with the touch and WAIT; a touch it
 // does not have alone is sent again with a WAIT, without the script, which
 // has run: a second run would be a replay, and a first deduction counted
-// as one.
+// as one. A WAIT's reply that had not arrived when ctx's deadline passed
+// (go-redis timed the read out there) is Reply.Late, not Reply.Err.
 func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
 	pipe := c.Pipeline()
 	cmd := s.EvalSha(ctx, pipe, keys, args...)
@@ -153,6 +166,8 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 	heard(cmd)
 	r := Reply{Acked: wait.Val(), Timeout: time.Duration(ms) * time.Millisecond, Cut: cut}
 	switch touched, err := touch.Int(); {
+	case late(ctx, touch.Err(), wait.Err()):
+		r.Acked, r.Late, r.LateErr = 0, true, wait.Err()
 	case wait.Err() != nil:
 		r.Err = wait.Err()
 	case err != nil:
@@ -189,6 +204,31 @@ func heard(cmd *redis.Cmd) {
 	}
 }
 
+// late reports whether the touch's and WAIT's errors say that their
+// replies were not read before ctx's deadline: a WAIT's reply may arrive
+// later than ReplyMargin after its timeout (Redis answers at its next
+// timer tick, and a loaded machine delays the reply further), and a
+// client that takes its read deadline from ctx (ContextTimeoutEnabled)
+// then times the read out at ctx's deadline. The WAIT was cut by that
+// deadline; the store did not fail. A timeout while ctx's deadline is
+// still ahead (the client's own ReadTimeout), or any other error (a reset
+// connection), is the store's and is not late.
+func late(ctx context.Context, touchErr, waitErr error) bool {
+	if waitErr == nil || !timedOut(waitErr) || (touchErr != nil && !timedOut(touchErr)) {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// timedOut reports whether err is a read or write that timed out (a
+// net.Error's Timeout) or a context's deadline (go-redis's retry of the
+// pipeline, stopped by it).
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 func noScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
@@ -196,12 +236,18 @@ func noScript(err error) bool {
 // Check returns nil when r says at least a.N replicas have the write, else
 // the caller's error: notReplicated (the package's typed error with r's
 // counts) alone when the replicas did not answer within the timeout; with
-// context.DeadlineExceeded when the caller's deadline cut the timeout; with
-// the touch's or WAIT's own error when that failed (then sentinel, the
-// package's ErrNotReplicated, and that error: the counts are unknown).
+// context.DeadlineExceeded when the caller's deadline cut the timeout, or
+// when the WAIT's reply came after the deadline (r.Late: then with 0
+// acknowledged and a text saying the count is unknown, never the read's
+// timeout as an error that reads as a store failure); with the touch's or
+// WAIT's own error when that failed (then sentinel, the package's
+// ErrNotReplicated, and that error: the counts are unknown).
 func (a Acks) Check(r Reply, sentinel error, notReplicated func(acked, wanted int, timeout time.Duration) error) error {
 	if !a.On() {
 		return nil
+	}
+	if r.Late {
+		return fmt.Errorf("%w: %w (the WAIT's reply had not arrived when the deadline passed: how many replicas have the write is unknown; %v)", context.DeadlineExceeded, notReplicated(0, a.N, r.Timeout), r.LateErr)
 	}
 	if r.Err != nil {
 		return fmt.Errorf("%w: WAIT %d %v: %w", sentinel, a.N, a.Timeout, r.Err)

@@ -2,6 +2,8 @@ package replicaack_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -118,5 +120,99 @@ func TestRun_ARecordWithoutATTLIsTouchedAndKeepsNoTTL(t *testing.T) {
 	}
 	if _, r := acks.Run(ctx, ctx, c, read, []string{"missing"}, "missing"); r.Err != nil || r.Acked != 0 {
 		t.Fatalf("Run on a missing record = %+v; want 0 acknowledgements (nothing touched)", r)
+	}
+}
+
+// lateRun runs incr once on key through a proxy that delays every chunk by
+// latency each way, with WAIT 1 and no replica, so that WAIT blocks for its
+// whole timeout: its reply reaches the client at the earliest 2×latency
+// after the WAIT's timeout, the script's long before. The scripts are
+// loaded and the client's connection made before the latency is set, so
+// neither a NOSCRIPT nor a handshake spends the latency.
+func lateRun(t *testing.T, ctx context.Context, latency time.Duration, set func(o *redis.Options), acks replicaack.Acks, key string) (*redis.Cmd, replicaack.Reply) {
+	t.Helper()
+	r := testenv.NewRedis(t)
+	px := testenv.NewProxy(t, r.Addr())
+	o := *testenv.NewRedisClient(t, px.Addr()).Options()
+	set(&o)
+	c := redis.NewClient(&o)
+	t.Cleanup(func() { _ = c.Close() })
+	// A WAIT of a millisecond: the warm-up loads the scripts (NOSCRIPT, then EVAL).
+	if cmd, _ := (replicaack.Acks{N: 1, Timeout: time.Millisecond}).Run(ctx, ctx, c, incr, []string{"warm"}, "warm"); cmd.Err() != nil {
+		t.Fatal(cmd.Err())
+	}
+	px.SetLatency(latency)
+	return acks.Run(ctx, ctx, c, incr, []string{key}, key)
+}
+
+// notReplicatedError stands for the callers' *NotReplicatedError.
+type notReplicatedError struct{ acked, wanted int }
+
+func (e *notReplicatedError) Error() string {
+	return fmt.Sprintf("not replicated: %d of %d", e.acked, e.wanted)
+}
+
+func (e *notReplicatedError) Is(target error) bool { return target == errNotReplicated }
+
+var errNotReplicated = errors.New("not replicated")
+
+func checkErr(acks replicaack.Acks, r replicaack.Reply) error {
+	return acks.Check(r, errNotReplicated, func(acked, wanted int, _ time.Duration) error {
+		return &notReplicatedError{acked, wanted}
+	})
+}
+
+// TestRun_AWaitReplyLaterThanTheDeadlineIsTheDeadlineNotAStoreFailure:
+// the WAIT's reply arrives after the caller's deadline (a loaded machine
+// late by more than ReplyMargin; here a proxy's 300 ms each way, so at the
+// earliest 350 ms after the deadline), and go-redis, whose read deadline
+// is the caller's, reports an i/o timeout on the WAIT after reading the
+// script's answer. The script ran; how many replicas have its write is
+// unknown; the caller's deadline is why: Check must say so with the
+// callers' typed error and context.DeadlineExceeded, not with the bare
+// i/o timeout, which reads as a store failure (storefail.Unavailable).
+func TestRun_AWaitReplyLaterThanTheDeadlineIsTheDeadlineNotAStoreFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer dcancel()
+	acks := replicaack.Acks{N: 1, Timeout: 4 * time.Second}
+	cmd, r := lateRun(t, dctx, 300*time.Millisecond, func(*redis.Options) {}, acks, "late")
+	if v, err := cmd.Result(); err != nil || v != int64(1) {
+		t.Fatalf("the script = %v, %v; want 1, nil: it ran and answered before the deadline", v, err)
+	}
+	err := checkErr(acks, r)
+	var nr *notReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errNotReplicated) {
+		t.Fatalf("Check(%+v) = %v; want the typed error and context.DeadlineExceeded", r, err)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		t.Fatalf("Check = %v: it holds the read timeout %v, which reads as a store failure", err, oe)
+	}
+	if !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("Check = %v; want it to say the replicas' count is unknown", err)
+	}
+}
+
+// TestRun_AWaitReplyLostBeforeTheDeadlineStaysAStoreFailure: the control.
+// The client's own read timeout (2 s) ends the read of a WAIT (2 s, its
+// reply 600 ms late through the proxy) long before the caller's deadline
+// (a minute): that is the store not answering in time, and Check reports
+// it as ErrNotReplicated with the transport error, not as the deadline.
+func TestRun_AWaitReplyLostBeforeTheDeadlineStaysAStoreFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acks := replicaack.Acks{N: 1, Timeout: 2 * time.Second}
+	cmd, r := lateRun(t, ctx, 300*time.Millisecond, func(o *redis.Options) {
+		o.ReadTimeout, o.MaxRetries = 2*time.Second, -1
+	}, acks, "lost")
+	if v, err := cmd.Result(); err != nil || v != int64(1) {
+		t.Fatalf("the script = %v, %v; want 1, nil", v, err)
+	}
+	err := checkErr(acks, r)
+	var oe *net.OpError
+	if !errors.Is(err, errNotReplicated) || !errors.As(err, &oe) || !oe.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Check(%+v) = %v; want ErrNotReplicated with the read timeout, not the deadline", r, err)
 	}
 }

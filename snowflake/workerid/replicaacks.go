@@ -20,7 +20,10 @@ var ErrNotReplicated = errors.New("workerid: claim not acknowledged by enough re
 // claim ran on the primary and was released (owner-checked): a retry claims afresh.
 // errors.As finds it; errors.Is(err, ErrNotReplicated) matches it.
 type NotReplicatedError struct {
-	Acked  int // replicas that acknowledged the write within Timeout
+	// Acked is how many replicas acknowledged the write within Timeout; 0 too when the
+	// deadline passed before the WAIT's reply arrived (the error then wraps
+	// context.DeadlineExceeded and says the count is unknown).
+	Acked  int
 	Wanted int // the n of WithReplicaAcks
 	// Timeout is how long WAIT was given: the WithReplicaAcks timeout (rounded up to the
 	// millisecond), or less when the context's deadline left less (the error then also

@@ -35,7 +35,9 @@
 // When fewer than n replicas acknowledge within the timeout, Set returns
 // an error holding a *NotReplicatedError (errors.Is: ErrNotReplicated;
 // with context.DeadlineExceeded too when the caller's deadline cut the
-// WAIT). The value and its fence are on the primary: a failover that
+// WAIT, or passed before its reply arrived: then 0 acknowledged, and the
+// text says the count is unknown, never the read's i/o timeout as a store
+// failure). The value and its fence are on the primary: a failover that
 // promotes a replica without them loses them, nothing else does. Retry
 // with the same fence and value: it reports written, changing nothing,
 // and returns nil once the replicas have it (on a promoted replica that

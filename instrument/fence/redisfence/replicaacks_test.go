@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgov/lockgov/instrument/fence"
 	"github.com/lockgov/lockgov/instrument/fence/redisfence"
+	"github.com/lockgov/lockgov/instrument/internal/storefail"
 	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
@@ -237,6 +238,37 @@ func TestReplicaAcks_TheWaitFitsTheCallersDeadline(t *testing.T) {
 	if nr.Timeout >= 2*time.Second || nr.Timeout <= 0 {
 		t.Fatalf("WAIT was sent with %v; want less than the caller's 2s", nr.Timeout)
 	}
+}
+
+// TestReplicaAcks_AWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure:
+// the WAIT is cut to the caller's deadline less the margin for its reply,
+// and the reply comes later still (a proxy delays it 300 ms each way, as a
+// loaded machine may): go-redis times the read out at the caller's
+// deadline, after set.lua's answer. The value is on the primary; whether
+// the replicas have it is unknown. Set must say so with a
+// *NotReplicatedError that wraps context.DeadlineExceeded: not the bare
+// i/o timeout, which storefail.Unavailable reads as a store failure.
+func TestReplicaAcks_AWaitReplyAfterTheDeadlineIsTheDeadlineNotAStoreFailure(t *testing.T) {
+	ctx := timeout(t, time.Minute)
+	c := replicaacktest.LateWait(t, func(c *redis.Client) {
+		// WAIT 1 1 on a server without replicas: loads set.lua and touch.lua.
+		err := newAckedWriter(t, c, 1, time.Millisecond).Set(ctx, "warm", "w", 1, 0)
+		if !errors.Is(err, redisfence.ErrNotReplicated) {
+			t.Fatalf("the warm-up Set = %v; want ErrNotReplicated (no replica)", err)
+		}
+	})
+	w := newAckedWriter(t, c, 1, healthyAckTimeout)
+	dctx, cancel := context.WithTimeout(ctx, replicaacktest.LateWaitDeadline)
+	defer cancel()
+	err := w.Set(dctx, failoverKey, "A", 10, 0)
+	var nr *redisfence.NotReplicatedError
+	if !errors.As(err, &nr) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, redisfence.ErrNotReplicated) {
+		t.Fatalf("Set = %v; want a *NotReplicatedError and context.DeadlineExceeded", err)
+	}
+	if storefail.Unavailable(err) {
+		t.Fatalf("Set = %v reads as a store failure", err)
+	}
+	wantValue(t, ctx, "after the late WAIT", w, "A", 10)
 }
 
 // TestReplicaAcks_DefaultSendsWhatItSentBefore: without WithReplicaAcks, a

@@ -254,3 +254,30 @@ func WantRefusals[O any](t *testing.T, newWith func(c redis.UniversalClient, opt
 	}
 	return c
 }
+
+// LateWaitLatency is the delay, each way, of LateWait's proxy once set:
+// a WAIT cut to a caller's deadline less the 250 ms margin for its reply
+// answers at the earliest 2×LateWaitLatency-250ms = 350 ms after that
+// deadline, every time, whatever the load (a load only delays it more).
+const LateWaitLatency = 300 * time.Millisecond
+
+// LateWait is a client (testenv's: its reads end at the caller's deadline)
+// of a new server without replicas, where WAIT 1 blocks for its whole
+// timeout, through a proxy. The test runs warm, a call that loads the
+// scripts and makes the client's connection, and then delays the proxy by
+// LateWaitLatency: a call with WithReplicaAcks(1, HealthyAckTimeout) under
+// a deadline of LateWaitDeadline then has its script's answer long before
+// the deadline and its WAIT's reply after it.
+func LateWait(t testing.TB, warm func(c *redis.Client)) *redis.Client {
+	t.Helper()
+	px := testenv.NewProxy(t, testenv.NewRedis(t).Addr())
+	c := testenv.NewRedisClient(t, px.Addr())
+	warm(c)
+	px.SetLatency(LateWaitLatency)
+	return c
+}
+
+// LateWaitDeadline is the caller's deadline for LateWait: its call's
+// script answers within 3×LateWaitLatency (request, script's reply,
+// touch's), well inside it.
+const LateWaitDeadline = 3 * time.Second
