@@ -168,7 +168,7 @@ func WithReplicaAcks(n int, timeout time.Duration) Option {
 		if err := replicaack.Validate(fmt.Sprintf("idempotency: WithReplicaAcks(%d, %v)", n, timeout), n, timeout); err != nil {
 			return err
 		}
-		c.acks = replicaack.Acks{N: n, Timeout: timeout}
+		c.acks = replicaack.New(n, timeout)
 		return nil
 	})
 }

@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -295,14 +296,71 @@ func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testi
 	}
 }
 
+// TestReplicaAcks_AServerWithoutTheScriptsCostsNoWastedWait: a WAIT
+// pipelined behind an EVALSHA that the server answers NOSCRIPT waits for a
+// write that did not happen, and with too few replicas (here none: WAIT 1
+// answers 0 only at its timeout) for its whole timeout, before the EVAL
+// sent again waits its own. A new Quota sends its scripts with EVAL until
+// the server has run them, so its first Deduct and first Refund each cost
+// one WAIT (the touch, run by the Deduct, goes out with EVALSHA in the
+// Refund); once they ran, EVALSHA. After SCRIPT FLUSH (a restart, a
+// failover to a replica that never ran them) the first call pays the
+// NOSCRIPT once, and the Quota then takes every script as missing: the
+// next call's other script goes out with EVAL, not into a second wasted
+// WAIT. The pipelines are counted, not timed: before, each first call was
+// "evalsha evalsha wait|eval eval wait", nine WAITs here instead of six.
+func TestReplicaAcks_AServerWithoutTheScriptsCostsNoWastedWait(t *testing.T) {
+	t.Parallel()
+	ctx := timeout(t, time.Minute)
+	c := single(t)
+	if err := newQuota(t, c).Set(ctx, failoverKey, 10); err != nil {
+		t.Fatal(err)
+	}
+	q := newQuota(t, c, quota.WithReplicaAcks(1, ackTimeout))
+	h := &replicaacktest.Commands{}
+	c.AddHook(h)
+	calls := []struct {
+		name  string
+		call  func() error
+		piped string
+	}{
+		{"the first Deduct", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-1"); return err }, "eval eval wait"},
+		{"the first Refund", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-1"); return err }, "eval evalsha wait"},
+		{"a Deduct once the scripts ran", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-2"); return err }, "evalsha evalsha wait"},
+		{"SCRIPT FLUSH", func() error { return c.ScriptFlush(ctx).Err() }, ""},
+		{"the first Deduct after the flush", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-3"); return err }, "evalsha evalsha wait|eval eval wait"},
+		{"the first Refund after the flush", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-2"); return err }, "eval evalsha wait"},
+	}
+	before := ""
+	for _, tc := range calls {
+		err := tc.call()
+		if tc.piped != "" && !errors.Is(err, quota.ErrNotReplicated) {
+			t.Fatalf("%s = %v; want ErrNotReplicated (no replica)", tc.name, err)
+		}
+		if tc.piped == "" && err != nil {
+			t.Fatal(err)
+		}
+		all := h.Piped()
+		got := strings.TrimPrefix(strings.TrimPrefix(all, before), "|")
+		before = all
+		if got != tc.piped {
+			t.Errorf("%s sent the pipelines %q, want %q", tc.name, got, tc.piped)
+		}
+	}
+	if got, err := q.Remaining(ctx, failoverKey); err != nil || got != 9 {
+		t.Fatalf("Remaining = %d, %v; want 9: 10 - 3 + 2, each once", got, err)
+	}
+}
+
 // TestReplicaAcks_AServerWithoutTheScriptsStillWaits: after SCRIPT FLUSH
-// (a restarted or failed-over server), a Deduct with WithReplicaAcks falls
-// back to EVAL for the script and the touch, with its own WAIT: it
-// succeeds with a healthy replica, and fails with *NotReplicatedError,
-// not NOSCRIPT, with the replica stopped. A server that has deduct.lua
-// (loaded by a Quota without the option) but not touch.lua gets the touch
-// and WAIT again without the script: the deduction runs once and is
-// counted as ok, not as a replay of itself.
+// (a restarted or failed-over server), a Deduct with WithReplicaAcks that
+// has run its scripts before (the warm-up: a new Quota sends them with
+// EVAL) falls back to EVAL for the script and the touch, with its own
+// WAIT: it succeeds with a healthy replica, and fails with
+// *NotReplicatedError, not NOSCRIPT, with the replica stopped. A server
+// that has deduct.lua (loaded by a Quota without the option) but not
+// touch.lua gets the touch and WAIT again without the script: the
+// deduction runs once and is counted as ok, not as a replay of itself.
 func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 	t.Parallel()
 	ctx := timeout(t, 2*time.Minute)
@@ -319,20 +377,23 @@ func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 		}
 	}
 
+	if _, err := q.Deduct(ctx, failoverKey, 1, "warm"); err != nil {
+		t.Fatal(err)
+	}
 	flush()
 	if _, err := newQuota(t, testenv.NewRedisClient(t, rp.Primary.Addr())).Deduct(ctx, failoverKey, 1, "loads-deduct"); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := q.Deduct(ctx, failoverKey, 1, "order-1"); err != nil || left != 8 {
-		t.Fatalf("Deduct with only deduct.lua cached = %d, %v; want 8, nil", left, err)
+	if left, err := q.Deduct(ctx, failoverKey, 1, "order-1"); err != nil || left != 7 {
+		t.Fatalf("Deduct with only deduct.lua cached = %d, %v; want 7, nil", left, err)
 	}
-	if ok, replay := counter(t, reg, "ok"), counter(t, reg, "replay"); ok != 1 || replay != 0 {
-		t.Fatalf("the first deduction of order-1 counted ok %v, replay %v; want ok 1, replay 0", ok, replay)
+	if ok, replay := counter(t, reg, "ok"), counter(t, reg, "replay"); ok != 2 || replay != 0 {
+		t.Fatalf("the warm-up and the first deduction of order-1 counted ok %v, replay %v; want ok 2, replay 0", ok, replay)
 	}
 
 	flush()
-	if left, err := q.Deduct(ctx, failoverKey, 1, "order-2"); err != nil || left != 7 {
-		t.Fatalf("Deduct after SCRIPT FLUSH = %d, %v; want 7, nil", left, err)
+	if left, err := q.Deduct(ctx, failoverKey, 1, "order-2"); err != nil || left != 6 {
+		t.Fatalf("Deduct after SCRIPT FLUSH = %d, %v; want 6, nil", left, err)
 	}
 	flush()
 	rp.PauseReplica(t)
@@ -341,7 +402,7 @@ func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 	if !errors.As(err, &nr) {
 		t.Fatalf("Deduct after SCRIPT FLUSH with the replica stopped = %v; want a *NotReplicatedError", err)
 	}
-	want := "evalsha evalsha wait|eval wait|evalsha evalsha wait|eval eval wait|evalsha evalsha wait|eval eval wait"
+	want := "eval eval wait|evalsha evalsha wait|eval wait|evalsha evalsha wait|eval eval wait|evalsha evalsha wait|eval eval wait"
 	if got := h.Piped(); got != want { // without a new connection's handshake
 		t.Fatalf("pipelines: %q, want %q", got, want)
 	}

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,10 +45,61 @@ var (
 // a loaded machine (measured in redislock; its waitReplyMargin is this constant).
 const ReplyMargin = 250 * time.Millisecond
 
-// Acks is WithReplicaAcks(N, Timeout); the zero value asks for none.
+// Acks is WithReplicaAcks(N, Timeout); the zero value asks for none. Build
+// it with New, once per client, so that Run knows which scripts the
+// client's server has run; a literal sends every script with EVALSHA first.
 type Acks struct {
 	N       int
 	Timeout time.Duration
+	loaded  *loaded // the scripts the server has run; nil: all taken as loaded
+}
+
+// New is WithReplicaAcks(n, timeout) for one client (validate n and timeout
+// with Validate).
+func New(n int, timeout time.Duration) Acks {
+	return Acks{N: n, Timeout: timeout, loaded: &loaded{}}
+}
+
+// loaded is the scripts (by SHA1) that an Acks's server has run since the
+// last NOSCRIPT it answered. A WAIT pipelined behind an EVALSHA the server
+// answers NOSCRIPT waits for a write that did not happen, with too few
+// replicas for its whole timeout, and the EVAL sent again then waits its
+// own: Run sends a script it does not know loaded with EVAL (its source:
+// bytes, not a round trip, and the server caches it), and after a
+// NOSCRIPT (a restart, a SCRIPT FLUSH, a failover to a replica that never
+// ran it) takes every script as missing, so that a flush costs one wasted
+// WAIT, not one per script.
+type loaded struct{ m sync.Map }
+
+func (l *loaded) has(s *redis.Script) bool {
+	if l == nil {
+		return true
+	}
+	_, ok := l.m.Load(s.Hash())
+	return ok
+}
+
+// ran records that the server answered s's call without NOSCRIPT.
+func (l *loaded) ran(s *redis.Script, cmd redis.Cmder) {
+	if l != nil && cmd.Err() == nil {
+		l.m.Store(s.Hash(), struct{}{})
+	}
+}
+
+// lost forgets every script: the server answered NOSCRIPT.
+func (l *loaded) lost() {
+	if l != nil {
+		l.m.Clear()
+	}
+}
+
+// script queues s on pipe: EVALSHA when the server is known to have it,
+// else EVAL.
+func (a Acks) script(ctx context.Context, pipe redis.Pipeliner, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if a.loaded.has(s) {
+		return s.EvalSha(ctx, pipe, keys, args...)
+	}
+	return s.Eval(ctx, pipe, keys, args...)
 }
 
 // On says acknowledgements are asked for.
@@ -136,18 +188,24 @@ type Reply struct {
 // to caller's deadline (the caller's context, which is ctx unless the
 // write must outlive it: idempotency stores fn's result after the caller's
 // deadline, under one of the lease) and to ctx's, which bounds the read of
-// its reply. A script the server does not have (NOSCRIPT) is sent again
-// with EVAL, in a pipeline of its own with the touch and WAIT; a touch it
+// its reply. A script the server is not known to have (an Acks from New
+// that has not seen it run since the last NOSCRIPT) goes out with EVAL,
+// so that no WAIT waits behind a NOSCRIPT. A script the server does not
+// have all the same (NOSCRIPT: flushed since) is sent again with EVAL, in
+// a pipeline of its own with the touch and WAIT; a touch it
 // does not have alone is sent again with a WAIT, without the script, which
 // has run: a second run would be a replay, and a first deduction counted
 // as one. A WAIT's reply that had not arrived when ctx's deadline passed
 // (go-redis timed the read out there) is Reply.Late, not Reply.Err.
 func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis.Script, keys []string, record string, args ...any) (*redis.Cmd, Reply) {
 	pipe := c.Pipeline()
-	cmd := s.EvalSha(ctx, pipe, keys, args...)
-	touch := touchScript.EvalSha(ctx, pipe, []string{record})
+	cmd := a.script(ctx, pipe, s, keys, args...)
+	touch := a.script(ctx, pipe, touchScript, []string{record})
 	wait, ms, cut := a.wait(ctx, caller, pipe)
 	_, _ = pipe.Exec(ctx)
+	if noScript(cmd.Err()) || noScript(touch.Err()) {
+		a.loaded.lost()
+	}
 	switch {
 	case noScript(cmd.Err()):
 		pipe = c.Pipeline()
@@ -164,6 +222,8 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 		_, _ = pipe.Exec(ctx)
 	}
 	heard(cmd)
+	a.loaded.ran(s, cmd)
+	a.loaded.ran(touchScript, touch)
 	r := Reply{Acked: wait.Val(), Timeout: time.Duration(ms) * time.Millisecond, Cut: cut}
 	switch touched, err := touch.Int(); {
 	case late(ctx, touch.Err(), wait.Err()):

@@ -73,7 +73,7 @@ func notReplicated(acked, wanted int, timeout time.Duration) error {
 // (see the package doc, Failure modes).
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
-		c.acks, c.acksSet = replicaack.Acks{N: n, Timeout: timeout}, true
+		c.acks, c.acksSet = replicaack.New(n, timeout), true
 	})
 }
 
