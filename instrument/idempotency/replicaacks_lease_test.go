@@ -31,6 +31,9 @@ import (
 // unreachable (FailOpen: degraded; FailClosed: "store the result: i/o
 // timeout"). That is the NOSCRIPT path's cost (docs/RELIABILITY.md, h110),
 // not what this test studies: the completed record's WAIT cut by the lease.
+// (Since h114 a new Store sends a script it has not seen run with EVAL, so
+// no WAIT waits behind a NOSCRIPT; the warm-up stays, so that the finish
+// is the one pipeline this test studies.)
 func TestReplicaAcks_ALeaseShorterThanTheWaitStillReportsNotReplicated(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []instrument.StoreFailurePolicy{instrument.FailClosed, instrument.FailOpen} {

@@ -119,7 +119,11 @@ func TestReplicaAcks_AResentCompletionWaitsAgainAndRunsFnOnce(t *testing.T) {
 			c, px := replicaacktest.ResendingClient(t, rp)
 			s := newStore(t, c, idempotency.WithReplicaAcks(1, ackTimeout))
 			var runs atomic.Int32
-			if _, err := s.Do(ctx, "warm", nil, counted(&runs)); err != nil { // loads the scripts
+			// Loads the scripts. A replica that does not acknowledge the
+			// warm-up within ackTimeout on a loaded machine is not what
+			// this test studies (the first pipeline used to hide it: a WAIT
+			// behind NOSCRIPT gave the replica a timeout more, h114).
+			if _, err := s.Do(ctx, "warm", nil, counted(&runs)); err != nil && !errors.Is(err, idempotency.ErrNotReplicated) {
 				t.Fatal(err)
 			}
 			runs.Store(0)

@@ -307,8 +307,11 @@ func TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection(t *testi
 // failover to a replica that never ran them) the first call pays the
 // NOSCRIPT once, and the Quota then takes every script as missing: the
 // next call's other script goes out with EVAL, not into a second wasted
-// WAIT. The pipelines are counted, not timed: before, each first call was
-// "evalsha evalsha wait|eval eval wait", nine WAITs here instead of six.
+// WAIT. That one call's WAITs together get the timeout: the EVAL's WAIT
+// gets what the wasted one left. The pipelines and the WAITs' timeouts are
+// counted, not timed: before, each first call was "evalsha evalsha
+// wait|eval eval wait" with two full timeouts, nine WAITs here instead of
+// six, and the call after the flush waited 1000 ms instead of 501.
 func TestReplicaAcks_AServerWithoutTheScriptsCostsNoWastedWait(t *testing.T) {
 	t.Parallel()
 	ctx := timeout(t, time.Minute)
@@ -320,18 +323,20 @@ func TestReplicaAcks_AServerWithoutTheScriptsCostsNoWastedWait(t *testing.T) {
 	h := &replicaacktest.Commands{}
 	c.AddHook(h)
 	calls := []struct {
-		name  string
-		call  func() error
-		piped string
+		name         string
+		call         func() error
+		piped, waits string
 	}{
-		{"the first Deduct", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-1"); return err }, "eval eval wait"},
-		{"the first Refund", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-1"); return err }, "eval evalsha wait"},
-		{"a Deduct once the scripts ran", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-2"); return err }, "evalsha evalsha wait"},
-		{"SCRIPT FLUSH", func() error { return c.ScriptFlush(ctx).Err() }, ""},
-		{"the first Deduct after the flush", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-3"); return err }, "evalsha evalsha wait|eval eval wait"},
-		{"the first Refund after the flush", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-2"); return err }, "eval evalsha wait"},
+		{"the first Deduct", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-1"); return err }, "eval eval wait", "500"},
+		{"the first Refund", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-1"); return err }, "eval evalsha wait", "500"},
+		{"a Deduct once the scripts ran", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-2"); return err }, "evalsha evalsha wait", "500"},
+		{"SCRIPT FLUSH", func() error { return c.ScriptFlush(ctx).Err() }, "", ""},
+		// The WAIT behind the NOSCRIPT answered 0 of 1: it waited its whole
+		// 500 ms, and the call's WAITs together get the timeout: 1 ms left.
+		{"the first Deduct after the flush", func() error { _, err := q.Deduct(ctx, failoverKey, 1, "order-3"); return err }, "evalsha evalsha wait|eval eval wait", "500 1"},
+		{"the first Refund after the flush", func() error { _, err := q.Refund(ctx, failoverKey, 1, "refund-2"); return err }, "eval evalsha wait", "500"},
 	}
-	before := ""
+	var piped, waits string
 	for _, tc := range calls {
 		err := tc.call()
 		if tc.piped != "" && !errors.Is(err, quota.ErrNotReplicated) {
@@ -340,11 +345,11 @@ func TestReplicaAcks_AServerWithoutTheScriptsCostsNoWastedWait(t *testing.T) {
 		if tc.piped == "" && err != nil {
 			t.Fatal(err)
 		}
-		all := h.Piped()
-		got := strings.TrimPrefix(strings.TrimPrefix(all, before), "|")
-		before = all
-		if got != tc.piped {
-			t.Errorf("%s sent the pipelines %q, want %q", tc.name, got, tc.piped)
+		p, w := h.Piped(), h.Waits()
+		got, gotWaits := strings.TrimPrefix(strings.TrimPrefix(p, piped), "|"), strings.TrimSpace(strings.TrimPrefix(w, waits))
+		piped, waits = p, w
+		if got != tc.piped || gotWaits != tc.waits {
+			t.Errorf("%s sent the pipelines %q with WAIT timeouts %q, want %q with %q", tc.name, got, gotWaits, tc.piped, tc.waits)
 		}
 	}
 	if got, err := q.Remaining(ctx, failoverKey); err != nil || got != 9 {

@@ -192,7 +192,8 @@ type Reply struct {
 // that has not seen it run since the last NOSCRIPT) goes out with EVAL,
 // so that no WAIT waits behind a NOSCRIPT. A script the server does not
 // have all the same (NOSCRIPT: flushed since) is sent again with EVAL, in
-// a pipeline of its own with the touch and WAIT; a touch it
+// a pipeline of its own with the touch and a WAIT given what the first
+// one left of the timeout (Reply.Timeout is that WAIT's); a touch it
 // does not have alone is sent again with a WAIT, without the script, which
 // has run: a second run would be a replay, and a first deduction counted
 // as one. A WAIT's reply that had not arrived when ctx's deadline passed
@@ -201,7 +202,8 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 	pipe := c.Pipeline()
 	cmd := a.script(ctx, pipe, s, keys, args...)
 	touch := a.script(ctx, pipe, touchScript, []string{record})
-	wait, ms, cut := a.wait(ctx, caller, pipe)
+	wait, ms, cut := a.wait(ctx, caller, pipe, 0)
+	sent := time.Now()
 	_, _ = pipe.Exec(ctx)
 	if noScript(cmd.Err()) || noScript(touch.Err()) {
 		a.loaded.lost()
@@ -211,14 +213,14 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 		pipe = c.Pipeline()
 		cmd = s.Eval(ctx, pipe, keys, args...)
 		touch = touchScript.Eval(ctx, pipe, []string{record})
-		wait, ms, cut = a.wait(ctx, caller, pipe)
+		wait, ms, cut = a.wait(ctx, caller, pipe, time.Since(sent))
 		_, _ = pipe.Exec(ctx)
 	case noScript(touch.Err()):
 		// The write that follows the record in the replication stream may
 		// come from another connection: WAIT then counts that one's.
 		pipe = c.Pipeline()
 		touch = touchScript.Eval(ctx, pipe, []string{record})
-		wait, ms, cut = a.wait(ctx, caller, pipe)
+		wait, ms, cut = a.wait(ctx, caller, pipe, time.Since(sent))
 		_, _ = pipe.Exec(ctx)
 	}
 	heard(cmd)
@@ -241,9 +243,16 @@ func (a Acks) Run(ctx, caller context.Context, c redis.UniversalClient, s *redis
 }
 
 // wait queues on pipe the WAIT for a send under ctx, its timeout cut to
-// caller's deadline.
-func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner) (wait *redis.IntCmd, ms int64, cut bool) {
+// caller's deadline and to what spent, the time since the call's first
+// pipeline went out, left of the timeout: a WAIT behind a NOSCRIPT, which
+// with too few replicas waited its whole timeout for nothing, leaves the
+// WAIT of the EVAL sent again the rest (at least a millisecond), so that
+// the call's WAITs together take the timeout, not twice it.
+func (a Acks) wait(ctx, caller context.Context, pipe redis.Pipeliner, spent time.Duration) (wait *redis.IntCmd, ms int64, cut bool) {
 	ms, cut = a.WaitArg(ctx, caller)
+	if left := a.WaitMs() - int64(spent/time.Millisecond); left < ms {
+		ms, cut = max(left, 1), false
+	}
 	wait = redis.NewIntCmd(ctx, "wait", a.N, ms)
 	_ = pipe.Process(ctx, wait)
 	return wait, ms, cut

@@ -312,20 +312,43 @@ func TestReplicaAcks_DefaultSendsWhatItSentBefore(t *testing.T) {
 }
 
 // TestReplicaAcks_AServerWithoutTheScriptsStillWaits: after SCRIPT FLUSH
-// (a restarted or failed-over server), a Set with WithReplicaAcks falls
-// back to EVAL for set.lua and the touch, with its own WAIT: it fails with
-// *NotReplicatedError, not NOSCRIPT, with the replica stopped.
+// (a restarted or failed-over server), a Set with WithReplicaAcks that has
+// run its scripts before (a new Writer sends them with EVAL) falls back to
+// EVAL for set.lua and the touch, with its own WAIT: it fails with
+// *NotReplicatedError, not NOSCRIPT, with the replica stopped. The WAIT
+// behind the NOSCRIPT waited the whole timeout (0 of 1), so the EVAL's
+// WAIT gets what it left: a millisecond, not a second timeout. A new
+// Writer on a server without the scripts waits once, the whole timeout.
 func TestReplicaAcks_AServerWithoutTheScriptsStillWaits(t *testing.T) {
 	ctx := timeout(t, 2*time.Minute)
 	rp := replicatedValue(t, ctx)
 	c := testenv.NewRedisClient(t, rp.Primary.Addr())
 	w := newAckedWriter(t, c, 1, ackTimeout)
-	if err := c.ScriptFlush(ctx).Err(); err != nil {
+	if err := w.Set(ctx, "warm", "w", 1, 0); err != nil {
+		t.Fatalf("Set with the replica up: %v", err)
+	}
+	flush := func() {
+		t.Helper()
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	rp.PauseReplica(t)
+	// A write the stopped replica lacks: every WAIT from here on (WAIT
+	// waits for the primary's offset, Redis 7.0) waits its whole timeout.
+	if err := c.Set(ctx, "after-the-pause", "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	rp.PauseReplica(t)
-	wantNotReplicated(t, "Set after SCRIPT FLUSH with the replica stopped", w.Set(ctx, failoverKey, "A", 10, 0))
+	err := w.Set(ctx, failoverKey, "A", 10, 0)
+	var nr *redisfence.NotReplicatedError
+	if !errors.As(err, &nr) || nr.Acked != 0 || nr.Wanted != 1 || nr.Timeout != time.Millisecond || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Set after SCRIPT FLUSH with the replica stopped = %v; want 0 of 1 within the 1ms the NOSCRIPT's WAIT left, no deadline", err)
+	}
 	wantValue(t, ctx, "the primary", w, "A", 10)
+	flush()
+	wantNotReplicated(t, "a new Writer's Set on a server without the scripts", newAckedWriter(t, c, 1, ackTimeout).Set(ctx, failoverKey, "B", 11, 0))
+	wantValue(t, ctx, "the primary", w, "B", 11)
 }
 
 // TestWithReplicaAcks_RefusesBadValuesAndClientsWithoutOneConnection: New

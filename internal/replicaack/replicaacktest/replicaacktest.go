@@ -38,6 +38,7 @@ type Commands struct {
 	mu    sync.Mutex
 	sent  []string
 	piped [][]string
+	waits []string // the timeout argument of each WAIT pipelined
 }
 
 // DialHook passes dials through.
@@ -57,11 +58,16 @@ func (h *Commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *Commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		names := make([]string, len(cmds))
+		var waits []string
 		for i, c := range cmds {
 			names[i] = c.Name()
+			if a := c.Args(); c.Name() == "wait" && len(a) == 3 {
+				waits = append(waits, fmt.Sprint(a[2]))
+			}
 		}
 		h.mu.Lock()
 		h.piped = append(h.piped, names)
+		h.waits = append(h.waits, waits...)
 		h.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -86,6 +92,13 @@ func (h *Commands) Piped() string {
 		}
 	}
 	return strings.Join(piped, "|")
+}
+
+// Waits is the timeouts (ms) of the WAITs pipelined, separated by spaces.
+func (h *Commands) Waits() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.waits, " ")
 }
 
 // WantSent fails the test unless h saw sent alone and piped in pipelines.
