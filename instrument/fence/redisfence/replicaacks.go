@@ -25,7 +25,9 @@ type NotReplicatedError struct {
 	Wanted int // the n of WithReplicaAcks
 	// Timeout is how long WAIT was given: the WithReplicaAcks timeout
 	// (rounded up to the millisecond), or less when the caller's deadline
-	// left less (the error then also wraps context.DeadlineExceeded).
+	// left less (the error then also wraps context.DeadlineExceeded), or
+	// when a WAIT sent behind a script the server had lost (NOSCRIPT: a
+	// restart, a failover) used part of it.
 	Timeout time.Duration
 }
 
