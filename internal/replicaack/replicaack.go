@@ -79,9 +79,11 @@ func (l *loaded) has(s *redis.Script) bool {
 	return ok
 }
 
-// ran records that the server answered s's call without NOSCRIPT.
+// ran records that the server answered s's call without NOSCRIPT. It
+// stores only a script not yet known: every call runs it, and a Load
+// takes no lock where a Store may.
 func (l *loaded) ran(s *redis.Script, cmd redis.Cmder) {
-	if l != nil && cmd.Err() == nil {
+	if l != nil && cmd.Err() == nil && !l.has(s) {
 		l.m.Store(s.Hash(), struct{}{})
 	}
 }
