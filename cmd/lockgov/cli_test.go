@@ -99,9 +99,12 @@ func TestCLI_Agent_BadInputNamesFlagOrFileLineField(t *testing.T) {
 		want string
 	}{
 		{[]string{"agent", "--config", cfg}, cfg + `:2: interval: "often" is not a positive duration`},
-		{[]string{"agent", "--config", slowCfg}, slowCfg + ":2: scan_timeout: 30s is longer than interval 10s (line 1)"},
-		{[]string{"agent", "--config", timeoutCfg}, "scan_timeout 20s is longer than interval 15s"},
-		{[]string{"agent", "--config", timeoutCfg, "--interval", "10s"}, "scan_timeout 20s is longer than interval 10s"},
+		{[]string{"agent", "--config", slowCfg}, "scan_timeout 30s (" + slowCfg + ":2) is longer than interval 10s"},
+		// --interval overrides the file's interval, and the scan timeout
+		// fits it: what is refused is the listen address, checked after.
+		{[]string{"agent", "--config", slowCfg, "--interval", "1m", "--listen", "nonsense"}, `--listen "nonsense"`},
+		{[]string{"agent", "--config", timeoutCfg}, "scan_timeout 20s (" + timeoutCfg + ":1) is longer than interval 15s"},
+		{[]string{"agent", "--config", timeoutCfg, "--interval", "10s"}, "scan_timeout 20s (" + timeoutCfg + ":1) is longer than interval 10s"},
 		{[]string{"agent", "--config", authCfg}, "redis_auth.tls_ca: open /nonexistent/ca.pem"},
 		{[]string{"agent", "--config", pwCfg}, pwCfg + ":2: redis_auth.password: not read from files: use password_file, or LOCKGOV_REDIS_PASSWORD"},
 		{[]string{"agent", "--redis", "redis://:hunter2@h:port"}, `--redis "redis://xxxxx@h:port": malformed URL`},

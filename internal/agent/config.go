@@ -78,6 +78,12 @@ type Config struct {
 	// Stdout receives the console URL line when the agent is ready
 	// (default: os.Stdout).
 	Stdout io.Writer `yaml:"-"`
+
+	// scanTimeoutAt is where ParseConfig read ScanTimeout ("agent.yaml:2"),
+	// for the error that refuses it longer than the interval: that is
+	// decided on the merged config (CheckConfig), since --interval
+	// overrides the file's interval.
+	scanTimeoutAt string
 }
 
 var configFields = []string{"redis", "redis_auth", "etcd", "etcd_auth", "policy", "listen", "interval", "scan_timeout", "patterns", "data_dir", "id"}
@@ -115,7 +121,6 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		return nil, errors.Join(p.errs...)
 	}
 	seen := map[string]int{}
-	var scanTimeoutKey *yaml.Node
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		k, v := doc.Content[i], doc.Content[i+1]
 		if first, dup := seen[k.Value]; dup {
@@ -153,7 +158,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			cfg.Interval = p.duration(k, v)
 		case "scan_timeout":
 			cfg.ScanTimeout = p.duration(k, v)
-			scanTimeoutKey = k
+			cfg.scanTimeoutAt = fmt.Sprintf("%s:%d", name, k.Line)
 		case "patterns":
 			cfg.Patterns = p.strings(k, v)
 			if slices.Contains(cfg.Patterns, "") {
@@ -166,12 +171,6 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		default:
 			p.fail(k, k.Value, "unknown field (known: %s)", strings.Join(configFields, ", "))
 		}
-	}
-	// Both in the file: the error has the scan timeout's line. With the
-	// interval from --interval or its default, CheckConfig tells.
-	if cfg.Interval > 0 && cfg.ScanTimeout > cfg.Interval {
-		p.fail(scanTimeoutKey, "scan_timeout", "%v is longer than interval %v (line %d): %s",
-			cfg.ScanTimeout, cfg.Interval, seen["interval"], scanTimeoutHint)
 	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -324,7 +323,7 @@ func (c *Config) validate() error {
 	if c.Interval < 0 {
 		return fmt.Errorf("interval %v: want > 0", c.Interval)
 	}
-	if err := checkScanTimeout(c.Interval, c.ScanTimeout); err != nil {
+	if err := checkScanTimeout(c.Interval, c.ScanTimeout, c.scanTimeoutAt); err != nil {
 		return err
 	}
 	if c.ScanTimeout == 0 {
@@ -352,13 +351,17 @@ func (c *Config) validate() error {
 const scanTimeoutHint = "a scan must end before the next one is due; lower scan_timeout, raise the interval, or leave scan_timeout unset (it is then the interval)"
 
 // checkScanTimeout refuses a scan timeout below zero or longer than the
-// interval (its default filled in); 0 is unset.
-func checkScanTimeout(interval, scanTimeout time.Duration) error {
+// interval (its default filled in, --interval applied); 0 is unset. at is
+// where the config file set it, if it did.
+func checkScanTimeout(interval, scanTimeout time.Duration, at string) error {
+	if at != "" {
+		at = " (" + at + ")"
+	}
 	if scanTimeout < 0 {
-		return fmt.Errorf("scan_timeout %v: want > 0", scanTimeout)
+		return fmt.Errorf("scan_timeout %v%s: want > 0", scanTimeout, at)
 	}
 	if scanTimeout > interval {
-		return fmt.Errorf("scan_timeout %v is longer than interval %v: %s", scanTimeout, interval, scanTimeoutHint)
+		return fmt.Errorf("scan_timeout %v%s is longer than interval %v: %s", scanTimeout, at, interval, scanTimeoutHint)
 	}
 	return nil
 }
@@ -385,7 +388,7 @@ func CheckConfig(cfg *Config) error {
 	if interval == 0 {
 		interval = DefaultInterval
 	}
-	if err := checkScanTimeout(interval, cfg.ScanTimeout); err != nil {
+	if err := checkScanTimeout(interval, cfg.ScanTimeout, cfg.scanTimeoutAt); err != nil {
 		return err
 	}
 	for _, a := range []struct {

@@ -12,27 +12,36 @@ import (
 // wrote scan_timeout: 30s with interval: 10s got scans that timed out at
 // 10 s on a big fleet. As Prometheus refuses a scrape_timeout greater than
 // its scrape_interval, it is an error naming both values, wherever the two
-// meet: the file (both set there), the merged config (CheckConfig: the
-// interval from --interval or its default) and Start for library users. An
-// unset scan timeout is still the interval.
+// meet: the merged config (CheckConfig: the interval from the file,
+// --interval or its default; the file's line named) and Start for library
+// users. An unset scan timeout is still the interval.
 func TestConfig_ScanTimeoutLongerThanIntervalIsAnError(t *testing.T) {
-	_, err := ParseConfig("agent.yaml", []byte("interval: 10s\nscan_timeout: 30s\n"))
-	if err == nil || !strings.Contains(err.Error(), "agent.yaml:2: scan_timeout: 30s is longer than interval 10s") {
-		t.Errorf("ParseConfig: %v; want agent.yaml:2: scan_timeout: 30s is longer than interval 10s", err)
+	// Both in the file: the merged config is refused, naming the line
+	// that set the scan timeout, unless --interval raises the interval
+	// (flags override the file: the file alone decides nothing).
+	both, err := ParseConfig("agent.yaml", []byte("interval: 10s\nscan_timeout: 30s\n"))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v; want the file to parse (--interval may override its interval)", err)
+	}
+	if err := CheckConfig(both); err == nil || !strings.Contains(err.Error(), "scan_timeout 30s (agent.yaml:2) is longer than interval 10s") {
+		t.Errorf("CheckConfig: %v; want scan_timeout 30s (agent.yaml:2) is longer than interval 10s", err)
+	}
+	both.Interval = time.Minute // --interval 1m
+	if err := CheckConfig(both); err != nil {
+		t.Errorf("CheckConfig with the interval raised to 1m: %v", err)
 	}
 
-	// The interval comes from elsewhere (--interval, its default): the
-	// file alone parses, and the merged config is refused.
+	// The interval comes from elsewhere (--interval, its default).
 	cfg, err := ParseConfig("agent.yaml", []byte("scan_timeout: 30s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "scan_timeout 30s is longer than interval 15s") {
-		t.Errorf("CheckConfig with the default interval: %v; want scan_timeout 30s is longer than interval 15s", err)
+	if err := CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "scan_timeout 30s (agent.yaml:1) is longer than interval 15s") {
+		t.Errorf("CheckConfig with the default interval: %v; want scan_timeout 30s (agent.yaml:1) is longer than interval 15s", err)
 	}
 	cfg.Interval = 10 * time.Second
-	if err := CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "scan_timeout 30s is longer than interval 10s") {
-		t.Errorf("CheckConfig: %v; want scan_timeout 30s is longer than interval 10s", err)
+	if err := CheckConfig(cfg); err == nil || !strings.Contains(err.Error(), "scan_timeout 30s (agent.yaml:1) is longer than interval 10s") {
+		t.Errorf("CheckConfig: %v; want scan_timeout 30s (agent.yaml:1) is longer than interval 10s", err)
 	}
 
 	for _, tc := range []struct {
