@@ -79,11 +79,18 @@ func (l *loaded) has(s *redis.Script) bool {
 	return ok
 }
 
-// ran records that the server answered s's call without NOSCRIPT. It
-// stores only a script not yet known: every call runs it, and a Load
-// takes no lock where a Store may.
+// ran records that the server answered s's call without NOSCRIPT: with
+// the script's answer, or with an error reply (the script's own, such as
+// quota's sold-out: it ran; another, such as LOADING, is at worst one
+// wasted WAIT before the NOSCRIPT that forgets it), not with a transport
+// error, which says nothing. It stores only a script not yet known: every
+// call runs it, and a Load takes no lock where a Store may.
 func (l *loaded) ran(s *redis.Script, cmd redis.Cmder) {
-	if l != nil && cmd.Err() == nil && !l.has(s) {
+	if l == nil || l.has(s) {
+		return
+	}
+	var reply redis.Error
+	if err := cmd.Err(); err == nil || (errors.As(err, &reply) && !noScript(err)) {
 		l.m.Store(s.Hash(), struct{}{})
 	}
 }

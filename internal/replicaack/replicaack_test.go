@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockgov/lockgov/internal/leakcheck"
 	"github.com/lockgov/lockgov/internal/replicaack"
+	"github.com/lockgov/lockgov/internal/replicaack/replicaacktest"
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
@@ -214,5 +215,37 @@ func TestRun_AWaitReplyLostBeforeTheDeadlineStaysAStoreFailure(t *testing.T) {
 	var oe *net.OpError
 	if !errors.Is(err, errNotReplicated) || !errors.As(err, &oe) || !oe.Timeout() || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Check(%+v) = %v; want ErrNotReplicated with the read timeout, not the deadline", r, err)
+	}
+}
+
+// TestRun_AScriptThatAnswersAnErrorIsKnownLoaded: a script whose answer is
+// an error reply (quota's sold-out, a refused credit) ran: the server has
+// it. Run took only an answer without error as proof, so such a script
+// went out with EVAL, its whole source, on every call until one
+// succeeded. A NOSCRIPT is still not proof (the control: after a flush
+// the next call is EVAL again).
+func TestRun_AScriptThatAnswersAnErrorIsKnownLoaded(t *testing.T) {
+	rp := testenv.NewReplicated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := testenv.NewRedisClient(t, rp.Primary.Addr())
+	var h replicaacktest.Commands
+	c.AddHook(&h)
+	refuse := redis.NewScript(`redis.call('SET', KEYS[1], 'tried', 'PX', 60000); return redis.error_reply('SOLD_OUT')`)
+	acks := replicaack.New(1, replicaacktest.HealthyAckTimeout)
+	for range 2 {
+		cmd, r := acks.Run(ctx, ctx, c, refuse, []string{"refused"}, "refused")
+		if err := cmd.Err(); err == nil || !strings.Contains(err.Error(), "SOLD_OUT") || r.Err != nil {
+			t.Fatalf("Run = %v, %+v; want the script's SOLD_OUT and the WAIT answered", err, r)
+		}
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, r := acks.Run(ctx, ctx, c, refuse, []string{"refused"}, "refused"); r.Err != nil {
+		t.Fatalf("Run after the flush: %+v", r)
+	}
+	if got, want := h.Piped(), "eval eval wait|evalsha evalsha wait|evalsha evalsha wait|eval eval wait"; got != want {
+		t.Fatalf("pipelines: %q, want %q (EVALSHA once the script answered, even with an error; EVAL again after the NOSCRIPT)", got, want)
 	}
 }
