@@ -248,7 +248,7 @@ func (r builder) agent() []Rule {
 			fmt.Sprintf("time() - max by (cluster, namespace, job, detector, store) (%s) > %v",
 				r.agt("lockgov_agent_detector_last_success_timestamp_seconds"), seconds(t.AgentScanMissing)),
 			"The {{ $labels.detector }} detector of the lockgov agents completed no scan for long.",
-			fmt.Sprintf("The leading agent of job {{ $labels.job }} has not seen its {{ $labels.detector }} detector complete a scan in %s (a slow or failing store, a scan timeout too short for the keyspace; the store label, when there is one, is the store it reads). Its findings are kept, stale, from its last completed scan: new leaked locks, collisions and deadlocks it would find go unseen.", t.AgentScanMissing)),
+			fmt.Sprintf("The leading agent of job {{ $labels.job }} has not seen its {{ $labels.detector }} detector complete a scan in %s, or not at all since it took the lead (a slow or failing store, a scan timeout too short for the keyspace; the store label, when there is one, is the store it reads). Its findings are kept, stale, from its last completed scan: new leaked locks, collisions and deadlocks it would find go unseen.", t.AgentScanMissing)),
 		r.alert("LockgovAgentStoreDown", Warning,
 			fmt.Sprintf("%s == 0", r.agt("lockgov_agent_store_up")),
 			"Agent {{ $labels.instance }} cannot reach store {{ $labels.store }}.",

@@ -363,11 +363,13 @@
 //     makes the EVALSHA fail with NOSCRIPT after a WAIT was sent behind
 //     it; the script then goes again as EVAL with its own WAIT, the one
 //     that decides. Accepted, not fixed: the first WAIT cannot be left out
-//     of a pipeline sent before the NOSCRIPT is known, and it waits only
-//     while the connection's earlier writes are unacknowledged (a new
-//     connection's answers at once), so it costs at most one timeout more,
-//     for the attempts that meet NOSCRIPT (the EVAL caches the script for
-//     the ones after them).
+//     of a pipeline sent before the NOSCRIPT is known; it answers at once
+//     while the replicas are caught up, and with fewer than n of them
+//     waits its whole timeout for a write that did not happen, so it costs
+//     at most one timeout more, for the attempts that meet NOSCRIPT (the
+//     EVAL caches the script for the ones after them). (Quota, idempotency
+//     and redisfence send a script they have not seen run with EVAL
+//     instead: internal/replicaack; a lock's Acquire sends EVALSHA.)
 //
 // What it does not promise: WAIT does not make Redis strongly consistent.
 // It says that n replicas had the write when WAIT answered, not that the

@@ -161,7 +161,8 @@
 //     and "detected_at", and in lockgov_findings, so an alert's `for:` does
 //     not start over at every timeout; a new leader starts from the last
 //     record it served. lockgov_agent_detector_last_success_timestamp_seconds
-//     {detector, store} is when each last completed (0: not in this term),
+//     {detector, store} is when each last completed (0: not since this agent
+//     took the lead, nor in the last record it served before),
 //     and LockgovAgentScanIncomplete fires on it. The detectors that read
 //     heartbeats (locks, clock, deadlock, workerid) read every store's and
 //     fail with the slowest: a holder whose heartbeat could not be read must

@@ -64,8 +64,9 @@ type detectorStatus struct {
 	// every store (clock, deadlock, workerid).
 	Store string `json:"store,omitempty"`
 	// LastSuccess is the end of its last completed run in the leader's
-	// term (zero, and absent in JSON, when none): its findings are from
-	// then.
+	// term, or in the record the leader served before it took the lead
+	// (seedRuns); zero, and absent in JSON, when none: its findings are
+	// from then.
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	// Error is why it did not complete this scan; its findings are then
 	// those of LastSuccess, stale.

@@ -187,7 +187,7 @@ var (
 	}
 	AgentDetectorLastSuccess = Metric{
 		Name: "lockgov_agent_detector_last_success_timestamp_seconds", Kind: Gauge, Component: "agent",
-		Help:   "Unix time at which a detector last completed a scan (leading agent; 0 when it has not in this leader's term). A detector that does not complete keeps its last findings in lockgov_findings, stale since this time.",
+		Help:   "Unix time at which a detector last completed a scan (leading agent; 0 when it has not since this agent took the lead, nor in the last record it served before). A detector that does not complete keeps its last findings in lockgov_findings, stale since this time.",
 		Labels: []string{"detector", "store"},
 	}
 	AgentStoreEvictedKeysTotal = Metric{
