@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,47 +16,40 @@ import (
 	"github.com/lockgov/lockgov/policy"
 )
 
-// partialDoc is /api/v1/findings with each finding's staleness.
+// partialDoc is /api/v1/findings, read with the record's own types (so
+// that finding.UnmarshalJSON, which a follower uses, is what reads it).
 type partialDoc struct {
-	Findings  []json.RawMessage `json:"findings"`
-	ScannedAt *time.Time        `json:"scanned_at"`
-	Leader    bool              `json:"leader"`
-	Errors    []string          `json:"errors"`
+	Findings  []finding        `json:"findings"`
+	ScannedAt *time.Time       `json:"scanned_at"`
+	Leader    bool             `json:"leader"`
+	Errors    []string         `json:"errors"`
+	Detectors []detectorStatus `json:"detectors"`
 }
 
-type staleFinding struct {
-	detectors.Finding
-	Stale      bool
-	DetectedAt *time.Time
-}
-
-func partialFindings(t *testing.T, a *Agent) (partialDoc, []staleFinding) {
+func partialFindings(t *testing.T, a *Agent) (partialDoc, []finding) {
 	t.Helper()
 	code, body := get(t, a.URL()+"api/v1/findings")
 	var doc partialDoc
-	if code != 200 || json.Unmarshal([]byte(body), &doc) != nil {
+	if code != 200 {
 		t.Fatalf("/api/v1/findings: %d %s", code, body)
 	}
-	var out []staleFinding
-	for _, raw := range doc.Findings {
-		var f staleFinding
-		var extra struct {
-			Stale      bool       `json:"stale"`
-			DetectedAt *time.Time `json:"detected_at"`
-		}
-		if err := json.Unmarshal(raw, &f.Finding); err != nil {
-			t.Fatalf("finding %s: %v", raw, err)
-		}
-		if err := json.Unmarshal(raw, &extra); err != nil {
-			t.Fatalf("finding %s: %v", raw, err)
-		}
-		f.Stale, f.DetectedAt = extra.Stale, extra.DetectedAt
-		out = append(out, f)
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatalf("/api/v1/findings: %v: %s", err, body)
 	}
-	return doc, out
+	return doc, doc.Findings
 }
 
-func findFinding(fs []staleFinding, detector, kind, store string) *staleFinding {
+// status is the detector's entry in doc.Detectors, nil if there is none.
+func (doc partialDoc) status(detector, store string) *detectorStatus {
+	for i := range doc.Detectors {
+		if doc.Detectors[i].Detector == detector && doc.Detectors[i].Store == store {
+			return &doc.Detectors[i]
+		}
+	}
+	return nil
+}
+
+func findFinding(fs []finding, detector, kind, store string) *finding {
 	for i := range fs {
 		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store {
 			return &fs[i]
@@ -114,7 +109,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	paused := time.Now()
 	// A scan that ended after the pause and read nothing on A.
 	var doc partialDoc
-	var fs []staleFinding
+	var fs []finding
 	waitFor(t, "a scan that could not read A", func() bool {
 		doc, fs = partialFindings(t, a)
 		return doc.ScannedAt != nil && doc.ScannedAt.After(paused) && slicesContainsSubstr(doc.Errors, storeA)
@@ -127,7 +122,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	}
 	if f := findFinding(fs, "locks", "immortal", storeA); f == nil {
 		t.Errorf("A's immortal finding is missing from a scan that could not read A: its alert's `for:` starts over")
-	} else if !f.Stale || f.DetectedAt == nil || !f.DetectedAt.Before(*doc.ScannedAt) {
+	} else if !f.Stale || f.DetectedAt.IsZero() || !f.DetectedAt.Before(*doc.ScannedAt) {
 		t.Errorf("A's immortal finding from before the pause: stale %v, detected at %v; want stale, detected before the scan at %v",
 			f.Stale, f.DetectedAt, doc.ScannedAt)
 	}
@@ -136,10 +131,27 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 			t.Errorf("%s = %q while A is paused, want 1", series, got)
 		}
 	}
-	lastA := metric(t, a, `lockgov_agent_detector_last_success_timestamp_seconds{detector="locks",store="`+storeA+`"}`)
-	lastB := metric(t, a, `lockgov_agent_detector_last_success_timestamp_seconds{detector="store",store="`+storeB+`"}`)
-	if lastA == "" || lastB == "" {
-		t.Errorf("lockgov_agent_detector_last_success_timestamp_seconds: locks on A %q, store on B %q; want both", lastA, lastB)
+	// The detectors' status: locks on A failed this scan and last
+	// completed when its stale finding was made; store on B completed it.
+	stA, stB := doc.status("locks", storeA), doc.status("store", storeB)
+	switch {
+	case stA == nil || stB == nil:
+		t.Errorf("detectors %+v: want locks on A and store on B", doc.Detectors)
+	case stA.Error == "" || stB.Error != "":
+		t.Errorf("detector errors: locks on A %q, store on B %q; want A's only", stA.Error, stB.Error)
+	case !stB.LastSuccess.After(stA.LastSuccess):
+		t.Errorf("last success: locks on A %v, store on B %v; want B's after A's", stA.LastSuccess, stB.LastSuccess)
+	default:
+		if f := findFinding(fs, "locks", "immortal", storeA); f != nil && !f.DetectedAt.Equal(stA.LastSuccess) {
+			t.Errorf("A's stale finding detected at %v, its detector's last success %v: want the same", f.DetectedAt, stA.LastSuccess)
+		}
+		// The gauge stops moving for A: it is A's last success, in this
+		// and every later scan while A is paused.
+		series := `lockgov_agent_detector_last_success_timestamp_seconds{detector="locks",store="` + storeA + `"}`
+		got, err := strconv.ParseFloat(metric(t, a, series), 64)
+		if want := float64(stA.LastSuccess.UnixNano()) / 1e9; err != nil || math.Abs(got-want) > 1e-3 {
+			t.Errorf("%s = %v (%v), want %v (A's last success)", series, got, err, want)
+		}
 	}
 
 	// A answers again: its finding is fresh.
@@ -207,7 +219,7 @@ func TestScan_ANewLeaderKeepsTheFindingsOfADetectorThatFailsFromItsFirstScan(t *
 	}
 	closed := time.Now()
 	var doc partialDoc
-	var fs []staleFinding
+	var fs []finding
 	waitFor(t, "a scan of the new leader", func() bool {
 		doc, fs = partialFindings(t, follower)
 		return doc.Leader && doc.ScannedAt != nil && doc.ScannedAt.After(closed) && len(doc.Errors) > 0
@@ -216,7 +228,7 @@ func TestScan_ANewLeaderKeepsTheFindingsOfADetectorThatFailsFromItsFirstScan(t *
 	if f == nil {
 		t.Fatalf("the new leader dropped the collision its failing detector found under the old one: %+v", doc)
 	}
-	if !f.Stale || f.DetectedAt == nil || !f.DetectedAt.Before(closed) {
+	if !f.Stale || f.DetectedAt.IsZero() || !f.DetectedAt.Before(closed) {
 		t.Errorf("the kept collision: stale %v, detected at %v; want stale, found before %v", f.Stale, f.DetectedAt, closed)
 	}
 	if got := metric(t, follower, `lockgov_findings{detector="workerid",kind="workerid_duplicate",severity="critical"}`); got != "1" {
