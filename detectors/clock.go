@@ -38,12 +38,16 @@ func NewClock(s Store, opts ...Option) (*Clock, error) {
 // Name returns "clock".
 func (d *Clock) Name() string { return DetectorClock }
 
-// Detect reads the heartbeats once.
+// Detect reads the heartbeats once. When some stores' heartbeats cannot
+// be read, it ranks those of the others and returns their findings with a
+// *PartialError whose scopes are the unread stores (a finding is made from
+// one heartbeat, in the store it was read from).
 func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
-	beats, err := readBeats(ctx, d.beats)
+	fr, err := readFleet(ctx, d.beats, false)
 	if err != nil {
 		return nil, err
 	}
+	beats := fr.beats
 	out := newCapped(d.cfg.maxFindings)
 	degrade, reject := d.tiers.Degrade, d.tiers.Reject
 	if degrade == 0 {
@@ -101,7 +105,7 @@ func (d *Clock) Detect(ctx context.Context) ([]Finding, error) {
 			shellquote.Quote(host), degrade)
 		out.add(f)
 	}
-	return out.result(DetectorClock, ""), nil
+	return out.result(DetectorClock, ""), fr.partial(fr.storeScopes()...)
 }
 
 // staleSample reports how long before hb was sent its clock sample was

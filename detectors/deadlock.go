@@ -138,14 +138,18 @@ func patternNode(store, pattern string) string { return "p\x00" + resource(store
 func resourceKey(r string) string { _, k, _ := strings.Cut(r, "\x00"); return k }
 
 // Detect reads the heartbeats once and reports the deadlocks in them and
-// the inversions remembered.
+// the inversions remembered. When some stores' heartbeats cannot be read,
+// it reports the cycles of the others whose instances all list their
+// per-goroutine holds (of one that does not, an unread beat may have), with
+// a *PartialError whose scopes cover every deadlock and inversion.
 func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	beats, err := readBeats(ctx, d.beats)
+	fr, err := readFleet(ctx, d.beats, false)
 	if err != nil {
 		return nil, err
 	}
+	beats := fr.beats
 	now := d.cfg.now()
 	insts := map[string]*dlInstance{}
 	var names []string
@@ -252,7 +256,10 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 		if len(instSet) < 2 {
 			continue
 		}
-		if !overlapping(comp, nodes, insts) {
+		if !overlapping(comp, nodes, insts) || (len(fr.failed) > 0 && !allPrecise(comp, nodes, insts)) {
+			// (An instance without per-goroutine holds is one node; its
+			// beats in an unread store may have said which goroutine holds
+			// what, and so that the cycle is none.)
 			// A wait in it began after another instance's beat was sent:
 			// the beats may show waits that never coexisted. Fresher beats
 			// (one publish period) settle it; meanwhile the pair is no
@@ -269,7 +276,18 @@ func (d *Deadlock) Detect(ctx context.Context) ([]Finding, error) {
 	}
 	d.remember(nodes, insts, now)
 	d.inversions(out, inDeadlock)
-	return out.result(DetectorDeadlock, ""), nil
+	return out.result(DetectorDeadlock, ""), fr.partial(Scope{Kind: KindDeadlock}, Scope{Kind: KindLockOrderInversion})
+}
+
+// allPrecise reports whether every instance of a cycle lists which keys
+// each of its waiting goroutines holds.
+func allPrecise(comp []int, nodes []dlWaiter, insts map[string]*dlInstance) bool {
+	for _, i := range comp {
+		if !insts[nodes[i].inst].precise {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *Deadlock) deadlockFinding(comp []int, nodes []dlWaiter, insts map[string]*dlInstance, now time.Time, out *capped, inDeadlock map[string]bool) {

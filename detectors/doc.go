@@ -104,9 +104,30 @@
 //
 // # Failure modes
 //
-//   - A store that cannot be read (down, timeout, ACL) makes Detect return
-//     the error and no findings; nothing is reported from a partial read of
-//     the heartbeats, which would make live holders look dead.
+//   - A store that cannot be read (down, timeout, ACL): the detectors read
+//     the heartbeats of their stores side by side, the first under the
+//     whole context, the others under half of the time it has left, so that
+//     a store that does not answer leaves the rest of the work time. A
+//     store whose heartbeats cannot be read makes Detect return the
+//     findings it could make from the others together with a
+//     *PartialError that names the unread stores and the Scopes of what it
+//     could not check, so that a caller keeps its earlier findings there
+//     and takes the new ones elsewhere (the agent does; it counts no
+//     partial run as completed). A finding seen is real (a collision, a
+//     skew tier of a beat read, an immortal lock); none that needs the
+//     absence of data is made from a partial read: Locks reports no
+//     holder_dead for a holder that may publish into an unread store (one
+//     seen there, or one never seen while that store was read whole; its
+//     Holder.Heartbeat is "unknown"), WorkerIDs rules out no duplicate
+//     and forgets no slot seen gone, Deadlock reports no cycle through an
+//     instance without per-goroutine holds. A lock's value does not say
+//     where its holder publishes: a process whose Locker on B publishes
+//     no heartbeat (quorum, adapters, WithoutHeartbeat, a closed Govern)
+//     may publish only into A, through another Locker or a WorkerID lease;
+//     the one guess left is a holder that stops publishing where it was
+//     seen and starts into a store only while that store is unread. The
+//     store a Locks detector reads locks from, and the first of the
+//     others, read nothing at all: their failure is Detect's error.
 //   - Redis Cluster resharding: the Redis scans SCAN each primary and
 //     read what they find there; a key in a slot being moved answers
 //     MOVED or ASK on the node it was listed on, and is read again by key

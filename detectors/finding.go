@@ -96,7 +96,9 @@ type Holder struct {
 	// known.
 	Foreign bool `json:"foreign,omitempty"`
 	// Heartbeat is "live" when the holder's instance publishes heartbeats,
-	// "gone" when it did and stopped, empty when it was never seen.
+	// "gone" when it did and stopped, "unknown" when it is not seen in the
+	// stores read but may publish into one that could not be read
+	// (PartialError), empty when it was never seen.
 	Heartbeat string `json:"heartbeat,omitempty"`
 }
 

@@ -3,6 +3,7 @@ package detectors
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"time"
 
@@ -16,58 +17,41 @@ type beat struct {
 	hb    *fleet.Heartbeat
 }
 
-// readBeats reads the heartbeats of every store, in store then instance
-// order. A store that cannot be read fails the whole read: a partial fleet
-// view would make live holders look dead.
-func readBeats(ctx context.Context, stores []Store) ([]beat, error) {
-	out, _, err := readFleet(ctx, stores)
-	return out, err
-}
-
-// readFleet is readBeats plus the heartbeat keys present in some store
-// that do not decode: alive, with nothing known of what they hold.
-func readFleet(ctx context.Context, stores []Store) ([]beat, []unreadableBeat, error) {
-	var out []beat
-	var unreadable []unreadableBeat
-	for _, s := range stores {
-		hbs, bad, err := s.heartbeats(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, hb := range hbs {
-			out = append(out, beat{s, hb})
-		}
-		unreadable = append(unreadable, bad...)
-	}
-	return out, unreadable, nil
-}
-
-// recheckFleet adds to beats and unreadable the heartbeats, read key by key
+// recheckFleet adds to r the heartbeats, read key by key
 // (RedisStore.lookupBeats, on a Cluster), of the instances seen earlier
 // that the scans did not return: a heartbeat moved by a resharding while
 // the primaries were scanned one by one is missed by the scan, and its
 // process's locks would be reported holder_dead. A lookup that fails
-// fails the read, as a scan that fails does.
-func recheckFleet(ctx context.Context, stores []Store, seen *seenSet, beats []beat, unreadable []unreadableBeat) ([]beat, []unreadableBeat, error) {
-	missing := seen.missing(beats, unreadable)
+// moves its store to r.failed, as a scan that fails does; on the first
+// store, when own, it is the error.
+func recheckFleet(ctx context.Context, stores []Store, seen *seenSet, r *fleetRead, own bool) error {
+	missing := seen.missing(r.beats, r.unreadable)
 	if len(missing) == 0 {
-		return beats, unreadable, nil
+		return nil
 	}
-	for _, s := range stores {
+	for i, s := range stores {
 		rs, ok := s.(*RedisStore)
-		if !ok {
+		if !ok || r.failed[s.Addr()] != nil {
 			continue
 		}
 		hbs, bad, err := rs.lookupBeats(ctx, missing)
 		if err != nil {
-			return nil, nil, err
+			if own && i == 0 {
+				return err
+			}
+			r.failed[s.Addr()] = err
+			r.read = slices.DeleteFunc(r.read, func(a string) bool { return a == s.Addr() })
+			continue
 		}
 		for _, hb := range hbs {
-			beats = append(beats, beat{s, hb})
+			r.beats = append(r.beats, beat{s, hb})
 		}
-		unreadable = append(unreadable, bad...)
+		for _, u := range bad {
+			u.store = s.Addr()
+			r.unreadable = append(r.unreadable, u)
+		}
 	}
-	return beats, unreadable, nil
+	return nil
 }
 
 // unreadableBeat is a heartbeat key, under a TTL, whose value does not
@@ -80,6 +64,7 @@ func recheckFleet(ctx context.Context, stores []Store, seen *seenSet, beats []be
 type unreadableBeat struct {
 	instance, host string
 	pid            int
+	store          string // the address of the store it was read from
 }
 
 func parseUnreadable(instance string, v []byte) unreadableBeat {
@@ -221,7 +206,54 @@ func (l liveSet) alive(h *lockvalue.Holder) bool {
 type seenSet struct {
 	at        map[ident]time.Time
 	names     map[string]nameSeen
+	where     map[ident]*whereSeen
 	retention time.Duration
+}
+
+// whereSeen is where a process was seen publishing (on, by store
+// address), and which stores were read whole while it was seen (checked):
+// a store checked and not on is one it did not publish into then.
+type whereSeen struct {
+	on, checked map[string]bool
+}
+
+// saw notes that id was seen on store in a read of the stores read.
+func (s *seenSet) saw(id ident, store string, read []string) {
+	if id == (ident{}) {
+		return
+	}
+	w := s.where[id]
+	if w == nil {
+		w = &whereSeen{on: map[string]bool{}, checked: map[string]bool{}}
+		s.where[id] = w
+	}
+	if store != "" {
+		w.on[store] = true
+	}
+	for _, r := range read {
+		w.checked[r] = true
+	}
+}
+
+// mayBeOn reports whether h's process, seen earlier, may publish its
+// heartbeat into one of the stores not read (failed): it was seen on it,
+// or the store was never read whole while the process was seen.
+func (s *seenSet) mayBeOn(h *lockvalue.Holder, failed map[string]error) bool {
+	if len(failed) == 0 {
+		return false
+	}
+	for _, id := range holderIDs(h) {
+		if _, ok := s.at[id]; id == (ident{}) || !ok {
+			continue
+		}
+		w := s.where[id]
+		for addr := range failed {
+			if w == nil || w.on[addr] || !w.checked[addr] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type nameSeen struct {
@@ -233,15 +265,19 @@ type nameSeen struct {
 // whose values name them, and keeps remembering those of the unreadable
 // keys that do not (alive, but saying nothing about themselves) by the
 // identities their instance was last seen with.
-func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, now time.Time) {
+//
+// read are the stores whose heartbeats were read whole: where each
+// process seen was not, it did not publish then (whereSeen).
+func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, read []string, now time.Time) {
 	if s.at == nil {
-		s.at, s.names = map[ident]time.Time{}, map[string]nameSeen{}
+		s.at, s.names, s.where = map[ident]time.Time{}, map[string]nameSeen{}, map[ident]*whereSeen{}
 	}
 	for _, b := range beats {
 		ids := beatIDs(b.hb)
 		for _, id := range ids {
 			if id != (ident{}) {
 				s.at[id] = now
+				s.saw(id, b.store.Addr(), read)
 			}
 		}
 		s.names[b.hb.Instance] = nameSeen{ids, now}
@@ -250,6 +286,7 @@ func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, now time.Tim
 		if ids := u.ids(); ids != ([2]ident{}) {
 			for _, id := range ids {
 				s.at[id] = now
+				s.saw(id, u.store, read)
 			}
 			s.names[u.instance] = nameSeen{ids, now}
 			continue
@@ -263,12 +300,14 @@ func (s *seenSet) record(beats []beat, unreadable []unreadableBeat, now time.Tim
 		for _, id := range n.ids {
 			if _, ok := s.at[id]; ok {
 				s.at[id] = now
+				s.saw(id, u.store, read)
 			}
 		}
 	}
 	for id, t := range s.at {
 		if now.Sub(t) > s.retention {
 			delete(s.at, id)
+			delete(s.where, id)
 		}
 	}
 	for inst, n := range s.names {
@@ -305,6 +344,22 @@ func (s *seenSet) missing(beats []beat, unreadable []unreadableBeat) []string {
 // the retention) and is not alive now.
 func (s *seenSet) gone(h *lockvalue.Holder, live liveSet) bool {
 	return !h.Foreign && !live.alive(h) && s.seen(h)
+}
+
+// holderState is "live" when h's process is alive, "gone" when it was
+// seen publishing and is not alive, "unknown" when it is not alive in the
+// stores read but may publish into one not read (failed), and "" when it
+// was never seen.
+func (s *seenSet) holderState(h *lockvalue.Holder, live liveSet, failed map[string]error) string {
+	switch {
+	case live.alive(h):
+		return "live"
+	case !s.gone(h, live):
+		return ""
+	case s.mayBeOn(h, failed):
+		return "unknown"
+	}
+	return "gone"
 }
 
 // seen reports whether h's process was seen publishing heartbeats.

@@ -59,31 +59,44 @@ func (d *Locks) Store() string { return d.store.Addr() }
 // Scanned returns the number of locks the last Detect read.
 func (d *Locks) Scanned() uint64 { return d.locks.Load() }
 
-// Detect reads the heartbeats, then every lock, a batch at a time.
+// Detect reads the heartbeats, then every lock, a batch at a time. When
+// the heartbeats of another store than its own cannot be read, it still
+// reads every lock and returns its findings with a *PartialError: a lock
+// whose holder may publish into an unread store is not called holder_dead
+// (the error's scopes name it), every other finding stands.
 func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	beats, unreadable, err := readFleet(ctx, d.beats)
+	fr, err := readFleet(ctx, d.beats, true)
 	if err == nil {
-		beats, unreadable, err = recheckFleet(ctx, d.beats, &d.seen, beats, unreadable)
+		err = recheckFleet(ctx, d.beats, &d.seen, fr, true)
 	}
 	if err != nil {
 		return nil, err
 	}
 	now := d.cfg.now()
-	d.seen.record(beats, unreadable, now)
-	live := newLiveSet(beats, unreadable, &d.seen)
+	d.seen.record(fr.beats, fr.unreadable, fr.read, now)
+	live := newLiveSet(fr.beats, fr.unreadable, &d.seen)
 	out := newCappedByKey(d.cfg.maxFindings) // SCAN may return a key twice
 	var n uint64
+	addr := d.store.Addr()
+	var undecided []Scope // locks whose holder may publish into an unread store
 	needTTL := func(l *Lock) bool {
 		_, rule := d.m.Match(l.Key)
 		h := &l.Holder
-		return h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL || d.heldTooLong(l, rule, now) || d.seen.gone(h, live)
+		return h.Foreign || h.TTL <= 0 || h.TTL > rule.MaxTTL || d.heldTooLong(l, rule, now) ||
+			d.seen.holderState(h, live, fr.failed) == "gone"
 	}
 	err = d.store.scan(ctx, d.globs, needTTL, func(ls []Lock) error {
 		for i := range ls {
 			n++
-			d.check(&ls[i], live, now, out)
+			if d.check(&ls[i], live, fr.failed, now, out) == "unknown" {
+				if len(undecided) < d.cfg.maxFindings {
+					undecided = append(undecided, Scope{Kind: KindHolderDead, Store: addr, Key: ls[i].Key})
+				} else {
+					undecided = []Scope{{Kind: KindHolderDead, Store: addr}} // any key: memory stays bounded
+				}
+			}
 		}
 		return nil
 	})
@@ -91,7 +104,7 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	return out.result(DetectorLocks, d.store.Addr()), nil
+	return out.result(DetectorLocks, addr), fr.partial(undecided...)
 }
 
 func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
@@ -104,15 +117,11 @@ func (d *Locks) heldTooLong(l *Lock, rule *policy.Rule, now time.Time) bool {
 // noTTL is a finding's TTL for a lock without one (Finding.TTL).
 const noTTL = -time.Second
 
-func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
+// It returns the holder's state (seenSet.holderState).
+func (d *Locks) check(l *Lock, live liveSet, failed map[string]error, now time.Time, out *capped) string {
 	label, rule := d.m.Match(l.Key)
 	h := &l.Holder
-	state := ""
-	if live.alive(h) {
-		state = "live"
-	} else if !h.Foreign && d.seen.seen(h) {
-		state = "gone"
-	}
+	state := d.seen.holderState(h, live, failed)
 	immortal := l.NoTTL
 	above := false
 	redis := d.store.Backend() == "redis"
@@ -126,7 +135,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 	}
 	tooLong := d.heldTooLong(l, rule, now)
 	if !immortal && !above && !tooLong && state != "gone" {
-		return // the common case: a healthy lock costs no formatting
+		return state // the common case: a healthy lock costs no formatting
 	}
 	holder := HolderFromValue(*h)
 	holder.Heartbeat = state
@@ -200,6 +209,7 @@ func (d *Locks) check(l *Lock, live liveSet, now time.Time, out *capped) {
 			fmt.Sprintf("held by %s, whose heartbeats are gone: the holder is dead or cut off; %s", who, rest),
 			fmt.Sprintf("# confirm %s is gone, then free the lock: %s", whoQuoted, freeCommand(d.store, l)))
 	}
+	return state
 }
 
 func roundUpSecond(d time.Duration) time.Duration {

@@ -55,13 +55,18 @@ func NewWorkerIDs(s Store, opts ...Option) (*WorkerIDs, error) {
 func (d *WorkerIDs) Name() string { return DetectorWorkerID }
 
 // Detect reads the heartbeats and the slot of every reported WorkerID.
+// When some stores' heartbeats cannot be read, it checks those of the
+// others and returns their findings with a *PartialError: a duplicate seen
+// is a duplicate, but none is ruled out (its scopes cover every
+// workerid_duplicate, and every finding of the unread stores).
 func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	beats, err := readBeats(ctx, d.beats)
+	fr, err := readFleet(ctx, d.beats, false)
 	if err != nil {
 		return nil, err
 	}
+	beats := fr.beats
 	out := newCapped(d.cfg.maxFindings)
 	d.overlaps(out)
 	type claimant struct {
@@ -93,7 +98,9 @@ func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 		}
 	}
 	for k := range d.pending {
-		if !seenPending[k] {
+		// An instance whose beats are in an unread store is not seen: what
+		// its last beat showed still holds.
+		if !seenPending[k] && len(fr.failed) == 0 {
 			delete(d.pending, k)
 		}
 	}
@@ -128,7 +135,9 @@ func (d *WorkerIDs) Detect(ctx context.Context) ([]Finding, error) {
 				slotGet(c.b.store, key), shellquote.Quote(c.wid.Service), c.wid.ID),
 		})
 	}
-	return out.result(DetectorWorkerID, ""), nil
+	// A duplicate may have a claimant in an unread store, whatever store
+	// its finding names.
+	return out.result(DetectorWorkerID, ""), fr.partial(append(fr.storeScopes(), Scope{Kind: KindWorkerIDDuplicate})...)
 }
 
 // slotGet begins an action with the command that reads a WorkerID slot

@@ -1,0 +1,123 @@
+package detectors_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument/fleet"
+	"github.com/lockgov/lockgov/internal/testenv"
+)
+
+// TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt: the detectors
+// read the heartbeats of every store and failed as a whole when one store
+// did not answer, so one paused Redis blinded leak detection, skew tiers
+// and collisions on every other store. They now go on with the stores
+// they read and say what they could not check (*PartialError):
+//
+//   - Locks on B reports B's new immortal lock, and holder_dead for a
+//     holder seen publishing on B only (A was read whole while it was
+//     seen, and it was not there), but never for a holder seen on A:
+//     a live process must not be called dead because its heartbeat sat on
+//     a store that could not be read.
+//   - Clock ranks the beats on B; WorkerIDs reports a collision on B.
+func TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt(t *testing.T) {
+	ra := testenv.NewRedis(t)
+	a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = a.Close() })
+	b := newRedis(t)
+	ctx := timeout(t, time.Minute)
+	sa := redisStore(t, a, detectors.WithAddr("redis://a"))
+	sb := redisStore(t, b, detectors.WithAddr("redis://b"))
+
+	putBeat(t, ctx, a, otherBeat("pod-a", 11)) // publishes into A only
+	putBeat(t, ctx, b, otherBeat("pod-b", 12)) // publishes into B only
+	for key, v := range map[string]string{"lock:a": deadValue("pod-a", 11), "lock:b": deadValue("pod-b", 12)} {
+		if err := b.Set(ctx, key, v, 10*time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	locks, err := detectors.NewLocks(sb, detectors.WithHeartbeatsFrom(sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := detect(t, ctx, locks); len(fs) != 0 {
+		t.Fatalf("findings with every holder alive: %s", describe(fs))
+	}
+
+	skewed := otherBeat("pod-skew", 13)
+	skewed.Tier = "reject"
+	skewed.WorkerIDs = nil
+	putBeat(t, ctx, b, skewed)
+	for i, inst := range []string{"pod-w1", "pod-w2"} { // two instances on B claim one WorkerID
+		hb := otherBeat(inst, 20+i)
+		hb.WorkerIDs = []fleet.WorkerID{{Service: "svc", ID: 7}}
+		putBeat(t, ctx, b, hb)
+	}
+	if err := ra.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ra.Resume() })
+	delBeat(t, ctx, b, "pod-b") // pod-b dies
+	if err := b.Set(ctx, "lock:leaked", "someone", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each Detect waits for A until half its deadline, then goes on.
+	partial := func(d detectors.Detector) ([]detectors.Finding, *detectors.PartialError) {
+		t.Helper()
+		dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		fs, err := d.Detect(dctx)
+		var pe *detectors.PartialError
+		if !errors.As(err, &pe) || len(pe.Stores) != 1 || pe.Stores[0] != "redis://a" {
+			t.Fatalf("%s.Detect with A paused: %v (findings %s); want a *PartialError naming redis://a", d.Name(), err, describe(fs))
+		}
+		return fs, pe
+	}
+	fs, pe := partial(locks)
+	if _, ok := byKey(fs, detectors.KindImmortal)["lock:leaked"]; !ok {
+		t.Errorf("the lock leaked on B while A is paused is not reported: %s", describe(fs))
+	}
+	dead := byKey(fs, detectors.KindHolderDead)
+	if _, ok := dead["lock:b"]; !ok {
+		t.Errorf("lock:b, whose holder published on B only and is gone from it, is not holder_dead: %s", describe(fs))
+	}
+	if f, ok := dead["lock:a"]; ok {
+		t.Errorf("lock:a reported holder_dead while its holder's heartbeat is on A, which could not be read: %s", f.Detail)
+	}
+	if !pe.Covers(detectors.Finding{Kind: detectors.KindHolderDead, Store: "redis://b", Key: "lock:a"}) ||
+		pe.Covers(detectors.Finding{Kind: detectors.KindHolderDead, Store: "redis://b", Key: "lock:b"}) ||
+		pe.Covers(detectors.Finding{Kind: detectors.KindImmortal, Store: "redis://b", Key: "lock:leaked"}) {
+		t.Errorf("scopes %+v: want holder_dead of lock:a only", pe.Scopes)
+	}
+
+	wids, err := detectors.NewWorkerIDs(sb, detectors.WithHeartbeatsFrom(sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, pe = partial(wids)
+	if dup := byKey(fs, detectors.KindWorkerIDDuplicate); len(dup) != 1 {
+		t.Errorf("workerid with A paused: %s; want the duplicate of WorkerID 7 on B", describe(fs))
+	}
+	if !pe.Covers(detectors.Finding{Kind: detectors.KindWorkerIDDuplicate, Store: "redis://b"}) {
+		t.Errorf("workerid scopes %+v: a duplicate may have a claimant on A", pe.Scopes)
+	}
+
+	clock, err := detectors.NewClock(sb, detectors.WithHeartbeatsFrom(sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, pe = partial(clock)
+	if len(fs) != 1 || fs[0].Kind != detectors.KindSkewReject || fs[0].Holder == nil || fs[0].Holder.Instance != "pod-skew" {
+		t.Errorf("clock with A paused: %s; want skew_reject of pod-skew (on B)", describe(fs))
+	}
+	if !pe.Covers(detectors.Finding{Kind: detectors.KindSkewReject, Store: "redis://a"}) ||
+		pe.Covers(detectors.Finding{Kind: detectors.KindSkewReject, Store: "redis://b"}) {
+		t.Errorf("clock scopes %+v: want the findings of A", pe.Scopes)
+	}
+}
