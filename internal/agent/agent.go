@@ -457,11 +457,27 @@ func (a *Agent) scan(t term) {
 		}
 		run := &a.runs[i]
 		st := detectorStatus{Detector: d.Name(), Store: detectorStore(d)}
+		var pe *detectors.PartialError
+		partial := r.err != nil && errors.As(r.err, &pe)
 		if r.err != nil {
 			rec.Errors = append(rec.Errors, "detector "+d.Name()+": "+r.err.Error())
 			st.Error = r.err.Error()
+			// A partial run's findings are real and published as they
+			// are; of the last completed run's, only those it could not
+			// check (pe.Covers) and did not make again stand, stale. It
+			// is no completed run: run, and so LastSuccess and its gauge,
+			// stay at the last one.
+			fresh := map[findingID]bool{}
+			if partial {
+				for _, f := range r.fs {
+					fresh[idOf(f)] = true
+					rec.Findings = append(rec.Findings, finding{Finding: f})
+				}
+			}
 			for _, f := range run.findings {
-				rec.Findings = append(rec.Findings, finding{Finding: f, Stale: true, DetectedAt: run.at})
+				if !partial || (pe.Covers(f) && !fresh[idOf(f)]) {
+					rec.Findings = append(rec.Findings, finding{Finding: f, Stale: true, DetectedAt: run.at})
+				}
 			}
 		} else {
 			run.findings, run.at = r.fs, r.at
@@ -471,7 +487,7 @@ func (a *Agent) scan(t term) {
 		}
 		st.LastSuccess = run.at
 		rec.Detectors = append(rec.Detectors, st)
-		if r.err != nil {
+		if r.err != nil && !partial {
 			continue
 		}
 		if e, ok := d.(interface {

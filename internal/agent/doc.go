@@ -164,9 +164,19 @@
 //     {detector, store} is when each last completed (0: not since this agent
 //     took the lead, nor in the last record it served before),
 //     and LockgovAgentScanIncomplete fires on it. The detectors that read
-//     heartbeats (locks, clock, deadlock, workerid) read every store's and
-//     fail with the slowest: a holder whose heartbeat could not be read must
-//     not be reported dead.
+//     heartbeats (locks, clock, deadlock, workerid) read every store's;
+//     when some do not answer they go on with the others and return
+//     detectors.PartialError: the scan publishes their findings fresh and
+//     keeps stale only the earlier ones the error's scopes cover (what
+//     could not be checked: holder_dead of a lock whose holder may publish
+//     into the unread store, that store's skew and WorkerID findings, any
+//     duplicate or deadlock) and that were not made again. A partial run
+//     is not a completed one: its error is in "detectors", and the
+//     detector's last success and gauge stay at its last complete run, so
+//     LockgovAgentScanIncomplete still says that a store's heartbeats go
+//     unread (a separate "partial" status would let it fall silent while
+//     holders there cannot be told from dead ones). A locks detector whose
+//     own store fails completes nothing.
 //   - scan_timeout (Config.ScanTimeout) longer than the interval is an
 //     error naming both, as Prometheus refuses a scrape_timeout longer than
 //     its scrape_interval; unset, it is the interval.

@@ -12,8 +12,10 @@ import (
 type finding struct {
 	detectors.Finding
 	// Stale is set when the detector that made the finding did not
-	// complete this scan (a store that timed out or failed): the finding
-	// is from its last run that did, which ended at DetectedAt. It is kept
+	// complete this scan (a store that timed out or failed), or completed
+	// only part of it and could not check this finding
+	// (detectors.PartialError): the finding is from its last run that did,
+	// which ended at DetectedAt. It is kept
 	// rather than dropped, as the detectors' contract says ("the findings
 	// of the last successful call still stand"): a finding series that
 	// vanished for one scan would start its alert's `for:` over.
@@ -69,7 +71,9 @@ type detectorStatus struct {
 	// from then.
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	// Error is why it did not complete this scan; its findings are then
-	// those of LastSuccess, stale.
+	// those of LastSuccess, stale, or, for a partial run
+	// (detectors.PartialError), this scan's and the stale ones of
+	// LastSuccess that it could not check.
 	Error string `json:"error,omitempty"`
 }
 
@@ -124,4 +128,18 @@ func (a *Agent) seedRuns() []detectorRun {
 		}
 	}
 	return runs
+}
+
+// findingID is what tells a finding from another of its detector: a
+// partial run that made a finding again keeps no stale copy of it.
+type findingID struct {
+	kind, store, key, pattern, instance string
+}
+
+func idOf(f detectors.Finding) findingID {
+	id := findingID{kind: f.Kind, store: f.Store, key: f.Key, pattern: f.KeyPattern}
+	if f.Holder != nil {
+		id.instance = f.Holder.Instance
+	}
+	return id
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockgov/lockgov/detectors"
+	"github.com/lockgov/lockgov/instrument/fleet"
 	"github.com/lockgov/lockgov/internal/testenv"
 	"github.com/lockgov/lockgov/policy"
 )
@@ -88,6 +90,23 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 			t.Fatal(err)
 		}
 	}
+	// A process on another host publishes its heartbeat into A only (a
+	// WorkerID lease or a governed Locker on A; a quorum Locker, an adapter
+	// or WithoutHeartbeat on B publishes none there) and holds a lock on B.
+	remote := &fleet.Heartbeat{Instance: "pod-remote", Service: "svc", Host: "host-pod-remote", PID: 4242,
+		StartedAt: time.Now(), SentAt: time.Now(), Interval: fleet.DefaultPeriod}
+	beat, err := fleet.Encode(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ra.Client(t).Set(ctx, fleet.RedisKey(remote.Instance), beat, 10*time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	remoteLock := fmt.Sprintf(`tok 5 {"service":"svc","instance":"pod-remote","host":"host-pod-remote","pid":4242,"v":"test","ttl_ms":600000,"acquired_at_ms":%d,"fence":5}`,
+		time.Now().UnixMilli())
+	if err := rb.Client(t).Set(ctx, "lock:order:77", remoteLock, 10*time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
 	storeA, storeB := "redis://"+ra.Addr(), "redis://"+rb.Addr()
 	cfg := testConfig("agent")
 	cfg.Interval = time.Second // each scan while A is paused takes its timeout
@@ -98,14 +117,20 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	eviction := `lockgov_findings{detector="store",kind="eviction_enabled",severity="warning"}`
 	waitFor(t, "both findings from a complete scan", func() bool {
 		doc, fs := partialFindings(t, a)
+		st := doc.status("locks", storeB)
 		return doc.Leader && findFinding(fs, "locks", "immortal", storeA) != nil &&
-			findFinding(fs, "store", "eviction_enabled", storeB) != nil
+			findFinding(fs, "store", "eviction_enabled", storeB) != nil &&
+			st != nil && st.Error == "" && !st.LastSuccess.IsZero() // B's detector has seen pod-remote on A
 	})
 
 	if err := ra.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ra.Resume() })
+	// A lock leaked on B while A is paused: B answers, so it is found.
+	if err := rb.Client(t).Set(ctx, "lock:order:99", "someone-else", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	paused := time.Now()
 	// A scan that ended after the pause and read nothing on A.
 	var doc partialDoc
@@ -114,6 +139,16 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		doc, fs = partialFindings(t, a)
 		return doc.ScannedAt != nil && doc.ScannedAt.After(paused) && slicesContainsSubstr(doc.Errors, storeA)
 	})
+	// B's locks are read: the new leak is a fresh finding; the lock whose
+	// holder's heartbeat sits on A is not called dead for want of A.
+	if f := findFindingKey(fs, "locks", "immortal", storeB, "lock:order:99"); f == nil {
+		t.Errorf("the lock leaked on B while A is paused is not in /api/v1/findings: one paused store blinds leak detection on B (errors %q)", doc.Errors)
+	} else if f.Stale {
+		t.Errorf("the lock leaked on B while A is paused is stale (detected at %v): B answered", f.DetectedAt)
+	}
+	if f := findFindingKey(fs, "locks", "holder_dead", storeB, "lock:order:77"); f != nil {
+		t.Errorf("lock:order:77 on B reported holder_dead (stale %v) while its holder's heartbeat is on A, which could not be read: %s", f.Stale, f.Detail)
+	}
 	t.Logf("errors of the scan with A paused: %q", doc.Errors)
 	if f := findFinding(fs, "store", "eviction_enabled", storeB); f == nil {
 		t.Errorf("B's eviction_enabled finding is missing from a scan in which A was slow: the detectors after A's got a dead context")
@@ -126,9 +161,10 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		t.Errorf("A's immortal finding from before the pause: stale %v, detected at %v; want stale, detected before the scan at %v",
 			f.Stale, f.DetectedAt, doc.ScannedAt)
 	}
-	for _, series := range []string{immortal, eviction} {
-		if got := metric(t, a, series); got != "1" {
-			t.Errorf("%s = %q while A is paused, want 1", series, got)
+	// A's immortal lock (stale) and B's new one (fresh); B's eviction.
+	for series, want := range map[string]string{immortal: "2", eviction: "1"} {
+		if got := metric(t, a, series); got != want {
+			t.Errorf("%s = %q while A is paused, want %s", series, got, want)
 		}
 	}
 	// The detectors' status: locks on A failed this scan and last
@@ -163,6 +199,15 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		f := findFinding(fs, "locks", "immortal", storeA)
 		return f != nil && !f.Stale
 	})
+}
+
+func findFindingKey(fs []finding, detector, kind, store, key string) *finding {
+	for i := range fs {
+		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store && fs[i].Key == key {
+			return &fs[i]
+		}
+	}
+	return nil
 }
 
 func slicesContainsSubstr(ss []string, sub string) bool {
