@@ -77,6 +77,12 @@ func findFinding(fs []finding, detector, kind, store string) *finding {
 // stale with when they were made, in the record and in lockgov_findings,
 // while lockgov_agent_detector_last_success_timestamp_seconds stops
 // moving for it.
+//
+// The detectors that read heartbeats read A's too, and failed whole while
+// A was paused: a lock leaked on B then went unseen. They now go on with
+// the stores they read (detectors.PartialError): B's new leak is fresh,
+// a tier read from A's beat is kept stale, and a lock on B whose holder
+// beats on A only is not called holder_dead for want of A.
 func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T) {
 	e := testenv.NewEtcd(t) // coordination: the election must not depend on A
 	ra, rb := testenv.NewRedis(t), testenv.NewRedis(t)
@@ -94,7 +100,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	// WorkerID lease or a governed Locker on A; a quorum Locker, an adapter
 	// or WithoutHeartbeat on B publishes none there) and holds a lock on B.
 	remote := &fleet.Heartbeat{Instance: "pod-remote", Service: "svc", Host: "host-pod-remote", PID: 4242,
-		StartedAt: time.Now(), SentAt: time.Now(), Interval: fleet.DefaultPeriod}
+		StartedAt: time.Now(), SentAt: time.Now(), Interval: fleet.DefaultPeriod, Tier: "reject"}
 	beat, err := fleet.Encode(remote)
 	if err != nil {
 		t.Fatal(err)
@@ -120,6 +126,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		st := doc.status("locks", storeB)
 		return doc.Leader && findFinding(fs, "locks", "immortal", storeA) != nil &&
 			findFinding(fs, "store", "eviction_enabled", storeB) != nil &&
+			findFinding(fs, "clock", "skew_reject", storeA) != nil &&
 			st != nil && st.Error == "" && !st.LastSuccess.IsZero() // B's detector has seen pod-remote on A
 	})
 
@@ -145,6 +152,11 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		t.Errorf("the lock leaked on B while A is paused is not in /api/v1/findings: one paused store blinds leak detection on B (errors %q)", doc.Errors)
 	} else if f.Stale {
 		t.Errorf("the lock leaked on B while A is paused is stale (detected at %v): B answered", f.DetectedAt)
+	}
+	// The clock detector read etcd and B but not A: pod-remote's tier,
+	// read from its beat on A, is what it could not check, kept stale.
+	if f := findFinding(fs, "clock", "skew_reject", storeA); f == nil || !f.Stale {
+		t.Errorf("pod-remote's skew_reject (from its beat on A) while A is paused: %+v; want it kept, stale", f)
 	}
 	if f := findFindingKey(fs, "locks", "holder_dead", storeB, "lock:order:77"); f != nil {
 		t.Errorf("lock:order:77 on B reported holder_dead (stale %v) while its holder's heartbeat is on A, which could not be read: %s", f.Stale, f.Detail)
