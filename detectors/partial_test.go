@@ -121,3 +121,59 @@ func TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt(t *testing.T) {
 		t.Errorf("clock scopes %+v: want the findings of A", pe.Scopes)
 	}
 }
+
+// TestPartial_ADeadlockIsReportedFromAPartialReadOnlyWhenEveryInstanceListsItsHolds:
+// an instance that does not say which goroutine holds what is one node
+// of the wait-for graph; with a store unread, the beats it has there may
+// have said it, and the cycle be none. Of two cycles on B, the one whose
+// instances list their holds is reported while A is paused, the other
+// only from a complete read.
+func TestPartial_ADeadlockIsReportedFromAPartialReadOnlyWhenEveryInstanceListsItsHolds(t *testing.T) {
+	ra := testenv.NewRedis(t)
+	a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = a.Close() })
+	b := newRedis(t)
+	ctx := timeout(t, time.Minute)
+	sa := redisStore(t, a, detectors.WithAddr("redis://a"))
+	sb := redisStore(t, b, detectors.WithAddr("redis://b"))
+	since := time.Now().Add(-time.Minute)
+	pair := func(x, y, k1, k2 string, precise bool) {
+		for i, p := range [][3]string{{x, k1, k2}, {y, k2, k1}} {
+			hb := otherBeat(p[0], 30+i)
+			hb.Held = []fleet.HeldLock{{Key: p[1], Backend: "redis", Since: since}}
+			w := fleet.WaitingLock{Key: p[2], Backend: "redis", Since: since}
+			if precise {
+				w.HoldsWhileWaiting = []string{p[1]}
+			}
+			hb.Waiting = []fleet.WaitingLock{w}
+			putBeat(t, ctx, b, hb)
+		}
+	}
+	pair("pod-x", "pod-y", "lock:p1", "lock:p2", true)
+	pair("pod-u", "pod-v", "lock:q1", "lock:q2", false)
+	d, err := detectors.NewDeadlock(sb, detectors.WithHeartbeatsFrom(sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byKey(detect(t, ctx, d), detectors.KindDeadlock); len(got) != 2 {
+		t.Fatalf("deadlocks from a complete read: %v, want lock:p1 and lock:q1", got)
+	}
+	if err := ra.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ra.Resume() })
+	dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	fs, err := d.Detect(dctx)
+	var pe *detectors.PartialError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Detect with A paused: %v, want a *PartialError", err)
+	}
+	got := byKey(fs, detectors.KindDeadlock)
+	if _, ok := got["lock:p1"]; !ok || len(got) != 1 {
+		t.Errorf("deadlocks with A paused: %s; want lock:p1's only (pod-u and pod-v list no holds)", describe(fs))
+	}
+	if !pe.Covers(detectors.Finding{Kind: detectors.KindDeadlock, Key: "lock:q1"}) {
+		t.Errorf("scopes %+v: want every deadlock", pe.Scopes)
+	}
+}
