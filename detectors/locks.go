@@ -90,12 +90,15 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 	err = d.store.scan(ctx, d.globs, needTTL, func(ls []Lock) error {
 		for i := range ls {
 			n++
-			if d.check(&ls[i], live, fr.failed, now, out) == "unknown" {
-				if len(undecided) < d.cfg.maxFindings {
-					undecided = append(undecided, Scope{Kind: KindHolderDead, Store: addr, Key: ls[i].Key})
-				} else {
-					undecided = []Scope{{Kind: KindHolderDead, Store: addr}} // any key: memory stays bounded
-				}
+			if d.check(&ls[i], live, fr.failed, now, out) != "unknown" {
+				continue
+			}
+			switch {
+			case len(undecided) > 0 && undecided[0].Key == "": // already any key
+			case len(undecided) < d.cfg.maxFindings:
+				undecided = append(undecided, Scope{Kind: KindHolderDead, Store: addr, Key: ls[i].Key})
+			default:
+				undecided = []Scope{{Kind: KindHolderDead, Store: addr}} // any key: memory stays bounded
 			}
 		}
 		return nil
