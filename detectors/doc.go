@@ -124,8 +124,13 @@
 //     where its holder publishes: a process whose Locker on B publishes
 //     no heartbeat (quorum, adapters, WithoutHeartbeat, a closed Govern)
 //     may publish only into A, through another Locker or a WorkerID lease;
-//     the one guess left is a holder that stops publishing where it was
-//     seen and starts into a store only while that store is unread. The
+//     a store counts as one the holder does not publish into only if the
+//     last read that saw the holder read it whole, within an unbroken run
+//     of reads (Locks.NewTerm, which the agent calls at each term, and a
+//     read that fails whole forget it). The one guess left is a holder
+//     that moves its heartbeat into a store between the last read that
+//     saw it (that store read whole) and the next, in which that store is
+//     unread: one scan interval. The
 //     store a Locks detector reads locks from, and the first of the
 //     others, read nothing at all: their failure is Detect's error.
 //   - Redis Cluster resharding: the Redis scans SCAN each primary and

@@ -211,10 +211,25 @@ type seenSet struct {
 }
 
 // whereSeen is where a process was seen publishing (on, by store
-// address), and which stores were read whole while it was seen (checked):
-// a store checked and not on is one it did not publish into then.
+// address), and which stores were read whole in the last read that saw it
+// (checked): a store checked and not on is one it did not publish into
+// then. Only the last read counts, and only within an unbroken run of
+// reads (forgetChecked): a store read whole once, long ago or before a gap
+// in which this detector did not watch (another agent led, its own store
+// failed), says nothing about where the process publishes now.
 type whereSeen struct {
 	on, checked map[string]bool
+}
+
+// forgetChecked forgets which stores were read whole while each process
+// was seen: what follows is not continuous with what was seen before (a
+// new leader's term, a read that failed whole). A process not seen again
+// since may then publish into any store not read: it is undecided, never
+// dead, until that store is read.
+func (s *seenSet) forgetChecked() {
+	for _, w := range s.where {
+		clear(w.checked)
+	}
 }
 
 // saw notes that id was seen on store in a read of the stores read.
@@ -230,6 +245,9 @@ func (s *seenSet) saw(id ident, store string, read []string) {
 	if store != "" {
 		w.on[store] = true
 	}
+	// The stores of this read (saw may run more than once in one read:
+	// the same read each time).
+	clear(w.checked)
 	for _, r := range read {
 		w.checked[r] = true
 	}

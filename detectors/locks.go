@@ -59,6 +59,17 @@ func (d *Locks) Store() string { return d.store.Addr() }
 // Scanned returns the number of locks the last Detect read.
 func (d *Locks) Scanned() uint64 { return d.locks.Load() }
 
+// NewTerm tells d that its next run does not follow its last: the agent
+// calls it when it starts leading (another agent may have watched
+// meanwhile, or none did). It forgets which stores were read whole while
+// each process was seen, so that a process that moved its heartbeat into a
+// store unread now is undecided, not holder_dead.
+func (d *Locks) NewTerm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen.forgetChecked()
+}
+
 // Detect reads the heartbeats, then every lock, a batch at a time. When
 // the heartbeats of another store than its own cannot be read, it still
 // reads every lock and returns its findings with a *PartialError: a lock
@@ -72,6 +83,7 @@ func (d *Locks) Detect(ctx context.Context) ([]Finding, error) {
 		err = recheckFleet(ctx, d.beats, &d.seen, fr, true)
 	}
 	if err != nil {
+		d.seen.forgetChecked() // the next read does not follow this one
 		return nil, err
 	}
 	now := d.cfg.now()

@@ -177,3 +177,81 @@ func TestPartial_ADeadlockIsReportedFromAPartialReadOnlyWhenEveryInstanceListsIt
 		t.Errorf("scopes %+v: want every deadlock", pe.Scopes)
 	}
 }
+
+// TestPartial_AHolderThatMovedWhileNotWatchedIsNotDead: Locks remembered,
+// for each process, every store read whole while it was seen, for as long
+// as it remembered the process (a day). A process seen on B only, with A
+// read whole, was then taken to publish nowhere but B for good: if it
+// moved its heartbeat to A while this detector did not watch (another
+// agent led; here: between two terms), and A was unread when the detector
+// looked again, its live lock on B was called holder_dead. Only the last
+// read counts now, and NewTerm (the agent's, at each term) and a read that
+// fails whole forget it; the same move inside a run of reads in which A
+// stays unread leaves the holder undecided too.
+func TestPartial_AHolderThatMovedWhileNotWatchedIsNotDead(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gap  func(t *testing.T, ctx context.Context, locks *detectors.Locks, ra *testenv.Redis)
+	}{
+		{"new-term", func(t *testing.T, ctx context.Context, locks *detectors.Locks, ra *testenv.Redis) {
+			locks.NewTerm()
+		}},
+		{"reads-with-a-unread", func(t *testing.T, ctx context.Context, locks *detectors.Locks, ra *testenv.Redis) {
+			// pod-m still on B while A is unread: this read sees it
+			// without A, and A read whole before says nothing after it.
+			if err := ra.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			defer cancel()
+			if fs, err := locks.Detect(dctx); len(byKey(fs, detectors.KindHolderDead)) != 0 {
+				t.Fatalf("holder_dead while pod-m publishes on B: %s (%v)", describe(fs), err)
+			}
+			if err := ra.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ra := testenv.NewRedis(t)
+			a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { _ = a.Close() })
+			b := newRedis(t)
+			ctx := timeout(t, time.Minute)
+			sa := redisStore(t, a, detectors.WithAddr("redis://a"))
+			sb := redisStore(t, b, detectors.WithAddr("redis://b"))
+			putBeat(t, ctx, b, otherBeat("pod-m", 31)) // on B only; A read whole
+			if err := b.Set(ctx, "lock:m", deadValue("pod-m", 31), 10*time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			locks, err := detectors.NewLocks(sb, detectors.WithHeartbeatsFrom(sa))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fs := detect(t, ctx, locks); len(fs) != 0 {
+				t.Fatalf("findings with every holder alive: %s", describe(fs))
+			}
+			tc.gap(t, ctx, locks, ra)
+			// pod-m moves its heartbeat to A; A stops answering.
+			delBeat(t, ctx, b, "pod-m")
+			putBeat(t, ctx, a, otherBeat("pod-m", 31))
+			if err := ra.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ra.Resume() })
+			dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			defer cancel()
+			fs, err := locks.Detect(dctx)
+			var pe *detectors.PartialError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Detect with A paused: %v; want a *PartialError", err)
+			}
+			if f, ok := byKey(fs, detectors.KindHolderDead)["lock:m"]; ok {
+				t.Fatalf("lock:m reported holder_dead while its live holder publishes on A, which could not be read: %s", f.Detail)
+			}
+			if !pe.Covers(detectors.Finding{Kind: detectors.KindHolderDead, Store: "redis://b", Key: "lock:m"}) {
+				t.Errorf("scopes %+v: want lock:m's holder_dead undecided", pe.Scopes)
+			}
+		})
+	}
+}

@@ -344,6 +344,14 @@ func (a *Agent) lead(t term) {
 			}
 		}
 	}
+	// What a detector remembers from an earlier term is not continuous
+	// with this one (detectors.Locks.NewTerm): where a process was not
+	// publishing then says nothing about now.
+	for _, d := range a.dets {
+		if n, ok := d.(interface{ NewTerm() }); ok {
+			n.NewTerm()
+		}
+	}
 	// Findings kept for a detector that fails are this term's: a new term
 	// starts from the last record this agent read (seedRuns).
 	a.runs = a.seedRuns()
