@@ -139,13 +139,20 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		t.Fatal(err)
 	}
 	paused := time.Now()
-	// A scan that ended after the pause and read nothing on A.
+	// A scan that started after the pause and the SET, and read nothing on
+	// A: the one after a scan that ended after them (a scan that ended
+	// after them may have read B before the SET; scans run one after
+	// another).
 	var doc partialDoc
 	var fs []finding
-	waitFor(t, "a scan that could not read A", func() bool {
-		doc, fs = partialFindings(t, a)
-		return doc.ScannedAt != nil && doc.ScannedAt.After(paused) && slicesContainsSubstr(doc.Errors, storeA)
-	})
+	after := paused
+	for _, what := range []string{"a scan that ended after the pause", "a scan that started after the pause"} {
+		waitFor(t, what+" and could not read A", func() bool {
+			doc, fs = partialFindings(t, a)
+			return doc.ScannedAt != nil && doc.ScannedAt.After(after) && slicesContainsSubstr(doc.Errors, storeA)
+		})
+		after = *doc.ScannedAt
+	}
 	// B's locks are read: the new leak is a fresh finding; the lock whose
 	// holder's heartbeat sits on A is not called dead for want of A.
 	if f := findFindingKey(fs, "locks", "immortal", storeB, "lock:order:99"); f == nil {
