@@ -51,9 +51,9 @@ func (doc partialDoc) status(detector, store string) *detectorStatus {
 	return nil
 }
 
-func findFinding(fs []finding, detector, kind, store string) *finding {
+func findFinding(fs []finding, detector, kind, store string, key ...string) *finding {
 	for i := range fs {
-		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store {
+		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store && (len(key) == 0 || fs[i].Key == key[0]) {
 			return &fs[i]
 		}
 	}
@@ -155,7 +155,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	}
 	// B's locks are read: the new leak is a fresh finding; the lock whose
 	// holder's heartbeat sits on A is not called dead for want of A.
-	if f := findFindingKey(fs, "locks", "immortal", storeB, "lock:order:99"); f == nil {
+	if f := findFinding(fs, "locks", "immortal", storeB, "lock:order:99"); f == nil {
 		t.Errorf("the lock leaked on B while A is paused is not in /api/v1/findings: one paused store blinds leak detection on B (errors %q)", doc.Errors)
 	} else if f.Stale {
 		t.Errorf("the lock leaked on B while A is paused is stale (detected at %v): B answered", f.DetectedAt)
@@ -165,7 +165,7 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 	if f := findFinding(fs, "clock", "skew_reject", storeA); f == nil || !f.Stale {
 		t.Errorf("pod-remote's skew_reject (from its beat on A) while A is paused: %+v; want it kept, stale", f)
 	}
-	if f := findFindingKey(fs, "locks", "holder_dead", storeB, "lock:order:77"); f != nil {
+	if f := findFinding(fs, "locks", "holder_dead", storeB, "lock:order:77"); f != nil {
 		t.Errorf("lock:order:77 on B reported holder_dead (stale %v) while its holder's heartbeat is on A, which could not be read: %s", f.Stale, f.Detail)
 	}
 	t.Logf("errors of the scan with A paused: %q", doc.Errors)
@@ -218,15 +218,6 @@ func TestScan_ASlowStoreNeitherStarvesTheOthersNorDropsItsFindings(t *testing.T)
 		f := findFinding(fs, "locks", "immortal", storeA)
 		return f != nil && !f.Stale
 	})
-}
-
-func findFindingKey(fs []finding, detector, kind, store, key string) *finding {
-	for i := range fs {
-		if fs[i].Detector == detector && fs[i].Kind == kind && fs[i].Store == store && fs[i].Key == key {
-			return &fs[i]
-		}
-	}
-	return nil
 }
 
 func slicesContainsSubstr(ss []string, sub string) bool {

@@ -49,7 +49,11 @@ func NewReplicated(t testing.TB) *Replicated {
 }
 
 // PauseReplica stops the replica (SIGSTOP) until the test ends or resume is
-// called: still connected, it acknowledges nothing.
+// called: still connected, it acknowledges nothing. It loses nothing
+// either: what the primary sends meanwhile waits in the replica's socket
+// and is applied on resume, so a test of a replica that lacks a write (a
+// failover to a lagging replica) must cut the link instead (a Proxy's
+// Blackhole between them; see redislock's release_failover_attack_test.go).
 func (rp *Replicated) PauseReplica(t testing.TB) (resume func()) {
 	t.Helper()
 	if err := rp.Replica.Pause(); err != nil {
