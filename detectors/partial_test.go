@@ -13,6 +13,18 @@ import (
 	"github.com/lockgov/lockgov/internal/testenv"
 )
 
+// twoStores starts Redis A, which a test pauses (its client does not
+// retry and takes its deadlines from the context, so a paused A costs a
+// Detect its deadline, not more), and Redis B, and returns them with their
+// detectors.Stores, named redis://a and redis://b.
+func twoStores(t *testing.T) (ra *testenv.Redis, a, b *redis.Client, sa, sb detectors.Store) {
+	ra = testenv.NewRedis(t)
+	a = redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = a.Close() })
+	b = newRedis(t)
+	return ra, a, b, redisStore(t, a, detectors.WithAddr("redis://a")), redisStore(t, b, detectors.WithAddr("redis://b"))
+}
+
 // TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt: the detectors
 // read the heartbeats of every store and failed as a whole when one store
 // did not answer, so one paused Redis blinded leak detection, skew tiers
@@ -26,13 +38,8 @@ import (
 //     a store that could not be read.
 //   - Clock ranks the beats on B; WorkerIDs reports a collision on B.
 func TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt(t *testing.T) {
-	ra := testenv.NewRedis(t)
-	a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = a.Close() })
-	b := newRedis(t)
+	ra, a, b, sa, sb := twoStores(t)
 	ctx := timeout(t, time.Minute)
-	sa := redisStore(t, a, detectors.WithAddr("redis://a"))
-	sb := redisStore(t, b, detectors.WithAddr("redis://b"))
 
 	putBeat(t, ctx, a, otherBeat("pod-a", 11)) // publishes into A only
 	putBeat(t, ctx, b, otherBeat("pod-b", 12)) // publishes into B only
@@ -129,13 +136,8 @@ func TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt(t *testing.T) {
 // instances list their holds is reported while A is paused, the other
 // only from a complete read.
 func TestPartial_ADeadlockIsReportedFromAPartialReadOnlyWhenEveryInstanceListsItsHolds(t *testing.T) {
-	ra := testenv.NewRedis(t)
-	a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = a.Close() })
-	b := newRedis(t)
+	ra, _, b, sa, sb := twoStores(t)
 	ctx := timeout(t, time.Minute)
-	sa := redisStore(t, a, detectors.WithAddr("redis://a"))
-	sb := redisStore(t, b, detectors.WithAddr("redis://b"))
 	since := time.Now().Add(-time.Minute)
 	pair := func(x, y, k1, k2 string, precise bool) {
 		for i, p := range [][3]string{{x, k1, k2}, {y, k2, k1}} {
@@ -213,13 +215,8 @@ func TestPartial_AHolderThatMovedWhileNotWatchedIsNotDead(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ra := testenv.NewRedis(t)
-			a := redis.NewClient(&redis.Options{Addr: ra.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-			t.Cleanup(func() { _ = a.Close() })
-			b := newRedis(t)
+			ra, a, b, sa, sb := twoStores(t)
 			ctx := timeout(t, time.Minute)
-			sa := redisStore(t, a, detectors.WithAddr("redis://a"))
-			sb := redisStore(t, b, detectors.WithAddr("redis://b"))
 			putBeat(t, ctx, b, otherBeat("pod-m", 31)) // on B only; A read whole
 			if err := b.Set(ctx, "lock:m", deadValue("pod-m", 31), 10*time.Minute).Err(); err != nil {
 				t.Fatal(err)
