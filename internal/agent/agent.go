@@ -475,15 +475,24 @@ func (a *Agent) scan(t term) {
 			// check (pe.Covers) and did not make again stand, stale. It
 			// is no completed run: run, and so LastSuccess and its gauge,
 			// stay at the last one.
+			// A finding of the locks detector on a lock key made again
+			// replaces the stale one whatever its holder: a lock has one
+			// holder, and the old holder's finding beside the new one
+			// counted one lock twice. (Other detectors' findings on one
+			// key, such as a WorkerID's claimants, are each their own.)
 			fresh := map[findingID]bool{}
 			if partial {
 				for _, f := range r.fs {
 					fresh[idOf(f)] = true
+					if f.Detector == detectors.DetectorLocks {
+						fresh[findingID{kind: f.Kind, store: f.Store, key: f.Key}] = true
+					}
 					rec.Findings = append(rec.Findings, finding{Finding: f})
 				}
 			}
 			for _, f := range run.findings {
-				if !partial || (pe.Covers(f) && !fresh[idOf(f)]) {
+				made := fresh[idOf(f)] || (f.Detector == detectors.DetectorLocks && fresh[findingID{kind: f.Kind, store: f.Store, key: f.Key}])
+				if !partial || (pe.Covers(f) && !made) {
 					rec.Findings = append(rec.Findings, finding{Finding: f, Stale: true, DetectedAt: run.at})
 				}
 			}

@@ -293,3 +293,62 @@ func TestScan_ANewLeaderKeepsTheFindingsOfADetectorThatFailsFromItsFirstScan(t *
 		t.Errorf("the new leader's last success of the detector = %q, want the old leader's", got)
 	}
 }
+
+// heldDetector reports lock:k's holder dead: held by old until moved is
+// set, then, as a partial run that could not check any holder_dead on the
+// store, by new.
+type heldDetector struct{ moved *atomic.Bool }
+
+func (heldDetector) Name() string { return detectors.DetectorLocks }
+func (d heldDetector) Detect(context.Context) ([]detectors.Finding, error) {
+	f := detectors.Finding{Detector: detectors.DetectorLocks, Kind: detectors.KindHolderDead,
+		Severity: detectors.SeverityCritical, Store: "redis://b", Key: "lock:k", Holder: &detectors.Holder{Instance: "old"}}
+	if !d.moved.Load() {
+		return []detectors.Finding{f}, nil
+	}
+	f.Holder = &detectors.Holder{Instance: "new"}
+	return []detectors.Finding{f}, &detectors.PartialError{Stores: []string{"redis://a"},
+		Scopes: []detectors.Scope{{Kind: detectors.KindHolderDead, Store: "redis://b"}}, Err: errors.New("context deadline exceeded")}
+}
+
+// TestScan_APartialRunsFreshFindingOnAKeyReplacesTheStaleOne: a partial
+// run keeps, stale, the earlier findings it could not check and did not
+// make again; a finding on a lock key that it did make again, about the
+// key's new holder, left the old holder's beside it: two holder_dead
+// findings for one lock, lockgov_findings counting it twice. A lock has
+// one holder: the fresh finding on the key replaces the stale one.
+func TestScan_APartialRunsFreshFindingOnAKeyReplacesTheStaleOne(t *testing.T) {
+	e := testenv.NewEtcd(t)
+	moved := &atomic.Bool{}
+	cfg := testConfig("agent")
+	cfg.Etcd = e.Endpoints()
+	a := start(t, cfg, WithDetectors(func(Stores, *policy.Policy) ([]detectors.Detector, error) {
+		return []detectors.Detector{heldDetector{moved}}, nil
+	}))
+	waitFor(t, "old's holder_dead", func() bool {
+		doc, fs := partialFindings(t, a)
+		return doc.Leader && findFinding(fs, "locks", "holder_dead", "redis://b", "lock:k") != nil
+	})
+	moved.Store(true)
+	after := time.Now()
+	var doc partialDoc
+	for _, what := range []string{"a scan that ended after the move", "a scan that started after it"} {
+		waitFor(t, what, func() bool {
+			doc, _ = partialFindings(t, a)
+			return doc.ScannedAt != nil && doc.ScannedAt.After(after)
+		})
+		after = *doc.ScannedAt
+	}
+	var onK []finding
+	for _, f := range doc.Findings {
+		if f.Key == "lock:k" {
+			onK = append(onK, f)
+		}
+	}
+	if len(onK) != 1 || onK[0].Stale || onK[0].Holder == nil || onK[0].Holder.Instance != "new" {
+		t.Errorf("findings on lock:k after its holder changed, in a partial run: %+v; want one, fresh, about the new holder", onK)
+	}
+	if got := metric(t, a, `lockgov_findings{detector="locks",kind="holder_dead",severity="critical"}`); got != "1" {
+		t.Errorf("lockgov_findings for lock:k's holder_dead = %q, want 1 (one lock)", got)
+	}
+}
