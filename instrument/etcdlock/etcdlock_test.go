@@ -376,7 +376,7 @@ func TestSharedSession_StockMutexLetsTwoGoroutinesHoldAtOnceButFromMutexDoesNot(
 		if err != nil {
 			t.Fatalf("stock Mutex, second Lock: %v", err)
 		}
-	case <-time.After(2 * time.Second):
+	case <-time.After(15 * time.Second):
 		t.Fatal("stock Mutex no longer lets a second goroutine on the same Session in; the adapter's in-process exclusion may be moot")
 	}
 	if err := first.Unlock(timeout(t, 5*time.Second)); err != nil {
