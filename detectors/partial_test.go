@@ -25,6 +25,21 @@ func twoStores(t *testing.T) (ra *testenv.Redis, a, b *redis.Client, sa, sb dete
 	return ra, a, b, redisStore(t, a, detectors.WithAddr("redis://a")), redisStore(t, b, detectors.WithAddr("redis://b"))
 }
 
+// detectPartial runs d with redis://a (twoStores' A) paused: Detect waits
+// for A until half its deadline, then goes on, and must say so with a
+// *PartialError naming A alone.
+func detectPartial(t *testing.T, ctx context.Context, d detectors.Detector) ([]detectors.Finding, *detectors.PartialError) {
+	t.Helper()
+	dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	fs, err := d.Detect(dctx)
+	var pe *detectors.PartialError
+	if !errors.As(err, &pe) || len(pe.Stores) != 1 || pe.Stores[0] != "redis://a" {
+		t.Fatalf("%s.Detect with A paused: %v (findings %s); want a *PartialError naming redis://a", d.Name(), err, describe(fs))
+	}
+	return fs, pe
+}
+
 // TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt: the detectors
 // read the heartbeats of every store and failed as a whole when one store
 // did not answer, so one paused Redis blinded leak detection, skew tiers
@@ -74,17 +89,9 @@ func TestPartial_AnUnreadHeartbeatStoreHidesOnlyWhatNeedsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Each Detect waits for A until half its deadline, then goes on.
 	partial := func(d detectors.Detector) ([]detectors.Finding, *detectors.PartialError) {
 		t.Helper()
-		dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-		defer cancel()
-		fs, err := d.Detect(dctx)
-		var pe *detectors.PartialError
-		if !errors.As(err, &pe) || len(pe.Stores) != 1 || pe.Stores[0] != "redis://a" {
-			t.Fatalf("%s.Detect with A paused: %v (findings %s); want a *PartialError naming redis://a", d.Name(), err, describe(fs))
-		}
-		return fs, pe
+		return detectPartial(t, ctx, d)
 	}
 	fs, pe := partial(locks)
 	if _, ok := byKey(fs, detectors.KindImmortal)["lock:leaked"]; !ok {
@@ -164,13 +171,7 @@ func TestPartial_ADeadlockIsReportedFromAPartialReadOnlyWhenEveryInstanceListsIt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ra.Resume() })
-	dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-	defer cancel()
-	fs, err := d.Detect(dctx)
-	var pe *detectors.PartialError
-	if !errors.As(err, &pe) {
-		t.Fatalf("Detect with A paused: %v, want a *PartialError", err)
-	}
+	fs, pe := detectPartial(t, ctx, d)
 	got := byKey(fs, detectors.KindDeadlock)
 	if _, ok := got["lock:p1"]; !ok || len(got) != 1 {
 		t.Errorf("deadlocks with A paused: %s; want lock:p1's only (pod-u and pod-v list no holds)", describe(fs))
@@ -236,13 +237,7 @@ func TestPartial_AHolderThatMovedWhileNotWatchedIsNotDead(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = ra.Resume() })
-			dctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-			defer cancel()
-			fs, err := locks.Detect(dctx)
-			var pe *detectors.PartialError
-			if !errors.As(err, &pe) {
-				t.Fatalf("Detect with A paused: %v; want a *PartialError", err)
-			}
+			fs, pe := detectPartial(t, ctx, locks)
 			if f, ok := byKey(fs, detectors.KindHolderDead)["lock:m"]; ok {
 				t.Fatalf("lock:m reported holder_dead while its live holder publishes on A, which could not be read: %s", f.Detail)
 			}
